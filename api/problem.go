@@ -1,0 +1,37 @@
+package api
+
+// ContentTypeProblem is the media type of every error body (RFC 9457).
+const ContentTypeProblem = "application/problem+json"
+
+// Problem types: stable URIs, one per kind of error. Clients switch on these, never on titles.
+const (
+	TypeInvalidRequest     = "urn:leasegate:problem:invalid-request"
+	TypeInvalidLockName    = "urn:leasegate:problem:invalid-lock-name"
+	TypeInvalidLeaseToken  = "urn:leasegate:problem:invalid-lease-token"
+	TypeBodyTooLarge       = "urn:leasegate:problem:body-too-large"
+	TypeLockHeld           = "urn:leasegate:problem:lock-held"
+	TypeLeaseGone          = "urn:leasegate:problem:lease-gone"
+	TypeNotFound           = "urn:leasegate:problem:not-found"
+	TypeMethodNotAllowed   = "urn:leasegate:problem:method-not-allowed"
+	TypeBackendUnavailable = "urn:leasegate:problem:backend-unavailable"
+	TypeInternal           = "urn:leasegate:problem:internal"
+)
+
+// Problem is an RFC 9457 problem details body, with leasegate's extension members.
+type Problem struct {
+	Type          string         `json:"type"`
+	Title         string         `json:"title"`
+	Status        int            `json:"status"`
+	Detail        string         `json:"detail"`
+	RequestID     string         `json:"request_id,omitempty"`
+	Lock          string         `json:"lock,omitempty"`
+	RetryAfterms  *int64         `json:"retry_after_ms,omitempty"`
+	Waitedms      *int64         `json:"waited_ms,omitempty"`
+	InvalidParams []InvalidParam `json:"invalid_params,omitempty"`
+}
+
+// InvalidParam names one rejected input and why.
+type InvalidParam struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}

@@ -1,0 +1,97 @@
+package api
+
+import (
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits bound the values a request may carry. Zero values are not valid limits.
+type Limits struct {
+	DefaultTTL time.Duration
+	MaxTTL     time.Duration
+	MaxWait    time.Duration
+}
+
+// Lock names and owners.
+const (
+	MaxLockNameLen = 200
+	MaxOwnerLen    = 128
+)
+
+// ValidateLockName reports why name is not a valid lock name: 1-200 bytes of [A-Za-z0-9._:-].
+func ValidateLockName(name string) error {
+	if name == "" || len(name) > MaxLockNameLen {
+		return fmt.Errorf("lock name must be 1-%d bytes long, got %d", MaxLockNameLen, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return fmt.Errorf("lock name may contain only A-Z a-z 0-9 . _ : -, found %q at byte %d", c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateOwner reports why owner is not a valid owner: 1-128 printable Unicode characters.
+func ValidateOwner(owner string) error {
+	if !utf8.ValidString(owner) {
+		return fmt.Errorf("owner must be valid UTF-8")
+	}
+	n := utf8.RuneCountInString(owner)
+	if n == 0 || n > MaxOwnerLen {
+		return fmt.Errorf("owner must be 1-%d characters long, got %d", MaxOwnerLen, n)
+	}
+	for _, r := range owner {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("owner must contain only printable characters, found %U", r)
+		}
+	}
+	return nil
+}
+
+// Acquire is a validated AcquireRequest with defaults applied.
+type Acquire struct {
+	Owner    string
+	TTL      time.Duration
+	Wait     time.Duration
+	Watchdog bool
+}
+
+// Validate checks r against l and applies defaults. It returns every invalid field, not just the first.
+func (r AcquireRequest) Validate(l Limits) (Acquire, []InvalidParam) {
+	var bad []InvalidParam
+	if err := ValidateOwner(r.Owner); err != nil {
+		bad = append(bad, InvalidParam{Name: "owner", Reason: err.Error()})
+	}
+	ttl, err := durationField(r.TTLms, l.DefaultTTL, 1, l.MaxTTL)
+	if err != nil {
+		bad = append(bad, InvalidParam{Name: "ttl_ms", Reason: err.Error()})
+	}
+	wait, err := durationField(r.Waitms, 0, 0, l.MaxWait)
+	if err != nil {
+		bad = append(bad, InvalidParam{Name: "wait_ms", Reason: err.Error()})
+	}
+	return Acquire{Owner: r.Owner, TTL: ttl, Wait: wait, Watchdog: r.Watchdog != nil && *r.Watchdog}, bad
+}
+
+// Validate checks r against l. A zero TTL in the result means "the lease's own TTL".
+func (r RenewRequest) Validate(l Limits) (time.Duration, []InvalidParam) {
+	ttl, err := durationField(r.TTLms, 0, 1, l.MaxTTL)
+	if err != nil {
+		return 0, []InvalidParam{{Name: "ttl_ms", Reason: err.Error()}}
+	}
+	return ttl, nil
+}
+
+// durationField turns an optional millisecond count into a duration within [minms, max].
+func durationField(ms *int64, def time.Duration, minms int64, max time.Duration) (time.Duration, error) {
+	if ms == nil {
+		return def, nil
+	}
+	if *ms < minms || *ms > max.Milliseconds() {
+		return 0, fmt.Errorf("must be between %d and %d milliseconds (the configured maximum), got %d", minms, max.Milliseconds(), *ms)
+	}
+	return time.Duration(*ms) * time.Millisecond, nil
+}

@@ -1,0 +1,88 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/lockcore"
+)
+
+// requestError is a request the handlers rejected before calling lockcore.
+type requestError struct {
+	status int
+	typ    string
+	title  string
+	detail string
+	params []api.InvalidParam
+}
+
+func (e *requestError) Error() string { return e.detail }
+
+var (
+	errNotFound         = &requestError{http.StatusNotFound, api.TypeNotFound, "Not found", "no such route", nil}
+	errMethodNotAllowed = &requestError{http.StatusMethodNotAllowed, api.TypeMethodNotAllowed, "Method not allowed", "this route does not accept that method", nil}
+)
+
+func invalidRequest(detail string, params []api.InvalidParam) error {
+	return &requestError{http.StatusBadRequest, api.TypeInvalidRequest, "Invalid request", detail, params}
+}
+
+// statusClientClosed is logged (never sent) when the client went away before the answer.
+const statusClientClosed = 499
+
+// writeError is the one place that maps errors to HTTP statuses and problem types.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	p := api.Problem{Detail: err.Error(), RequestID: requestIDFrom(r.Context())}
+	var (
+		reqErr  *requestError
+		heldErr *lockcore.HeldError
+	)
+	switch {
+	case errors.As(err, &reqErr):
+		p.Status, p.Type, p.Title, p.InvalidParams = reqErr.status, reqErr.typ, reqErr.title, reqErr.params
+	case errors.As(err, &heldErr):
+		p.Status, p.Type, p.Title, p.Lock = http.StatusConflict, api.TypeLockHeld, "Lock held", heldErr.Lock
+		p.RetryAfterms = ptr(heldErr.RetryAfter.Milliseconds())
+		if heldErr.Waited > 0 {
+			p.Waitedms = ptr(heldErr.Waited.Milliseconds())
+		}
+		w.Header().Set("Retry-After", retryAfterSeconds(heldErr.RetryAfter))
+	case errors.Is(err, lockcore.ErrLeaseLost):
+		p.Status, p.Type, p.Title = http.StatusGone, api.TypeLeaseGone, "Lease gone"
+	case errors.Is(err, lockcore.ErrInvalidToken):
+		p.Status, p.Type, p.Title = http.StatusBadRequest, api.TypeInvalidLeaseToken, "Invalid lease token"
+	case errors.Is(err, lockcore.ErrInvalid):
+		p.Status, p.Type, p.Title = http.StatusBadRequest, api.TypeInvalidRequest, "Invalid request"
+	case errors.Is(err, lockcore.ErrUnavailable):
+		p.Status, p.Type, p.Title = http.StatusServiceUnavailable, api.TypeBackendUnavailable, "Backend unavailable"
+		p.Detail = "redis is unavailable; retry later"
+		w.Header().Set("Retry-After", "1")
+		log.Warn("redis unavailable", "request_id", p.RequestID, "err", err)
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		setStatus(r.Context(), statusClientClosed)
+		return
+	default:
+		p.Status, p.Type, p.Title, p.Detail = http.StatusInternalServerError, api.TypeInternal, "Internal error", "internal error"
+		log.Error("internal error", "request_id", p.RequestID, "err", err)
+	}
+	w.Header().Set("Content-Type", api.ContentTypeProblem)
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// retryAfterSeconds renders d as a Retry-After value: whole seconds, rounded up, at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(s, 1), 10)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// errPanic stands for a recovered panic; it maps to 500 like any unknown error.
+var errPanic = errors.New("panic")

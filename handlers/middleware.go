@@ -1,0 +1,130 @@
+package handlers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+type ctxKey int
+
+const (
+	requestIDKey ctxKey = iota
+	statusKey
+)
+
+// requestIDHeader carries the request ID: the client's when it sends a sane one, else ours.
+const requestIDHeader = "X-Request-Id"
+
+var (
+	idPrefix  = newIDPrefix()
+	idCounter atomic.Uint64
+)
+
+func newIDPrefix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(requestIDHeader)
+		if !saneID(id) {
+			id = idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 10)
+		}
+		w.Header().Set(requestIDHeader, id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+// saneID accepts 1-64 bytes of visible ASCII, so a client's ID cannot forge log lines.
+func saneID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func requestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// statusRecorder remembers the status a handler wrote. A handler that writes nothing because its
+// client left overrides it through setStatus.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func setStatus(ctx context.Context, code int) {
+	if rec, ok := ctx.Value(statusKey).(*statusRecorder); ok && rec.status == 0 {
+		rec.status = code
+	}
+}
+
+// accessLog writes one line per request: ID, method, path, status and duration. It never logs
+// headers, so lease tokens stay out of the logs.
+func accessLog(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			rec := &statusRecorder{ResponseWriter: w}
+			next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), statusKey, rec)))
+			log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+				slog.String("request_id", requestIDFrom(r.Context())),
+				slog.String("method", r.Method),
+				slog.String("path", r.URL.Path),
+				slog.Int("status", rec.status),
+				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+			)
+		})
+	}
+}
+
+// recoverer turns a panic into a 500 problem and logs its stack.
+func recoverer(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if v := recover(); v != nil {
+					if v == http.ErrAbortHandler {
+						panic(v)
+					}
+					log.Error("panic", "request_id", requestIDFrom(r.Context()), "panic", v, "stack", string(debug.Stack()))
+					writeError(w, r, log, errPanic)
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}

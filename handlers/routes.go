@@ -1,0 +1,59 @@
+// Package handlers is leasegate's HTTP layer: chi routes, thin handlers, JSON in and out, and the one
+// mapping from errors to HTTP statuses (errors.go).
+package handlers
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/lockcore"
+)
+
+// Locker is the lock engine the handlers drive; *lockcore.Service implements it.
+type Locker interface {
+	Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error)
+	Release(ctx context.Context, lock, token string) (lockcore.Released, error)
+	Renew(ctx context.Context, lock, token string, ttl time.Duration) (lockcore.Grant, error)
+	Inspect(ctx context.Context, lock, token string) (lockcore.State, error)
+	Ping(ctx context.Context) error
+}
+
+// Options configure the router.
+type Options struct {
+	Limits api.Limits
+	Logger *slog.Logger // default slog.Default()
+	Spec   []byte       // served at GET /openapi.yaml
+}
+
+// maxBodyBytes bounds every request body; larger ones get 413.
+const maxBodyBytes = 64 << 10
+
+// NewRouter returns the gateway's HTTP handler: every route of the API in one place.
+func NewRouter(locker Locker, opts Options) http.Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger}
+
+	r := chi.NewRouter()
+	r.Use(requestID, accessLog(opts.Logger), recoverer(opts.Logger))
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errNotFound) })
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errMethodNotAllowed) })
+
+	r.Get("/healthz", healthz)
+	r.Get("/readyz", h.readyz)
+	r.Get("/openapi.yaml", spec(opts.Spec))
+
+	r.Route("/locks/{name}", func(r chi.Router) {
+		r.Post("/", h.acquire)
+		r.Delete("/", h.release)
+		r.Get("/", h.inspect)
+		r.Post("/renew", h.renew)
+	})
+	return r
+}

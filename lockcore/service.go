@@ -1,0 +1,111 @@
+// Package lockcore is leasegate's lock engine: reentrant leases in Redis with fencing tokens. It
+// speaks Go types and sentinel errors (errors.go); nothing Redis-shaped leaves it, and it knows
+// nothing of HTTP.
+package lockcore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/leasegate/leasegate/luascripts"
+)
+
+// Options configure a Service. Zero values mean the documented defaults.
+type Options struct {
+	// KeyPrefix starts every Redis key and channel. Default "leasegate:". It must not contain
+	// '{' or '}', which would break the per-lock hash tag.
+	KeyPrefix string
+	// CallTimeout bounds one Redis round trip. Default 3s.
+	CallTimeout time.Duration
+}
+
+// Service runs lock operations against one Redis deployment. Safe for concurrent use.
+type Service struct {
+	client      rueidis.Client
+	tokens      *Tokens
+	prefix      string
+	callTimeout time.Duration
+
+	acquire, reenter, release, renew, inspect *rueidis.Lua
+}
+
+// New returns a Service that stores locks through client and mints tokens with tokens.
+func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) {
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = "leasegate:"
+	}
+	if strings.ContainsAny(opts.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("%w: key prefix %q must not contain '{' or '}'", ErrInvalid, opts.KeyPrefix)
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 3 * time.Second
+	}
+	return &Service{
+		client:      client,
+		tokens:      tokens,
+		prefix:      opts.KeyPrefix,
+		callTimeout: opts.CallTimeout,
+		acquire:     rueidis.NewLuaScript(luascripts.Acquire),
+		reenter:     rueidis.NewLuaScript(luascripts.Reenter),
+		release:     rueidis.NewLuaScript(luascripts.Release),
+		renew:       rueidis.NewLuaScript(luascripts.Renew),
+		inspect:     rueidis.NewLuaScriptReadOnly(luascripts.Inspect),
+	}, nil
+}
+
+// Tokens returns the codec the Service mints tokens with.
+func (s *Service) Tokens() *Tokens { return s.tokens }
+
+// Ping reports whether Redis answers. It returns ErrUnavailable when it does not.
+func (s *Service) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	defer cancel()
+	return s.classify(s.client.Do(ctx, s.client.B().Ping().Build()).Error())
+}
+
+// exec runs script once. The round trip is detached from ctx's cancellation so that a caller who
+// goes away cannot leave a write's outcome unknown; it is bounded by the call timeout instead.
+func (s *Service) exec(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.callTimeout)
+	defer cancel()
+	res := script.Exec(ctx, s.client, keys, args)
+	if err := res.Error(); err != nil {
+		return nil, s.classify(err)
+	}
+	return res.ToArray()
+}
+
+// classify turns a Redis or transport error into ErrUnavailable where retrying later can help.
+func (s *Service) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if rerr, ok := rueidis.IsRedisErr(err); ok {
+		msg := rerr.Error()
+		for _, transient := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"} {
+			if strings.HasPrefix(msg, transient) {
+				return fmt.Errorf("%w: %s", ErrUnavailable, msg)
+			}
+		}
+		return fmt.Errorf("redis: %w", err)
+	}
+	// Anything else is the transport: refused or broken connections, timeouts, a closing client.
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// ints reads the integer elements of a script reply.
+func ints(reply []rueidis.RedisMessage) ([]int64, error) {
+	out := make([]int64, len(reply))
+	for i := range reply {
+		v, err := reply[i].AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("script reply element %d: %w", i, err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}

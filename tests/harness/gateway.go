@@ -1,0 +1,231 @@
+package harness
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestTokenSecret is the token secret gateways share unless a test sets its own.
+const TestTokenSecret = "harness-secret-0123456789abcdef"
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// GatewayBinary builds this module's gateway once per test process (with -race when the tests
+// run with it) and returns the binary's path.
+func GatewayBinary() (string, error) {
+	buildOnce.Do(func() {
+		root, err := ModuleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "leasegate-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "leasegate")
+		args := []string{"build", "-o", binPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, ".")...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	return binPath, buildErr
+}
+
+// ModuleRoot returns the directory holding this module's go.mod.
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// GatewayOptions configure one gateway process.
+type GatewayOptions struct {
+	// Redis is the server the gateway uses (LEASEGATE_REDIS_ADDR).
+	Redis *Redis
+	// KeyPrefix isolates a test's keys; default a fresh random prefix.
+	KeyPrefix string
+	// Env adds or overrides LEASEGATE_* variables, e.g. {"LEASEGATE_MAX_TTL": "10s"}.
+	Env map[string]string
+}
+
+// Gateway is one leasegate process listening on a loopback port.
+type Gateway struct {
+	URL       string
+	KeyPrefix string
+
+	logPath string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	exitErr error
+}
+
+// NewGateway starts a gateway for t and stops it (SIGTERM) when t ends. When t failed, the
+// gateway's log tail goes to t's output.
+func NewGateway(t testing.TB, opts GatewayOptions) *Gateway {
+	t.Helper()
+	g, err := StartGateway(t.TempDir(), opts)
+	if err != nil {
+		t.Fatalf("start gateway: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = g.Stop()
+		if t.Failed() {
+			t.Logf("gateway %s log tail:\n%s", g.URL, tail(g.Logs(), 40))
+		}
+	})
+	return g
+}
+
+// StartGateway starts a gateway writing its log into dir. The caller must Stop it.
+func StartGateway(dir string, opts GatewayOptions) (*Gateway, error) {
+	bin, err := GatewayBinary()
+	if err != nil {
+		return nil, err
+	}
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = RandomPrefix()
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		g := &Gateway{
+			URL:       "http://127.0.0.1:" + strconv.Itoa(port),
+			KeyPrefix: opts.KeyPrefix,
+			logPath:   filepath.Join(dir, "gateway-"+strconv.Itoa(port)+".log"),
+		}
+		env := map[string]string{
+			"LEASEGATE_LISTEN":       "127.0.0.1:" + strconv.Itoa(port),
+			"LEASEGATE_TOKEN_SECRET": TestTokenSecret,
+			"LEASEGATE_KEY_PREFIX":   opts.KeyPrefix,
+		}
+		if opts.Redis != nil {
+			env["LEASEGATE_REDIS_ADDR"] = opts.Redis.Addr
+		}
+		for k, v := range opts.Env {
+			env[k] = v
+		}
+		if lastErr = g.start(bin, env); lastErr == nil {
+			return g, nil
+		}
+	}
+	return nil, lastErr
+}
+
+func (g *Gateway) start(bin string, env map[string]string) error {
+	logf, err := os.Create(g.logPath)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		g.mu.Lock()
+		g.exitErr = err
+		g.mu.Unlock()
+		close(done)
+	}()
+	g.mu.Lock()
+	g.cmd, g.done = cmd, done
+	g.mu.Unlock()
+	err = waitFor(30*time.Second, done, func() bool {
+		resp, err := http.Get(g.URL + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err != nil {
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("gateway %s: %w; log:\n%s", g.URL, err, g.Logs())
+	}
+	return nil
+}
+
+// Stop sends SIGTERM and waits for the process to exit; it returns the process's exit error.
+func (g *Gateway) Stop() error { return g.signal(syscall.SIGTERM) }
+
+// Kill stops the gateway at once (SIGKILL), as a crash would.
+func (g *Gateway) Kill() error { return g.signal(syscall.SIGKILL) }
+
+func (g *Gateway) signal(sig syscall.Signal) error {
+	g.mu.Lock()
+	cmd, done := g.cmd, g.done
+	g.cmd = nil
+	g.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.exitErr
+}
+
+// Logs returns everything the gateway has written so far.
+func (g *Gateway) Logs() string {
+	b, _ := os.ReadFile(g.logPath)
+	return string(b)
+}
+
+// RandomPrefix returns a fresh key prefix such as "t3f9a1c2e:".
+func RandomPrefix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "t" + hex.EncodeToString(b) + ":"
+}
+
+func tail(s string, lines int) string {
+	parts := bytes.Split([]byte(strings.TrimRight(s, "\n")), []byte("\n"))
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return string(bytes.Join(parts, []byte("\n")))
+}
