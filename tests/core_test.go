@@ -1,0 +1,266 @@
+package tests
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+// eventually polls cond every 5 ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+}
+
+func TestConcurrentTryOnceHasOneWinner(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	const n = 200
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			statuses[i] = e.client.Do(http.MethodPost, "/locks/contended", nil, acquireBody(fmt.Sprintf("w%d", i), 30000)).Status
+		}()
+	}
+	close(start)
+	wg.Wait()
+	count := map[int]int{}
+	for _, s := range statuses {
+		count[s]++
+	}
+	assert.Equal(t, map[int]int{http.StatusCreated: 1, http.StatusConflict: n - 1}, count)
+}
+
+func TestReentryCounting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.client.Do(http.MethodPost, "/locks/re", nil, acquireBody("w1", 30000))
+	require.Equal(t, http.StatusCreated, r.Status)
+	assert.Equal(t, "/locks/re", r.Header.Get("Location"))
+	tok, fence := r.Str("token"), r.Int("fence")
+
+	for holds := int64(2); holds <= 3; holds++ {
+		r := e.client.Do(http.MethodPost, "/locks/re", tokenHeader(tok), acquireBody("w1", 20000))
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		assert.Equal(t, holds, r.Int("holds"))
+		assert.Equal(t, fence, r.Int("fence"), "re-entry keeps the fence")
+		assert.Equal(t, tok, r.Str("token"))
+		assert.Equal(t, int64(20000), r.Int("ttl_ms"))
+	}
+	st := e.client.Do(http.MethodGet, "/locks/re", tokenHeader(tok), "")
+	assert.Equal(t, int64(3), st.Int("holds"))
+	assert.Equal(t, true, st.JSON()["yours"])
+	assert.LessOrEqual(t, st.Int("ttl_ms"), int64(20000), "re-entry reset the TTL")
+
+	for remaining := int64(2); remaining >= 0; remaining-- {
+		r := e.client.Do(http.MethodDelete, "/locks/re", tokenHeader(tok), "")
+		require.Equal(t, http.StatusOK, r.Status)
+		assert.Equal(t, remaining, r.Int("holds"))
+		assert.Equal(t, remaining == 0, r.JSON()["released"])
+		held := e.client.Do(http.MethodGet, "/locks/re", nil, "").JSON()["held"]
+		assert.Equal(t, remaining > 0, held)
+	}
+	r = e.client.Do(http.MethodDelete, "/locks/re", tokenHeader(tok), "")
+	assert.Equal(t, http.StatusGone, r.Status)
+	assert.Equal(t, "urn:leasegate:problem:lease-gone", r.Str("type"))
+	r = e.client.Do(http.MethodPost, "/locks/re", tokenHeader(tok), acquireBody("w1", 20000))
+	assert.Equal(t, http.StatusGone, r.Status, "re-entering a released lease does not grant a new one")
+}
+
+func TestOtherLeaseCannotRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	a := e.client.Do(http.MethodPost, "/locks/mine", nil, acquireBody("a", 30000))
+	require.Equal(t, http.StatusCreated, a.Status)
+	a2 := e.client.Do(http.MethodDelete, "/locks/mine", tokenHeader(a.Str("token")), "")
+	require.Equal(t, http.StatusOK, a2.Status)
+	b := e.client.Do(http.MethodPost, "/locks/mine", nil, acquireBody("b", 30000))
+	require.Equal(t, http.StatusCreated, b.Status)
+
+	// a's token is genuine but its lease is over: it must not release b's.
+	r := e.client.Do(http.MethodDelete, "/locks/mine", tokenHeader(a.Str("token")), "")
+	assert.Equal(t, http.StatusGone, r.Status)
+	r = e.client.Do(http.MethodPost, "/locks/mine/renew", tokenHeader(a.Str("token")), "")
+	assert.Equal(t, http.StatusGone, r.Status)
+	st := e.client.Do(http.MethodGet, "/locks/mine", tokenHeader(a.Str("token")), "")
+	assert.Equal(t, "b", st.Str("owner"))
+	assert.Equal(t, false, st.JSON()["yours"])
+}
+
+func TestExpiryFreesLockAndStaleTokenIsGone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.client.Do(http.MethodPost, "/locks/exp", nil, acquireBody("w1", 100))
+	require.Equal(t, http.StatusCreated, r.Status)
+	tok := r.Str("token")
+	eventually(t, 5*time.Second, "lease expiry", func() bool {
+		return e.client.Do(http.MethodGet, "/locks/exp", nil, "").JSON()["held"] == false
+	})
+	assert.Equal(t, http.StatusGone, e.client.Do(http.MethodPost, "/locks/exp/renew", tokenHeader(tok), "").Status, "renew never resurrects")
+	assert.Equal(t, http.StatusGone, e.client.Do(http.MethodDelete, "/locks/exp", tokenHeader(tok), "").Status)
+	assert.Equal(t, "0", e.redis.MustDo(t, "EXISTS", e.gw.KeyPrefix+"{exp}"), "nothing resurrected in Redis")
+	assert.Equal(t, http.StatusCreated, e.client.Do(http.MethodPost, "/locks/exp", nil, acquireBody("w2", 30000)).Status)
+}
+
+func TestRenewExtends(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.client.Do(http.MethodPost, "/locks/rn", nil, acquireBody("w1", 2000))
+	require.Equal(t, http.StatusCreated, r.Status)
+	tok := r.Str("token")
+
+	rn := e.client.Do(http.MethodPost, "/locks/rn/renew", tokenHeader(tok), `{"ttl_ms":60000}`)
+	require.Equal(t, http.StatusOK, rn.Status, string(rn.Body))
+	assert.Equal(t, int64(60000), rn.Int("ttl_ms"))
+	assert.Equal(t, r.Int("fence"), rn.Int("fence"))
+	assert.Greater(t, rn.Str("expires_at"), r.Str("expires_at"))
+	pttl := e.redis.MustDo(t, "PTTL", e.gw.KeyPrefix+"{rn}")
+	assert.Greater(t, atoi(t, pttl), int64(50000))
+
+	// Without a body, renew uses the lease's TTL, which is now 60 s.
+	rn = e.client.Do(http.MethodPost, "/locks/rn/renew", tokenHeader(tok), "")
+	require.Equal(t, http.StatusOK, rn.Status)
+	assert.Equal(t, int64(60000), rn.Int("ttl_ms"))
+}
+
+func TestFencesStrictlyIncrease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	var last int64
+	grant := func(i int, ttlMs int64) string {
+		t.Helper()
+		var r *harness.Response
+		eventually(t, 5*time.Second, "a free lock", func() bool {
+			r = e.client.Do(http.MethodPost, "/locks/fenced", nil, acquireBody(fmt.Sprintf("w%d", i), ttlMs))
+			return r.Status == http.StatusCreated
+		})
+		f := r.Int("fence")
+		require.Greater(t, f, last, "grant %d", i)
+		last = f
+		return r.Str("token")
+	}
+	for i := range 1000 {
+		switch {
+		case i%10 == 3: // let it expire; the next grant waits for that
+			grant(i, 1)
+		case i == 500: // restart the gateway: fences live in Redis, not in the process
+			tok := grant(i, 30000)
+			require.NoError(t, e.gw.Stop())
+			e.gw = harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+			e.client = harness.NewClient(t, e.gw.URL)
+			require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/fenced", tokenHeader(tok), "").Status)
+		case i == 700: // lose the fence key, as a Redis data loss would: the time floor still rises
+			tok := grant(i, 30000)
+			e.redis.MustDo(t, "DEL", e.gw.KeyPrefix+"{fenced}:fence")
+			require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/fenced", tokenHeader(tok), "").Status)
+		default:
+			tok := grant(i, 30000)
+			require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/fenced", tokenHeader(tok), "").Status)
+		}
+	}
+}
+
+func TestRedisRestartGives503ThenRecovers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodGet, "/readyz", nil, "").Status)
+	require.NoError(t, e.redis.Kill())
+
+	for _, req := range []struct{ method, path, body string }{
+		{http.MethodPost, "/locks/down", acquireBody("w1", 30000)},
+		{http.MethodGet, "/locks/down", ""},
+		{http.MethodGet, "/readyz", ""},
+	} {
+		r := e.client.Do(req.method, req.path, nil, req.body)
+		assert.Equal(t, http.StatusServiceUnavailable, r.Status, req.path)
+		assert.Equal(t, "urn:leasegate:problem:backend-unavailable", r.Str("type"))
+		assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	}
+	assert.Equal(t, http.StatusOK, e.client.Do(http.MethodGet, "/healthz", nil, "").Status, "liveness does not depend on Redis")
+
+	require.NoError(t, e.redis.Restart())
+	eventually(t, 10*time.Second, "recovery after the Redis restart", func() bool {
+		return e.client.Do(http.MethodPost, "/locks/down", nil, acquireBody("w1", 30000)).Status == http.StatusCreated
+	})
+	assert.Equal(t, http.StatusOK, e.client.Do(http.MethodGet, "/readyz", nil, "").Status)
+}
+
+func TestGatewayStartsWhileRedisIsDown(t *testing.T) {
+	t.Parallel()
+	r := harness.NewRedis(t, harness.RedisOptions{})
+	require.NoError(t, r.Kill())
+	gw := harness.NewGateway(t, harness.GatewayOptions{Redis: r})
+	c := harness.NewClient(t, gw.URL)
+	assert.Equal(t, http.StatusServiceUnavailable, c.Do(http.MethodGet, "/readyz", nil, "").Status)
+	assert.Equal(t, http.StatusServiceUnavailable, c.Do(http.MethodPost, "/locks/x", nil, acquireBody("w", 1000)).Status)
+	require.NoError(t, r.Restart())
+	eventually(t, 10*time.Second, "readiness once Redis is up", func() bool {
+		return c.Do(http.MethodGet, "/readyz", nil, "").Status == http.StatusOK
+	})
+	assert.Equal(t, http.StatusCreated, c.Do(http.MethodPost, "/locks/x", nil, acquireBody("w", 1000)).Status)
+}
+
+func TestShutdownKeepsLeases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.client.Do(http.MethodPost, "/locks/keep", nil, acquireBody("w1", 60000))
+	require.Equal(t, http.StatusCreated, r.Status)
+	require.NoError(t, e.gw.Stop(), "SIGTERM exits cleanly")
+	assert.Contains(t, e.gw.Logs(), `"msg":"stopped"`)
+	assert.Equal(t, "1", e.redis.MustDo(t, "EXISTS", e.gw.KeyPrefix+"{keep}"), "shutdown releases nobody's lease")
+
+	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	c2 := harness.NewClient(t, gw2.URL)
+	rel := c2.Do(http.MethodDelete, "/locks/keep", tokenHeader(r.Str("token")), "")
+	assert.Equal(t, http.StatusOK, rel.Status, "another replica with the same secret accepts the token")
+}
+
+func TestHealthAndSpec(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	assert.Equal(t, http.StatusOK, e.client.Do(http.MethodGet, "/healthz", nil, "").Status)
+	assert.Equal(t, http.StatusOK, e.client.Do(http.MethodGet, "/readyz", nil, "").Status)
+	spec := e.client.Do(http.MethodGet, "/openapi.yaml", nil, "")
+	assert.Equal(t, http.StatusOK, spec.Status)
+	assert.True(t, strings.HasPrefix(string(spec.Body), "openapi: 3."), "serves the spec")
+}
+
+func TestLogsNeverContainTokens(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.client.Do(http.MethodPost, "/locks/quiet", nil, acquireBody("w1", 30000))
+	require.Equal(t, http.StatusCreated, r.Status)
+	e.client.Do(http.MethodDelete, "/locks/quiet", tokenHeader(r.Str("token")), "")
+	logs := e.gw.Logs()
+	assert.NotContains(t, logs, r.Str("token"))
+	assert.NotContains(t, logs, strings.SplitN(r.Str("token"), ".", 2)[1])
+	assert.NotContains(t, logs, harness.TestTokenSecret)
+	assert.Contains(t, logs, `"path":"/locks/quiet","status":201`)
+}
+
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	var v int64
+	_, err := fmt.Sscan(s, &v)
+	require.NoError(t, err, s)
+	return v
+}
