@@ -88,7 +88,7 @@ func loadConfig() (Config, error) {
 		if ok {
 			return nil
 		}
-		return fmt.Errorf("LEASEGATE_%s: "+format, append([]any{name}, a...)[1:]...)
+		return fmt.Errorf("LEASEGATE_%s: "+format, append([]any{name}, a...)...)
 	}
 	_, _, listenErr := net.SplitHostPort(cfg.Listen)
 	_, _, redisErr := net.SplitHostPort(cfg.RedisAddr)
@@ -125,13 +125,7 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 
-	// ForceSingleClient: start even while Redis is down (lock calls answer 503 until it is back).
-	client, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:       []string{cfg.RedisAddr},
-		Password:          cfg.RedisPassword,
-		DisableCache:      true,
-		ForceSingleClient: true,
-	})
+	client, err := rueidis.NewClient(lockcore.ClientOption(cfg.RedisAddr, cfg.RedisPassword))
 	if client == nil {
 		return fmt.Errorf("redis client for %s: %w", cfg.RedisAddr, err)
 	}

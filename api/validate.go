@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -36,8 +37,9 @@ func ValidateLockName(name string) error {
 
 // ValidateOwner reports why owner is not a valid owner: 1-128 printable Unicode characters.
 func ValidateOwner(owner string) error {
-	if !utf8.ValidString(owner) {
-		return fmt.Errorf("owner must be valid UTF-8")
+	// encoding/json turns invalid UTF-8 and lone surrogates into U+FFFD, so reject that too.
+	if !utf8.ValidString(owner) || strings.ContainsRune(owner, utf8.RuneError) {
+		return fmt.Errorf("owner must be valid UTF-8 (and not contain U+FFFD)")
 	}
 	n := utf8.RuneCountInString(owner)
 	if n == 0 || n > MaxOwnerLen {

@@ -6,16 +6,23 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/leasegate/leasegate/api"
 )
 
-// lockName returns the validated {name} path parameter.
+// lockName returns the validated {name} path parameter. chi matches the raw path, so the
+// parameter is unescaped first: /locks/orders%3A42 names the lock "orders:42".
 func lockName(r *http.Request) (string, error) {
-	name := chi.URLParam(r, "name")
-	if err := api.ValidateLockName(name); err != nil {
+	name, err := url.PathUnescape(chi.URLParam(r, "name"))
+	if err == nil {
+		err = api.ValidateLockName(name)
+	}
+	if err != nil {
 		return "", &requestError{http.StatusBadRequest, api.TypeInvalidLockName, "Invalid lock name", err.Error(),
 			[]api.InvalidParam{{Name: "name", Reason: err.Error()}}}
 	}
@@ -45,18 +52,38 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) er
 			fmt.Sprintf("request body exceeds %d bytes", maxBodyBytes), nil}
 	}
 	if err != nil {
-		return invalidRequest("request body is not valid: "+describeJSONError(err), nil)
+		return describeJSONError(err)
 	}
 	return nil
 }
 
-// describeJSONError phrases a decoding error for a client, naming the field where it can.
-func describeJSONError(err error) string {
+// describeJSONError turns a decoding error into a 400, naming the field where it can.
+func describeJSONError(err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		return fmt.Sprintf("field %q must be of type %s", typeErr.Field, typeErr.Type)
+		reason := fmt.Sprintf("must be of type %s", jsonType(typeErr.Type.String()))
+		return invalidRequest("request body is not valid: field "+strconv.Quote(typeErr.Field)+" "+reason,
+			[]api.InvalidParam{{Name: typeErr.Field, Reason: reason}})
 	}
-	return err.Error()
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		field, _ = strconv.Unquote(field)
+		return invalidRequest("request body is not valid: unknown field "+strconv.Quote(field),
+			[]api.InvalidParam{{Name: field, Reason: "unknown field"}})
+	}
+	return invalidRequest("request body is not valid JSON: "+err.Error(), nil)
+}
+
+// jsonType names a Go field type as JSON calls it.
+func jsonType(goType string) string {
+	switch strings.TrimPrefix(goType, "*") {
+	case "int64":
+		return "integer"
+	case "bool":
+		return "boolean"
+	case "string":
+		return "string"
+	}
+	return "object"
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -72,7 +72,7 @@ func (s *Service) acquireNew(ctx context.Context, req AcquireRequest) (Grant, er
 		return Grant{}, fmt.Errorf("acquire %q: unexpected reply %v: %w", req.Lock, r, err)
 	}
 	if r[0] == 0 {
-		return Grant{}, &HeldError{Lock: req.Lock, RetryAfter: time.Duration(r[1]) * time.Millisecond}
+		return Grant{}, &HeldError{Lock: req.Lock, RetryAfter: time.Duration(max(r[1], 0)) * time.Millisecond}
 	}
 	l := Lease{Lock: req.Lock, Owner: req.Owner, ID: lease, Fence: r[1]}
 	return Grant{Lease: l, Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: 1, Watchdog: req.Watchdog}, nil

@@ -6,6 +6,7 @@ package lockcore
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -19,8 +20,8 @@ type Options struct {
 	// KeyPrefix starts every Redis key and channel. Default "leasegate:". It must not contain
 	// '{' or '}', which would break the per-lock hash tag.
 	KeyPrefix string
-	// CallTimeout bounds one Redis round trip. Default 3s.
-	CallTimeout time.Duration
+	// PingTimeout bounds Ping. Default 2s.
+	PingTimeout time.Duration
 }
 
 // Service runs lock operations against one Redis deployment. Safe for concurrent use.
@@ -28,7 +29,7 @@ type Service struct {
 	client      rueidis.Client
 	tokens      *Tokens
 	prefix      string
-	callTimeout time.Duration
+	pingTimeout time.Duration
 
 	acquire, reenter, release, renew, inspect *rueidis.Lua
 }
@@ -41,14 +42,14 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q must not contain '{' or '}'", ErrInvalid, opts.KeyPrefix)
 	}
-	if opts.CallTimeout <= 0 {
-		opts.CallTimeout = 3 * time.Second
+	if opts.PingTimeout <= 0 {
+		opts.PingTimeout = 2 * time.Second
 	}
 	return &Service{
 		client:      client,
 		tokens:      tokens,
 		prefix:      opts.KeyPrefix,
-		callTimeout: opts.CallTimeout,
+		pingTimeout: opts.PingTimeout,
 		acquire:     rueidis.NewLuaScript(luascripts.Acquire),
 		reenter:     rueidis.NewLuaScript(luascripts.Reenter),
 		release:     rueidis.NewLuaScript(luascripts.Release),
@@ -57,21 +58,37 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 	}, nil
 }
 
+// ClientOption returns rueidis options suited to lockcore for a single Redis at addr: no
+// client-side cache (unused), a 3 s bound on stalled connections, start-up that succeeds while
+// Redis is down, and no silent retries (rueidis would retry read-only calls without end while
+// Redis is down; lockcore answers ErrUnavailable at once and its clients retry).
+func ClientOption(addr, password string) rueidis.ClientOption {
+	return rueidis.ClientOption{
+		InitAddress:       []string{addr},
+		Password:          password,
+		DisableCache:      true,
+		ForceSingleClient: true,
+		DisableRetry:      true,
+		ConnWriteTimeout:  3 * time.Second,
+		Dialer:            net.Dialer{Timeout: 2 * time.Second},
+	}
+}
+
 // Tokens returns the codec the Service mints tokens with.
 func (s *Service) Tokens() *Tokens { return s.tokens }
 
 // Ping reports whether Redis answers. It returns ErrUnavailable when it does not.
 func (s *Service) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.pingTimeout)
 	defer cancel()
 	return s.classify(s.client.Do(ctx, s.client.B().Ping().Build()).Error())
 }
 
 // exec runs script once. The round trip is detached from ctx's cancellation so that a caller who
-// goes away cannot leave a write's outcome unknown; it is bounded by the call timeout instead.
+// goes away cannot leave a write's outcome unknown. It carries no deadline of its own, which keeps
+// rueidis on its cheapest path: a stalled or broken connection is bounded by the client's
+// ConnWriteTimeout (see DialOptions), after which every call on it fails with ErrUnavailable.
 func (s *Service) exec(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.callTimeout)
-	defer cancel()
 	res := script.Exec(ctx, s.client, keys, args)
 	if err := res.Error(); err != nil {
 		return nil, s.classify(err)

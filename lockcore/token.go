@@ -25,6 +25,9 @@ type tokenPayload struct {
 	Lease
 }
 
+// b64 decodes strictly, so that each token has exactly one spelling.
+var b64 = base64.RawURLEncoding.Strict()
+
 // maxTokenLen bounds what Parse will decode: name 200 + owner 128 (up to 4 bytes a rune), in base64.
 const maxTokenLen = 2048
 
@@ -62,11 +65,11 @@ func (t *Tokens) Parse(token, lock string) (Lease, error) {
 	if !ok {
 		return Lease{}, fmt.Errorf("%w: not of the form payload.signature", ErrInvalidToken)
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
+	got, err := b64.DecodeString(sig)
 	if err != nil || !hmac.Equal(got, t.sign(p)) {
 		return Lease{}, fmt.Errorf("%w: signature does not match", ErrInvalidToken)
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(p)
+	raw, err := b64.DecodeString(p)
 	if err != nil {
 		return Lease{}, fmt.Errorf("%w: payload is not base64url", ErrInvalidToken)
 	}

@@ -6,18 +6,19 @@
 local lock, fencekey = KEYS[1], KEYS[2]
 local lease, ttl, owner, wd = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-if redis.call('EXISTS', lock) == 1 then
-  return {0, redis.call('PTTL', lock)}
+local pttl = redis.call('PTTL', lock)
+if pttl ~= -2 then
+  return {0, pttl}
 end
 
 local now = redis.call('TIME')
 local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = tonumber(redis.call('GET', fencekey) or '0')
+-- Usually the clock has moved on since the last grant and one SET ... GET does it all.
+local last = tonumber(redis.call('SET', fencekey, string.format('%d', fence), 'GET') or '0')
 if fence <= last then
   fence = last + 1
+  redis.call('SET', fencekey, string.format('%d', fence))
 end
-local f = string.format('%d', fence)
-redis.call('SET', fencekey, f)
-redis.call('HSET', lock, lease, 1, ':owner', owner, ':fence', f, ':ttl', ttl, ':wd', wd)
+redis.call('HSET', lock, lease, 1, ':owner', owner, ':fence', string.format('%d', fence), ':ttl', ttl, ':wd', wd)
 redis.call('PEXPIRE', lock, ttl)
 return {1, fence}

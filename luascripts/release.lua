@@ -3,12 +3,12 @@
 --    | {holds}  count decremented; 0 means the lock was deleted and 'released' published on channel
 local lock, lease, channel = KEYS[1], ARGV[1], ARGV[2]
 
-if redis.call('HEXISTS', lock, lease) == 0 then
+local holds = tonumber(redis.call('HGET', lock, lease))
+if not holds then
   return {-1}
 end
-local holds = redis.call('HINCRBY', lock, lease, -1)
-if holds > 0 then
-  return {holds}
+if holds > 1 then
+  return {redis.call('HINCRBY', lock, lease, -1)}
 end
 redis.call('DEL', lock)
 redis.call('PUBLISH', channel, 'released')

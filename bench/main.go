@@ -1,0 +1,126 @@
+// Command bench measures leasegate on this machine, printing figures and ratios measured side by
+// side in one run. It starts its own redis-server on a free loopback port.
+//
+//	go run ./bench                      # every scenario
+//	go run ./bench -only throughput     # one scenario
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/handlers"
+	"github.com/leasegate/leasegate/lockcore"
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+var (
+	only     = flag.String("only", "", "run one scenario: throughput")
+	duration = flag.Duration("duration", 3*time.Second, "length of one measured round")
+	rounds   = flag.Int("rounds", 3, "rounds per side; the median is reported")
+	clients  = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
+	flush    = flag.Duration("flush-delay", 0, "rueidis MaxFlushDelay for the gateway's Redis client")
+	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+)
+
+func main() {
+	flag.Parse()
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
+	if err := run(); err != nil {
+		pprof.StopCPUProfile()
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	dir, err := os.MkdirTemp("", "leasegate-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	redis, err := harness.StartRedis(dir, harness.RedisOptions{})
+	if err != nil {
+		return err
+	}
+	defer redis.Stop()
+	fmt.Printf("machine: %s/%s, %d CPUs, %s; redis-server on %s\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), redis.Addr)
+
+	if *only == "" || *only == "throughput" {
+		if err := throughput(redis); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gateway is an in-process leasegate wired as main wires it, on a loopback port.
+type gateway struct {
+	URL    string
+	srv    *http.Server
+	client rueidis.Client
+	svc    *lockcore.Service
+}
+
+func startGateway(redisAddr string) (*gateway, error) {
+	client, err := rueidis.NewClient(with(lockcore.ClientOption(redisAddr, ""), *flush))
+	if err != nil {
+		return nil, err
+	}
+	tokens, _ := lockcore.NewTokens([]byte(harness.TestTokenSecret))
+	svc, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: harness.RandomPrefix()})
+	if err != nil {
+		return nil, err
+	}
+	g, err := serve(svc)
+	if err != nil {
+		return nil, err
+	}
+	g.client, g.svc = client, svc
+	return g, nil
+}
+
+// serve puts locker behind the gateway's router on a loopback port. Logs are formatted as in
+// production and discarded.
+func serve(locker handlers.Locker) (*gateway, error) {
+	router := handlers.NewRouter(locker, handlers.Options{
+		Limits: api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute},
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: router, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return &gateway{URL: "http://" + ln.Addr().String(), srv: srv}, nil
+}
+
+func (g *gateway) Close() {
+	_ = g.srv.Shutdown(context.Background())
+	if g.client != nil {
+		g.client.Close()
+	}
+}
+
+func with(o rueidis.ClientOption, flush time.Duration) rueidis.ClientOption {
+	o.MaxFlushDelay = flush
+	return o
+}

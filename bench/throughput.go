@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/leasegate/leasegate/lockcore"
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+// throughput measures uncontended acquire+release cycles/s with keep-alive clients on distinct
+// names, through the gateway and through the HTTP floor (same router, no Redis), in alternating
+// rounds so that both sides see the same machine noise.
+func throughput(redis *harness.Redis) error {
+	gw, err := startGateway(redis.Addr)
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+	floor, err := serve(floorLocker{tokens: gw.svc.Tokens()})
+	if err != nil {
+		return err
+	}
+	defer floor.Close()
+
+	var gwRates, floorRates []float64
+	for i := 0; i < *rounds; i++ {
+		p0 := processCPU()
+		f, err := cycles(floor.URL, *clients, *duration)
+		if err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+		floorProc := (processCPU() - p0) / duration.Seconds()
+		cpu0, p0 := redisCPU(redis), processCPU()
+		g, err := cycles(gw.URL, *clients, *duration)
+		if err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		redisShare := (redisCPU(redis) - cpu0) / duration.Seconds()
+		gwProc := (processCPU() - p0) / duration.Seconds()
+		floorRates, gwRates = append(floorRates, f), append(gwRates, g)
+		fmt.Printf("  round %d: floor %.0f cycles/s (bench process %.0f%% CPU); gateway %.0f cycles/s (bench process %.0f%%, redis-server %.0f%%)\n",
+			i+1, f, 100*floorProc, g, 100*gwProc, 100*redisShare)
+	}
+	f, g := median(floorRates), median(gwRates)
+	fmt.Printf("throughput (%d clients, distinct names, %d x %v rounds, medians):\n", *clients, *rounds, *duration)
+	fmt.Printf("  HTTP floor (no Redis):  %8.0f acquire+release cycles/s\n", f)
+	fmt.Printf("  gateway (real Redis):   %8.0f acquire+release cycles/s\n", g)
+	fmt.Printf("  gateway / floor:        %8.1f %%\n", 100*g/f)
+	return nil
+}
+
+// cycles runs n clients, each acquiring and releasing its own lock name in a loop, for d, and
+// returns completed cycles per second. Any unexpected status aborts the run.
+func cycles(base string, n int, d time.Duration) (float64, error) {
+	tr := &http.Transport{MaxIdleConns: n, MaxIdleConnsPerHost: n}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var (
+		done    atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		runErr  error
+	)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("%s/locks/bench-%d", base, i)
+			body := []byte(`{"owner":"bench","ttl_ms":30000}`)
+			for ctx.Err() == nil {
+				tok, err := call(client, http.MethodPost, name, "", body, http.StatusCreated)
+				if err == nil {
+					_, err = call(client, http.MethodDelete, name, tok, nil, http.StatusOK)
+				}
+				if err != nil {
+					errOnce.Do(func() { runErr = err; cancel() })
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(done.Load()) / time.Since(start).Seconds(), runErr
+}
+
+func call(c *http.Client, method, url, token string, body []byte, want int) (string, error) {
+	req, _ := http.NewRequest(method, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Lease-Token", token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return "", fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, b)
+	}
+	var g struct {
+		Token string `json:"token"`
+	}
+	_ = json.Unmarshal(b, &g)
+	return g.Token, nil
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// floorLocker answers every lock call at once without Redis: the HTTP floor. It mints and parses
+// real tokens so that the floor does the same token work as the gateway.
+type floorLocker struct{ tokens *lockcore.Tokens }
+
+func (f floorLocker) Acquire(_ context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error) {
+	l := lockcore.Lease{Lock: req.Lock, Owner: req.Owner, ID: "5f0c7d0e-3f8e-4a57-9a3c-2f4e8f9b1c11", Fence: 1}
+	return lockcore.Grant{Lease: l, Token: f.tokens.Mint(l), TTL: req.TTL, ExpiresAt: time.Now().Add(req.TTL), Holds: 1}, nil
+}
+
+func (f floorLocker) Release(_ context.Context, lock, token string) (lockcore.Released, error) {
+	if _, err := f.tokens.Parse(token, lock); err != nil {
+		return lockcore.Released{}, err
+	}
+	return lockcore.Released{Released: true}, nil
+}
+
+func (f floorLocker) Renew(_ context.Context, lock, token string, ttl time.Duration) (lockcore.Grant, error) {
+	return lockcore.Grant{}, nil
+}
+
+func (f floorLocker) Inspect(_ context.Context, lock, token string) (lockcore.State, error) {
+	return lockcore.State{Lock: lock}, nil
+}
+
+func (f floorLocker) Ping(context.Context) error { return nil }
+
+// redisCPU returns the CPU seconds redis-server has used so far (user + system).
+func redisCPU(r *harness.Redis) float64 {
+	info, err := r.Do("INFO", "cpu")
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return total
+}
+
+// processCPU returns the CPU seconds this process (clients and server) has used so far.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
