@@ -134,7 +134,7 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		log.Warn("redis is unreachable at start; lock calls answer 503 until it is back", "redis_addr", cfg.RedisAddr, "err", err)
 	}
 
-	svc, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: cfg.KeyPrefix})
+	svc, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: cfg.KeyPrefix, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -164,10 +164,14 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
+		svc.Close()
 		return err
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	// Long-polls end first (they leave their queues and answer 503, so their clients retry on
+	// another replica); then in-flight requests finish. Nobody's lease is released.
+	svc.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {

@@ -115,6 +115,9 @@ func serve(locker handlers.Locker) (*gateway, error) {
 
 func (g *gateway) Close() {
 	_ = g.srv.Shutdown(context.Background())
+	if g.svc != nil {
+		g.svc.Close()
+	}
 	if g.client != nil {
 		g.client.Close()
 	}

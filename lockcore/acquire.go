@@ -43,9 +43,12 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error
 		g   Grant
 		err error
 	)
-	if req.Token != "" {
+	switch {
+	case req.Token != "":
 		g, err = s.reenterLease(ctx, req)
-	} else {
+	case req.Wait > 0:
+		g, err = s.acquireWaiting(ctx, req)
+	default:
 		g, err = s.acquireNew(ctx, req)
 	}
 	if err != nil {
@@ -58,24 +61,62 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error
 	return g, nil
 }
 
+// acquireNew tries once: the lock goes to a new lease if it is free and nobody is queued.
 func (s *Service) acquireNew(ctx context.Context, req AcquireRequest) (Grant, error) {
-	k := s.keys(req.Lock)
 	lease := uuid.NewString()
 	start := time.Now()
-	reply, err := s.exec(ctx, s.acquire, []string{k.lock, k.fence},
-		[]string{lease, ms(req.TTL), req.Owner, flag(req.Watchdog)})
+	r, err := s.runAcquire(ctx, req, lease, "try", 0)
 	if err != nil {
 		return Grant{}, err
 	}
+	if r.status == acquireHeld {
+		return Grant{}, &HeldError{Lock: req.Lock, RetryAfter: r.pttl}
+	}
+	return s.newGrant(req, lease, r.fence, start), nil
+}
+
+func (s *Service) newGrant(req AcquireRequest, lease string, fence int64, start time.Time) Grant {
+	l := Lease{Lock: req.Lock, Owner: req.Owner, ID: lease, Fence: fence}
+	return Grant{Lease: l, Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: 1, Watchdog: req.Watchdog}
+}
+
+// acquireReply is acquire.lua's reply.
+type acquireReply struct {
+	status int64 // acquireHeld, acquireGranted or acquireQueued
+	fence  int64
+	pttl   time.Duration // the holder's remaining TTL (held, queued)
+	score  int64         // arrival to keep when queueing again (queued)
+}
+
+const (
+	acquireHeld    = 0
+	acquireGranted = 1
+	acquireQueued  = 2
+)
+
+// runAcquire runs acquire.lua in mode "try" or "wait"; score is the arrival to keep (0: now).
+func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mode string, score int64) (acquireReply, error) {
+	reply, err := s.exec(ctx, s.acquire, s.keys(req.Lock).all(), []string{
+		lease, ms(req.TTL), req.Owner, flag(req.Watchdog), mode, s.room.replica,
+		ms(s.liveness), ms(s.claimTTL), s.chanPrefix, strconv.FormatInt(score, 10),
+	})
+	if err != nil {
+		return acquireReply{}, err
+	}
 	r, err := ints(reply)
-	if err != nil || len(r) != 2 {
-		return Grant{}, fmt.Errorf("acquire %q: unexpected reply %v: %w", req.Lock, r, err)
+	if err != nil || len(r) < 2 || (r[0] == acquireQueued && len(r) != 3) {
+		return acquireReply{}, fmt.Errorf("acquire %q: unexpected reply %v: %w", req.Lock, r, err)
 	}
-	if r[0] == 0 {
-		return Grant{}, &HeldError{Lock: req.Lock, RetryAfter: time.Duration(max(r[1], 0)) * time.Millisecond}
+	out := acquireReply{status: r[0]}
+	switch r[0] {
+	case acquireGranted:
+		out.fence = r[1]
+	case acquireQueued:
+		out.pttl, out.score = time.Duration(max(r[1], 0))*time.Millisecond, r[2]
+	default:
+		out.pttl = time.Duration(max(r[1], 0)) * time.Millisecond
 	}
-	l := Lease{Lock: req.Lock, Owner: req.Owner, ID: lease, Fence: r[1]}
-	return Grant{Lease: l, Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: 1, Watchdog: req.Watchdog}, nil
+	return out, nil
 }
 
 func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, error) {

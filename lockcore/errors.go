@@ -21,6 +21,9 @@ var (
 	ErrUnavailable = errors.New("redis unavailable")
 )
 
+// errShuttingDown ends waits when the Service closes; callers should retry on another replica.
+var errShuttingDown = fmt.Errorf("%w: gateway shutting down", ErrUnavailable)
+
 // HeldError reports a lock held by someone else and how long until its current lease expires.
 type HeldError struct {
 	Lock       string

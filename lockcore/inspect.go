@@ -45,17 +45,20 @@ func (s *Service) Inspect(ctx context.Context, lock, token string) (State, error
 
 // inspectLock reads lock's state and the ID of the lease holding it.
 func (s *Service) inspectLock(ctx context.Context, lock string) (State, string, error) {
-	reply, err := s.exec(ctx, s.inspect, []string{s.keys(lock).lock}, nil)
+	k := s.keys(lock)
+	reply, err := s.exec(ctx, s.inspect, []string{k.lock, k.q, k.qd}, nil)
 	if err != nil {
 		return State{}, "", err
 	}
-	st := State{Lock: lock}
-	if len(reply) == 0 {
-		return st, "", nil
-	}
-	if len(reply) != 6 {
+	if len(reply) != 1 && len(reply) != 7 {
 		return State{}, "", fmt.Errorf("inspect %q: unexpected reply of %d elements", lock, len(reply))
 	}
+	st := State{Lock: lock}
+	st.Waiters, _ = reply[0].AsInt64()
+	if len(reply) == 1 {
+		return st, "", nil
+	}
+	reply = reply[1:]
 	st.Held = true
 	holder, _ := reply[0].ToString()
 	st.Owner, _ = reply[1].ToString()

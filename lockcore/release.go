@@ -24,8 +24,7 @@ func (s *Service) Release(ctx context.Context, lock, token string) (Released, er
 }
 
 func (s *Service) releaseLease(ctx context.Context, l Lease) (Released, error) {
-	k := s.keys(l.Lock)
-	reply, err := s.exec(ctx, s.release, []string{k.lock}, []string{l.ID, k.channel})
+	reply, err := s.exec(ctx, s.release, s.keys(l.Lock).all(), []string{l.ID, ms(s.claimTTL), s.chanPrefix})
 	if err != nil {
 		return Released{}, err
 	}
@@ -47,18 +46,25 @@ func (s *Service) Renew(ctx context.Context, lock, token string, ttl time.Durati
 	if err != nil {
 		return Grant{}, err
 	}
-	start := time.Now()
-	reply, err := s.exec(ctx, s.renew, []string{s.keys(lock).lock}, []string{l.ID, ms(ttl)})
+	g, err := s.renewLease(ctx, l, ttl, time.Now())
+	g.Token = token
+	return g, err
+}
+
+// renewLease sets l's TTL (0: keep its own) if l still holds its lock; start is when the caller
+// began, from which the expiry is counted.
+func (s *Service) renewLease(ctx context.Context, l Lease, ttl time.Duration, start time.Time) (Grant, error) {
+	reply, err := s.exec(ctx, s.renew, []string{s.keys(l.Lock).lock}, []string{l.ID, ms(ttl)})
 	if err != nil {
 		return Grant{}, err
 	}
 	r, err := ints(reply)
 	if err != nil || (len(r) != 1 && len(r) != 4) {
-		return Grant{}, fmt.Errorf("renew %q: unexpected reply %v: %w", lock, r, err)
+		return Grant{}, fmt.Errorf("renew %q: unexpected reply %v: %w", l.Lock, r, err)
 	}
 	if r[0] == 0 {
-		return Grant{}, fmt.Errorf("%w: lock %q, lease %s", ErrLeaseLost, lock, l.ID)
+		return Grant{}, fmt.Errorf("%w: lock %q, lease %s", ErrLeaseLost, l.Lock, l.ID)
 	}
-	ttl = time.Duration(r[2]) * time.Millisecond
-	return Grant{Lease: l, Token: token, TTL: ttl, ExpiresAt: start.Add(ttl), Holds: r[0], Watchdog: r[3] == 1}, nil
+	l.Fence, ttl = r[1], time.Duration(r[2])*time.Millisecond
+	return Grant{Lease: l, TTL: ttl, ExpiresAt: start.Add(ttl), Holds: r[0], Watchdog: r[3] == 1}, nil
 }

@@ -4,12 +4,15 @@
 package lockcore
 
 import (
+	"cmp"
 	"context"
+	"log/slog"
 	"fmt"
 	"net"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 
 	"github.com/leasegate/leasegate/luascripts"
@@ -22,19 +25,35 @@ type Options struct {
 	KeyPrefix string
 	// PingTimeout bounds Ping. Default 2s.
 	PingTimeout time.Duration
+	// Logger receives what lockcore has to report outside any request. Default slog.Default().
+	Logger *slog.Logger
+
+	// Waiting (see wait.go). Heartbeat is how often a replica refreshes the queue entries of its
+	// waiters (default 250ms); Liveness how long an entry outlives its last refresh (default 750ms),
+	// which bounds how long a dead replica's waiters stay in line; ClaimTTL how long a lock handed
+	// to a waiter stays reserved for it until its replica confirms (default 750ms).
+	Heartbeat, Liveness, ClaimTTL time.Duration
 }
 
-// Service runs lock operations against one Redis deployment. Safe for concurrent use.
+// Service runs lock operations against one Redis deployment. Safe for concurrent use. Close it to
+// end its waits and stop its goroutines.
 type Service struct {
 	client      rueidis.Client
 	tokens      *Tokens
+	log         *slog.Logger
 	prefix      string
+	chanPrefix  string // + replica ID = the channel grants for this process's waiters arrive on
 	pingTimeout time.Duration
 
-	acquire, reenter, release, renew, inspect *rueidis.Lua
+	heartbeat, liveness, claimTTL time.Duration
+
+	room *room
+
+	acquire, reenter, release, renew, inspect, dequeue, tendScript *rueidis.Lua
 }
 
-// New returns a Service that stores locks through client and mints tokens with tokens.
+// New returns a Service that stores locks through client and mints tokens with tokens. It starts
+// the process's pub/sub subscription for waiters; call Close when done.
 func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) {
 	if opts.KeyPrefix == "" {
 		opts.KeyPrefix = "leasegate:"
@@ -45,18 +64,40 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 	if opts.PingTimeout <= 0 {
 		opts.PingTimeout = 2 * time.Second
 	}
-	return &Service{
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	opts.Heartbeat = cmp.Or(opts.Heartbeat, 250*time.Millisecond)
+	opts.Liveness = cmp.Or(opts.Liveness, 750*time.Millisecond)
+	opts.ClaimTTL = cmp.Or(opts.ClaimTTL, 750*time.Millisecond)
+	if opts.Liveness <= opts.Heartbeat {
+		return nil, fmt.Errorf("%w: liveness %v must exceed the heartbeat %v", ErrInvalid, opts.Liveness, opts.Heartbeat)
+	}
+	s := &Service{
 		client:      client,
 		tokens:      tokens,
+		log:         opts.Logger,
 		prefix:      opts.KeyPrefix,
+		chanPrefix:  opts.KeyPrefix + "grants:",
 		pingTimeout: opts.PingTimeout,
+		heartbeat:   opts.Heartbeat,
+		liveness:    opts.Liveness,
+		claimTTL:    opts.ClaimTTL,
 		acquire:     rueidis.NewLuaScript(luascripts.Acquire),
 		reenter:     rueidis.NewLuaScript(luascripts.Reenter),
 		release:     rueidis.NewLuaScript(luascripts.Release),
 		renew:       rueidis.NewLuaScript(luascripts.Renew),
+		dequeue:     rueidis.NewLuaScript(luascripts.Dequeue),
+		tendScript:  rueidis.NewLuaScript(luascripts.Tend),
 		inspect:     rueidis.NewLuaScriptReadOnly(luascripts.Inspect),
-	}, nil
+	}
+	s.room = newRoom(s, uuid.NewString())
+	return s, nil
 }
+
+// Close ends every wait in progress (they answer ErrUnavailable) and stops the Service's
+// goroutines. Leases are left as they are. The Service must not be used afterwards.
+func (s *Service) Close() { s.room.close() }
 
 // ClientOption returns rueidis options suited to lockcore for a single Redis at addr: no
 // client-side cache (unused), a 3 s bound on stalled connections, start-up that succeeds while

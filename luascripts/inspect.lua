@@ -1,11 +1,14 @@
--- inspect.lua (read-only): KEYS = [lock]  ARGV = []
---   => {}                                              free
---    | {lease, owner, fence, holds, pttl, watchdog}    held
-local lock = KEYS[1]
+-- inspect.lua (read-only): KEYS = [lock, q, qd]  ARGV = []
+--   => {waiters}                                                free; waiters = live queue entries
+--    | {waiters, lease, owner, fence, holds, pttl, watchdog}    held
+local lock, q, qd = KEYS[1], KEYS[2], KEYS[3]
 
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local waiters = redis.call('ZCOUNT', qd, now_ms, '+inf')
 local h = redis.call('HGETALL', lock)
 if #h == 0 then
-  return {}
+  return {waiters}
 end
 local lease, holds, meta = '', 0, {}
 for i = 1, #h, 2 do
@@ -15,4 +18,4 @@ for i = 1, #h, 2 do
     lease, holds = h[i], tonumber(h[i + 1])
   end
 end
-return {lease, meta[':owner'], tonumber(meta[':fence']), holds, redis.call('PTTL', lock), tonumber(meta[':wd'])}
+return {waiters, lease, meta[':owner'], tonumber(meta[':fence']), holds, redis.call('PTTL', lock), tonumber(meta[':wd'])}

@@ -1,7 +1,9 @@
--- release.lua: KEYS = [lock]  ARGV = [lease, channel]
+-- release.lua (+ lib.lua): KEYS = [lock, fence, q, qd, qm]  ARGV = [lease, claim_ms, chanprefix]
 --   => {-1}     lease does not hold the lock; nothing changed
---    | {holds}  count decremented; 0 means the lock was deleted and 'released' published on channel
-local lock, lease, channel = KEYS[1], ARGV[1], ARGV[2]
+--    | {holds}  count decremented; at 0 the lock went to the first live waiter (see promote in
+--               lib.lua) or, with nobody waiting, was deleted
+local lock, fencekey, q, qd, qm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lease, claim, chanprefix = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
 local holds = tonumber(redis.call('HGET', lock, lease))
 if not holds then
@@ -11,5 +13,7 @@ if holds > 1 then
   return {redis.call('HINCRBY', lock, lease, -1)}
 end
 redis.call('DEL', lock)
-redis.call('PUBLISH', channel, 'released')
+if redis.call('EXISTS', q) == 1 then
+  promote(lock, fencekey, q, qd, qm, chanprefix, claim, now_us())
+end
 return {0}

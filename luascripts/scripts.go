@@ -7,24 +7,44 @@
 //	P{N}        hash  <lease id> -> reentry count, plus metadata fields whose names start with ':'
 //	                  (:owner, :fence, :ttl, :wd); PEXPIRE = the lease's TTL
 //	P{N}:fence  string, the last fence granted for N; never expires
+//	P{N}:q, P{N}:qd, P{N}:qm   the wait queue (see lib.lua); they exist only while someone waits
+//
+// Scripts that grant or queue start with lib.lua's helpers: their exported source is lib + body.
 package luascripts
 
 import _ "embed"
 
-// Acquire grants a free lock to a new lease.
-//
+//go:embed lib.lua
+var lib string
+
 //go:embed acquire.lua
-var Acquire string
+var acquire string
+
+// Acquire grants a free lock to a new lease, or queues the lease behind the holder.
+var Acquire = lib + acquire
+
+//go:embed release.lua
+var release string
+
+// Release decrements a lease's reentry count; at zero it hands the lock to the first waiter.
+var Release = lib + release
+
+//go:embed dequeue.lua
+var dequeue string
+
+// Dequeue takes a waiter that gave up out of the queue, passing on a grant that reached it.
+var Dequeue = lib + dequeue
+
+//go:embed tend.lua
+var tend string
+
+// Tend is a replica's periodic care of a lock it has waiters for.
+var Tend = lib + tend
 
 // Reenter increments the reentry count of a held lease.
 //
 //go:embed reenter.lua
 var Reenter string
-
-// Release decrements a lease's reentry count and frees the lock at zero.
-//
-//go:embed release.lua
-var Release string
 
 // Renew extends a held lease's TTL.
 //
