@@ -6,8 +6,8 @@ package lockcore
 import (
 	"cmp"
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"time"
