@@ -27,12 +27,15 @@ import (
 )
 
 var (
-	only     = flag.String("only", "", "run one scenario: throughput")
-	duration = flag.Duration("duration", 3*time.Second, "length of one measured round")
-	rounds   = flag.Int("rounds", 3, "rounds per side; the median is reported")
-	clients  = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
-	flush    = flag.Duration("flush-delay", 0, "rueidis MaxFlushDelay for the gateway's Redis client")
-	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	only          = flag.String("only", "", "run one scenario: throughput, handoff, parked")
+	duration      = flag.Duration("duration", 3*time.Second, "length of one measured round")
+	rounds        = flag.Int("rounds", 3, "rounds per side; the median is reported")
+	clients       = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
+	flush         = flag.Duration("flush-delay", 0, "rueidis MaxFlushDelay for the gateway's Redis client")
+	parkedWaiters = flag.Int("parked-waiters", 10000, "long-polls to park for the resource scenario")
+	parkedLocks   = flag.Int("parked-locks", 1000, "lock names the parked long-polls spread over")
+	gwEnv         = flag.String("gateway-env", "", "extra environment for the parked scenario's gateway process, e.g. GOGC=50,GODEBUG=gctrace=1")
+	cpuprof       = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
 
 func main() {
@@ -68,6 +71,19 @@ func run() error {
 			return err
 		}
 	}
+	if *only == "" || *only == "handoff" {
+		fmt.Printf("hand-off on one contended lock, waiters spread over 2 gateway replicas, %v per row:\n", *duration)
+		for _, n := range []int{1, 10, 100} {
+			if err := handoff(redis, n, *duration); err != nil {
+				return err
+			}
+		}
+	}
+	if *only == "" || *only == "parked" {
+		if err := parked(dir, redis, *parkedWaiters, *parkedLocks); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -79,13 +95,13 @@ type gateway struct {
 	svc    *lockcore.Service
 }
 
-func startGateway(redisAddr string) (*gateway, error) {
+func startGateway(redisAddr, prefix string) (*gateway, error) {
 	client, err := rueidis.NewClient(with(lockcore.ClientOption(redisAddr, ""), *flush))
 	if err != nil {
 		return nil, err
 	}
 	tokens, _ := lockcore.NewTokens([]byte(harness.TestTokenSecret))
-	svc, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: harness.RandomPrefix()})
+	svc, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: prefix})
 	if err != nil {
 		return nil, err
 	}

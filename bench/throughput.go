@@ -23,7 +23,7 @@ import (
 // names, through the gateway and through the HTTP floor (same router, no Redis), in alternating
 // rounds so that both sides see the same machine noise.
 func throughput(redis *harness.Redis) error {
-	gw, err := startGateway(redis.Addr)
+	gw, err := startGateway(redis.Addr, harness.RandomPrefix())
 	if err != nil {
 		return err
 	}

@@ -186,8 +186,14 @@ func (g *Gateway) start(bin string, env map[string]string) error {
 // Stop sends SIGTERM and waits for the process to exit; it returns the process's exit error.
 func (g *Gateway) Stop() error { return g.signal(syscall.SIGTERM) }
 
-// Kill stops the gateway at once (SIGKILL), as a crash would.
-func (g *Gateway) Kill() error { return g.signal(syscall.SIGKILL) }
+// Kill stops the gateway at once (SIGKILL), as a crash would, and waits for it to be gone.
+func (g *Gateway) Kill() error {
+	err := g.signal(syscall.SIGKILL)
+	if ee, ok := err.(*exec.ExitError); ok && ee.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
+		return nil
+	}
+	return err
+}
 
 func (g *Gateway) signal(sig syscall.Signal) error {
 	g.mu.Lock()
@@ -207,6 +213,16 @@ func (g *Gateway) signal(sig syscall.Signal) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.exitErr
+}
+
+// PID returns the gateway's process ID, or 0 once it has been stopped.
+func (g *Gateway) PID() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cmd == nil {
+		return 0
+	}
+	return g.cmd.Process.Pid
 }
 
 // Logs returns everything the gateway has written so far.

@@ -233,3 +233,26 @@ func waitFor(timeout time.Duration, exited <-chan struct{}, cond func() bool) er
 	}
 	return nil
 }
+
+// ScriptCalls returns how many script calls (EVAL, EVALSHA and their _RO forms) the server has
+// run since it started or since CONFIG RESETSTAT, from INFO commandstats.
+func (r *Redis) ScriptCalls() (int64, error) {
+	info, err := r.Do("INFO", "commandstats")
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\r\n") {
+		name, stats, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("commandstats line %q: %w", line, err)
+		}
+		total += n
+	}
+	return total, nil
+}
