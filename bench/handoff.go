@@ -110,7 +110,7 @@ func handoff(redis *harness.Redis, n int, d time.Duration) error {
 	if handoffs == 0 {
 		return fmt.Errorf("no hand-offs recorded")
 	}
-	fmt.Printf("  %3d waiters: %6d hand-offs, %6.0f hand-offs/s, release response -> 201: p50 %s p99 %s; release request -> 201: p50 %s p99 %s; %.2f script calls per hand-off; redis-server %.0f%% of a core\n",
+	fmt.Printf("  %3d waiters: %6d hand-offs, %6.0f hand-offs/s, release response -> 201: p50 %s p99 %s; release request -> 201: p50 %s p99 %s; %.2f script calls per cycle (queue + release + confirm); redis-server %.0f%% of a core\n",
 		n, handoffs, float64(handoffs)/elapsed.Seconds(),
 		ms3(pct(fromResp, 50)), ms3(pct(fromResp, 99)), ms3(pct(fromSent, 50)), ms3(pct(fromSent, 99)),
 		float64(calls)/float64(handoffs), 100*redisShare)
