@@ -39,6 +39,7 @@ type Config struct {
 	DefaultTTL      time.Duration `split_words:"true" default:"30s"`
 	MaxTTL          time.Duration `split_words:"true" default:"1h"`
 	MaxWait         time.Duration `split_words:"true" default:"60s"`
+	MaxHold         time.Duration `split_words:"true" default:"1h"`
 	ShutdownTimeout time.Duration `split_words:"true" default:"30s"`
 	LogLevel        string        `split_words:"true" default:"info"`
 }
@@ -79,7 +80,7 @@ func loadConfig() (Config, error) {
 	}
 	// envconfig lets a set-but-empty variable bypass its default; an empty value is a mistake.
 	for _, name := range []string{"LISTEN", "REDIS_ADDR", "REDIS_PASSWORD", "TOKEN_SECRET", "KEY_PREFIX",
-		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "SHUTDOWN_TIMEOUT", "LOG_LEVEL"} {
+		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "SHUTDOWN_TIMEOUT", "LOG_LEVEL"} {
 		if v, ok := os.LookupEnv("LEASEGATE_" + name); ok && strings.TrimSpace(v) == "" {
 			return Config{}, fmt.Errorf("LEASEGATE_%s is set but empty; unset it to use the default", name)
 		}
@@ -102,6 +103,7 @@ func loadConfig() (Config, error) {
 		check(cfg.MaxTTL > 0, "MAX_TTL", "must be positive, got %v", cfg.MaxTTL),
 		check(cfg.DefaultTTL > 0 && cfg.DefaultTTL <= cfg.MaxTTL, "DEFAULT_TTL", "must be positive and at most LEASEGATE_MAX_TTL (%v), got %v", cfg.MaxTTL, cfg.DefaultTTL),
 		check(cfg.MaxWait > 0, "MAX_WAIT", "must be positive, got %v", cfg.MaxWait),
+		check(cfg.MaxHold > 0, "MAX_HOLD", "must be positive, got %v", cfg.MaxHold),
 		check(cfg.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT", "must be positive, got %v", cfg.ShutdownTimeout),
 		check(levelErr == nil, "LOG_LEVEL", "%q is not debug, info, warn or error", cfg.LogLevel),
 	)
@@ -139,7 +141,7 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 	router := handlers.NewRouter(svc, handlers.Options{
-		Limits: api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait},
+		Limits: api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
 		Logger: log,
 		Spec:   openapiSpec,
 	})

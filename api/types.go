@@ -11,6 +11,8 @@ type AcquireRequest struct {
 	TTLms    *int64 `json:"ttl_ms,omitempty"`
 	Waitms   *int64 `json:"wait_ms,omitempty"`
 	Watchdog *bool  `json:"watchdog,omitempty"`
+	// MaxHoldms bounds a watchdog lease: it is not renewed past this long after its grant.
+	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
 }
 
 // RenewRequest is the optional body of POST /locks/{name}/renew.
@@ -48,7 +50,9 @@ type LockState struct {
 	TTLms    *int64 `json:"ttl_ms,omitempty"`
 	Waiters  int64  `json:"waiters"`
 	Watchdog *bool  `json:"watchdog,omitempty"`
-	Yours    *bool  `json:"yours,omitempty"`
+	// MaxHoldms is how much longer the watchdog renews the lease (watchdog leases only).
+	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
+	Yours     *bool  `json:"yours,omitempty"`
 }
 
 // Health is the body of /healthz and /readyz.

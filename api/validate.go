@@ -13,6 +13,7 @@ type Limits struct {
 	DefaultTTL time.Duration
 	MaxTTL     time.Duration
 	MaxWait    time.Duration
+	MaxHold    time.Duration // default and cap of max_hold_ms
 }
 
 // Lock names and owners.
@@ -59,6 +60,7 @@ type Acquire struct {
 	TTL      time.Duration
 	Wait     time.Duration
 	Watchdog bool
+	MaxHold  time.Duration // 0 unless Watchdog
 }
 
 // Validate checks r against l and applies defaults. It returns every invalid field, not just the first.
@@ -75,7 +77,16 @@ func (r AcquireRequest) Validate(l Limits) (Acquire, []InvalidParam) {
 	if err != nil {
 		bad = append(bad, InvalidParam{Name: "wait_ms", Reason: err.Error()})
 	}
-	return Acquire{Owner: r.Owner, TTL: ttl, Wait: wait, Watchdog: r.Watchdog != nil && *r.Watchdog}, bad
+	a := Acquire{Owner: r.Owner, TTL: ttl, Wait: wait, Watchdog: r.Watchdog != nil && *r.Watchdog}
+	switch hold, err := durationField(r.MaxHoldms, l.MaxHold, 1, l.MaxHold); {
+	case err != nil:
+		bad = append(bad, InvalidParam{Name: "max_hold_ms", Reason: err.Error()})
+	case r.MaxHoldms != nil && !a.Watchdog:
+		bad = append(bad, InvalidParam{Name: "max_hold_ms", Reason: "applies only to watchdog leases (set \"watchdog\": true)"})
+	case a.Watchdog:
+		a.MaxHold = hold
+	}
+	return a, bad
 }
 
 // Validate checks r against l. A zero TTL in the result means "the lease's own TTL".

@@ -117,7 +117,7 @@ func startGateway(redisAddr, prefix string) (*gateway, error) {
 // production and discarded.
 func serve(locker handlers.Locker) (*gateway, error) {
 	router := handlers.NewRouter(locker, handlers.Options{
-		Limits: api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute},
+		Limits: api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour},
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

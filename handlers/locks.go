@@ -35,7 +35,7 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g, err := h.locker.Acquire(r.Context(), lockcore.AcquireRequest{
-		Lock: name, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog,
+		Lock: name, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold,
 		Token: r.Header.Get(leaseTokenHeader),
 	})
 	if err != nil {
@@ -107,6 +107,9 @@ func (h *lockHandlers) inspect(w http.ResponseWriter, r *http.Request) {
 	if st.Held {
 		body.Owner, body.Fence, body.Holds = st.Owner, st.Fence, st.Holds
 		body.TTLms, body.Watchdog = ptr(st.TTL.Milliseconds()), ptr(st.Watchdog)
+		if st.Watchdog {
+			body.MaxHoldms = ptr(st.HoldLeft.Milliseconds())
+		}
 	}
 	writeJSON(w, http.StatusOK, body)
 }

@@ -17,6 +17,8 @@ type AcquireRequest struct {
 	TTL      time.Duration
 	Wait     time.Duration // 0: try once
 	Watchdog bool
+	// MaxHold bounds a watchdog lease: it is not renewed past MaxHold after its grant.
+	MaxHold time.Duration
 	// Token, when set, re-enters the lease it names instead of asking for a new one.
 	Token string
 }
@@ -53,6 +55,12 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error
 	}
 	if err != nil {
 		return Grant{}, err
+	}
+	if g.Watchdog && !g.Reentered {
+		if err := s.enroll(ctx, g); err != nil {
+			s.undo(ctx, g) // a watchdog lease nobody would renew is worse than none
+			return Grant{}, err
+		}
 	}
 	if ctx.Err() != nil {
 		s.undo(ctx, g)
@@ -98,7 +106,7 @@ const (
 func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mode string, score int64) (acquireReply, error) {
 	reply, err := s.exec(ctx, s.acquire, s.keys(req.Lock).all(), []string{
 		lease, ms(req.TTL), req.Owner, flag(req.Watchdog), mode, s.room.replica,
-		ms(s.liveness), ms(s.claimTTL), s.chanPrefix, strconv.FormatInt(score, 10),
+		ms(s.liveness), ms(s.claimTTL), s.chanPrefix, strconv.FormatInt(score, 10), ms(req.MaxHold),
 	})
 	if err != nil {
 		return acquireReply{}, err
@@ -128,7 +136,8 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 		return Grant{}, fmt.Errorf("%w: owner %q does not match the lease token's owner %q", ErrInvalid, req.Owner, l.Owner)
 	}
 	start := time.Now()
-	reply, err := s.exec(ctx, s.reenter, []string{s.keys(req.Lock).lock}, []string{l.ID, ms(req.TTL)})
+	k := s.keys(req.Lock)
+	reply, err := s.exec(ctx, s.reenter, []string{k.lock, k.q, k.qm}, []string{l.ID, ms(req.TTL), s.chanPrefix})
 	if err != nil {
 		return Grant{}, err
 	}
@@ -143,7 +152,7 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 		Watchdog: r[2] == 1, Reentered: true}, nil
 }
 
-// undo gives back one hold of g, on a context of its own: the caller's has ended.
+// undo gives back one hold of g, on a context of its own: the caller's may have ended.
 func (s *Service) undo(ctx context.Context, g Grant) {
 	_, _ = s.releaseLease(context.WithoutCancel(ctx), g.Lease)
 }

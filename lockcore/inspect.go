@@ -15,6 +15,7 @@ type State struct {
 	Holds    int64
 	TTL      time.Duration // remaining
 	Watchdog bool
+	HoldLeft time.Duration // how much longer the watchdog renews the lease
 	Waiters  int64
 	// Yours is set only when Inspect was given a token: whether that lease holds the lock.
 	Yours *bool
@@ -50,7 +51,7 @@ func (s *Service) inspectLock(ctx context.Context, lock string) (State, string, 
 	if err != nil {
 		return State{}, "", err
 	}
-	if len(reply) != 1 && len(reply) != 7 {
+	if len(reply) != 1 && len(reply) != 8 {
 		return State{}, "", fmt.Errorf("inspect %q: unexpected reply of %d elements", lock, len(reply))
 	}
 	st := State{Lock: lock}
@@ -67,5 +68,6 @@ func (s *Service) inspectLock(ctx context.Context, lock string) (State, string, 
 		return State{}, "", fmt.Errorf("inspect %q: %w", lock, err)
 	}
 	st.Fence, st.Holds, st.TTL, st.Watchdog = r[0], r[1], time.Duration(r[2])*time.Millisecond, r[3] == 1
+	st.HoldLeft = time.Duration(r[4]) * time.Millisecond
 	return st, holder, nil
 }

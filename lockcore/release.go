@@ -29,11 +29,14 @@ func (s *Service) releaseLease(ctx context.Context, l Lease) (Released, error) {
 		return Released{}, err
 	}
 	r, err := ints(reply)
-	if err != nil || len(r) != 1 {
+	if err != nil || len(r) < 1 {
 		return Released{}, fmt.Errorf("release %q: unexpected reply %v: %w", l.Lock, r, err)
 	}
 	if r[0] < 0 {
 		return Released{}, fmt.Errorf("%w: lock %q, lease %s", ErrLeaseLost, l.Lock, l.ID)
+	}
+	if r[0] == 0 && len(r) == 2 && r[1] == 1 {
+		s.dropDuty(ctx, l)
 	}
 	return Released{Released: r[0] == 0, Holds: r[0]}, nil
 }
@@ -54,7 +57,8 @@ func (s *Service) Renew(ctx context.Context, lock, token string, ttl time.Durati
 // renewLease sets l's TTL (0: keep its own) if l still holds its lock; start is when the caller
 // began, from which the expiry is counted.
 func (s *Service) renewLease(ctx context.Context, l Lease, ttl time.Duration, start time.Time) (Grant, error) {
-	reply, err := s.exec(ctx, s.renew, []string{s.keys(l.Lock).lock}, []string{l.ID, ms(ttl)})
+	k := s.keys(l.Lock)
+	reply, err := s.exec(ctx, s.renew, []string{k.lock, k.q, k.qm}, []string{l.ID, ms(ttl), s.chanPrefix})
 	if err != nil {
 		return Grant{}, err
 	}

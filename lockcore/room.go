@@ -1,7 +1,6 @@
 package lockcore
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,10 +17,6 @@ type room struct {
 	s       *Service
 	replica string // this process's ID in queue entries
 	channel string // chanPrefix + replica
-
-	ctx    context.Context // ends at Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the subscriber and every watch goroutine
 
 	mu      sync.Mutex
 	waiters map[string]*waiter // by lease ID
@@ -41,50 +36,58 @@ type event struct {
 	requeue bool  // Redis lost this waiter's queue entry: queue again at the original arrival
 }
 
+// newRoom starts the room's subscriber; it and the room's watches stop when s.ctx ends.
 func newRoom(s *Service, replica string) *room {
-	ctx, cancel := context.WithCancel(context.Background())
 	r := &room{
-		s: s, replica: replica, channel: s.chanPrefix + replica, ctx: ctx, cancel: cancel,
+		s: s, replica: replica, channel: s.chanPrefix + replica,
 		waiters: map[string]*waiter{}, watches: map[string]*watch{},
 	}
-	r.wg.Add(1)
+	s.wg.Add(1)
 	go r.subscribe()
 	return r
-}
-
-// close ends every wait and stops the room's goroutines, waiting for them.
-func (r *room) close() {
-	r.cancel()
-	r.wg.Wait()
 }
 
 // subscribe keeps the process's subscription alive until the room closes. rueidis re-subscribes by
 // itself after a lost connection; messages published during the gap are lost, so every
 // (re)subscription makes each watch re-check its lock at once.
 func (r *room) subscribe() {
-	defer r.wg.Done()
-	for r.ctx.Err() == nil {
-		ctx := rueidis.WithOnSubscriptionHook(r.ctx, func(s rueidis.PubSubSubscription) {
+	defer r.s.wg.Done()
+	for r.s.ctx.Err() == nil {
+		ctx := rueidis.WithOnSubscriptionHook(r.s.ctx, func(s rueidis.PubSubSubscription) {
 			if s.Kind == "subscribe" {
 				r.pokeAll()
 			}
 		})
 		_ = r.s.client.Receive(ctx, r.s.client.B().Subscribe().Channel(r.channel).Build(), r.onMessage)
 		select { // Receive returned: Redis unreachable, or unsubscribed; try again shortly
-		case <-r.ctx.Done():
+		case <-r.s.ctx.Done():
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// onMessage runs on the connection's reader goroutine: it must never block.
+// onMessage runs on the connection's reader goroutine: it must never block. Messages are
+// "g <lease> <fence>" (the lock was handed to that waiter) and "e <lock key> <pttl>" (the lock's
+// lease runs out in pttl ms; this process has its first waiter).
 func (r *room) onMessage(m rueidis.PubSubMessage) {
-	lease, f, ok := strings.Cut(m.Message, " ")
-	fence, err := strconv.ParseInt(f, 10, 64)
-	if !ok || err != nil {
+	f := strings.Fields(m.Message)
+	if len(f) != 3 {
 		return
 	}
-	r.deliver(lease, event{fence: fence})
+	n, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		return
+	}
+	switch f[0] {
+	case "g":
+		r.deliver(f[1], event{fence: n})
+	case "e":
+		_, name, _ := strings.Cut(f[1], "{")
+		name, _, _ = strings.Cut(name, "}")
+		if n >= 0 {
+			r.expect(name, time.Now().Add(time.Duration(n)*time.Millisecond+time.Millisecond))
+		}
+	}
 }
 
 func (r *room) deliver(lease string, ev event) {
@@ -103,7 +106,7 @@ func (r *room) deliver(lease string, ev event) {
 func (r *room) join(lock, lease string) (*waiter, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ctx.Err() != nil {
+	if r.s.ctx.Err() != nil {
 		return nil, errShuttingDown
 	}
 	w := &waiter{lock: lock, lease: lease, events: make(chan event, 1)}
@@ -112,7 +115,7 @@ func (r *room) join(lock, lease string) (*waiter, error) {
 	if wa == nil {
 		wa = newWatch(lock)
 		r.watches[lock] = wa
-		r.wg.Add(1)
+		r.s.wg.Add(1)
 		go r.runWatch(wa)
 	}
 	wa.leases[lease] = struct{}{}

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -47,9 +49,15 @@ type Service struct {
 
 	heartbeat, liveness, claimTTL time.Duration
 
-	room *room
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the Service started
 
-	acquire, reenter, release, renew, inspect, dequeue, tendScript *rueidis.Lua
+	room     *room
+	duties   string // the watchdog registry key
+	failures atomic.Int64
+
+	acquire, reenter, release, renew, inspect, dequeue, tendScript, watchdog, dutiesScript *rueidis.Lua
 }
 
 // New returns a Service that stores locks through client and mints tokens with tokens. It starts
@@ -74,30 +82,43 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 		return nil, fmt.Errorf("%w: liveness %v must exceed the heartbeat %v", ErrInvalid, opts.Liveness, opts.Heartbeat)
 	}
 	s := &Service{
-		client:      client,
-		tokens:      tokens,
-		log:         opts.Logger,
-		prefix:      opts.KeyPrefix,
-		chanPrefix:  opts.KeyPrefix + "grants:",
-		pingTimeout: opts.PingTimeout,
-		heartbeat:   opts.Heartbeat,
-		liveness:    opts.Liveness,
-		claimTTL:    opts.ClaimTTL,
-		acquire:     rueidis.NewLuaScript(luascripts.Acquire),
-		reenter:     rueidis.NewLuaScript(luascripts.Reenter),
-		release:     rueidis.NewLuaScript(luascripts.Release),
-		renew:       rueidis.NewLuaScript(luascripts.Renew),
-		dequeue:     rueidis.NewLuaScript(luascripts.Dequeue),
-		tendScript:  rueidis.NewLuaScript(luascripts.Tend),
-		inspect:     rueidis.NewLuaScriptReadOnly(luascripts.Inspect),
+		client:       client,
+		tokens:       tokens,
+		log:          opts.Logger,
+		prefix:       opts.KeyPrefix,
+		chanPrefix:   opts.KeyPrefix + "grants:",
+		pingTimeout:  opts.PingTimeout,
+		heartbeat:    opts.Heartbeat,
+		liveness:     opts.Liveness,
+		claimTTL:     opts.ClaimTTL,
+		acquire:      rueidis.NewLuaScript(luascripts.Acquire),
+		reenter:      rueidis.NewLuaScript(luascripts.Reenter),
+		release:      rueidis.NewLuaScript(luascripts.Release),
+		renew:        rueidis.NewLuaScript(luascripts.Renew),
+		dequeue:      rueidis.NewLuaScript(luascripts.Dequeue),
+		tendScript:   rueidis.NewLuaScript(luascripts.Tend),
+		inspect:      rueidis.NewLuaScriptReadOnly(luascripts.Inspect),
+		watchdog:     rueidis.NewLuaScript(luascripts.Watchdog),
+		dutiesScript: rueidis.NewLuaScript(luascripts.Duties),
+		duties:       opts.KeyPrefix + "watchdog",
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.room = newRoom(s, uuid.NewString())
+	s.wg.Add(1)
+	go s.sweep()
 	return s, nil
 }
 
 // Close ends every wait in progress (they answer ErrUnavailable) and stops the Service's
-// goroutines. Leases are left as they are. The Service must not be used afterwards.
-func (s *Service) Close() { s.room.close() }
+// goroutines, waiting for them. Leases and watchdog duties stay in Redis, where other replicas
+// carry on. The Service must not be used afterwards.
+func (s *Service) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// RenewalFailures counts watchdog renewals that failed (Redis unreachable or erroring) since start.
+func (s *Service) RenewalFailures() int64 { return s.failures.Load() }
 
 // ClientOption returns rueidis options suited to lockcore for a single Redis at addr: no
 // client-side cache (unused), a 3 s bound on stalled connections, start-up that succeeds while
@@ -128,9 +149,9 @@ func (s *Service) Ping(ctx context.Context) error {
 // exec runs script once. The round trip is detached from ctx's cancellation so that a caller who
 // goes away cannot leave a write's outcome unknown. It carries no deadline of its own, which keeps
 // rueidis on its cheapest path: a stalled or broken connection is bounded by the client's
-// ConnWriteTimeout (see DialOptions), after which every call on it fails with ErrUnavailable.
+// ConnWriteTimeout (see ClientOption), after which every call on it fails with ErrUnavailable.
 func (s *Service) exec(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, error) {
-	res := script.Exec(ctx, s.client, keys, args)
+	res := script.Exec(context.WithoutCancel(ctx), s.client, keys, args)
 	if err := res.Error(); err != nil {
 		return nil, s.classify(err)
 	}

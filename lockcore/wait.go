@@ -14,9 +14,11 @@ import (
 // The waiter joins this process's room before it enqueues in Redis, so a grant published right
 // after the enqueue still finds it. Grants are direct hand-offs: the script that frees the lock gives
 // it to the queue head (FIFO across replicas) and publishes one message to that waiter's replica,
-// which confirms the grant here by setting the waiter's TTL. On timeout it returns a *HeldError with
-// Waited set; when ctx ends it returns ctx's error. Either way the waiter leaves the queue, and a
-// grant that reached it meanwhile is passed on.
+// which confirms the grant here by setting the waiter's TTL. A waiter rides out Redis errors (a
+// restart, a killed connection) until its wait ends, queueing again at its original arrival, and
+// returns ErrUnavailable if Redis is still failing then. On timeout it returns a *HeldError with Waited set; when ctx ends, ctx's
+// error; when the Service closes, ErrUnavailable. Whenever it returns without a grant, the waiter
+// has left the queue, and a grant that reached it meanwhile has been passed on.
 func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant, error) {
 	start := time.Now()
 	lease := uuid.NewString()
@@ -25,15 +27,21 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 		return Grant{}, err
 	}
 	defer s.room.leave(w)
-	timeout := time.NewTimer(req.Wait)
-	defer timeout.Stop()
+	waitCtx, cancel := context.WithDeadline(ctx, start.Add(req.Wait))
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel) // Close ends every wait
+	defer stop()
 
 	var score int64 // arrival in the queue, kept when queueing again
 	for {
 		r, err := s.runAcquire(ctx, req, lease, "wait", score)
 		if err != nil {
-			s.giveUp(ctx, req.Lock, lease)
-			return Grant{}, err
+			// Even a failed first enqueue may have landed (its reply lost): ride out Redis errors
+			// until the wait ends, keeping our place (ZADD NX keeps an existing arrival).
+			if errors.Is(err, ErrUnavailable) && pause(waitCtx) {
+				continue
+			}
+			return Grant{}, s.endWait(ctx, req.Lock, lease, start, err)
 		}
 		if r.status == acquireGranted {
 			return s.newGrant(req, lease, r.fence, time.Now()), nil
@@ -44,34 +52,63 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 		var ev event
 		select {
 		case ev = <-w.events:
-		case <-timeout.C:
-			pttl, err := s.giveUp(ctx, req.Lock, lease)
-			if errors.Is(err, errGrantPassedOn) {
-				pttl = s.claimTTL
-			}
-			return Grant{}, &HeldError{Lock: req.Lock, RetryAfter: pttl, Waited: time.Since(start)}
-		case <-ctx.Done():
-			s.giveUp(ctx, req.Lock, lease)
-			return Grant{}, ctx.Err()
-		case <-s.room.ctx.Done():
-			s.giveUp(ctx, req.Lock, lease)
-			return Grant{}, errShuttingDown
+		case <-waitCtx.Done():
+			return Grant{}, s.endWait(ctx, req.Lock, lease, start, nil)
 		}
 		if ev.requeue {
 			continue
 		}
-		g, err := s.confirm(ctx, req, lease, ev.fence)
-		if errors.Is(err, ErrLeaseLost) {
-			continue // the claim ran out before we confirmed it: queue again at our arrival
+	confirming:
+		for {
+			g, err := s.confirm(ctx, req, lease)
+			switch {
+			case err == nil:
+				return g, nil
+			case errors.Is(err, ErrUnavailable) && pause(waitCtx):
+				continue // confirming is idempotent
+			case errors.Is(err, ErrUnavailable):
+				return Grant{}, s.endWait(ctx, req.Lock, lease, start, err)
+			case !errors.Is(err, ErrLeaseLost):
+				return Grant{}, err
+			}
+			break confirming // the claim ran out before we confirmed it: queue again at our arrival
 		}
-		return g, err
 	}
 }
 
+// pause waits a moment before a retry; it reports false when ctx ended first.
+func pause(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(50 * time.Millisecond):
+		return true
+	}
+}
+
+// endWait takes a waiter that is done waiting out of the queue and says why it got no grant:
+// cause if not nil, else the caller left (ctx's error), the Service closed, or the wait ran out.
+func (s *Service) endWait(ctx context.Context, lock, lease string, start time.Time, cause error) error {
+	pttl, err := s.giveUp(ctx, lock, lease)
+	switch {
+	case cause != nil:
+		return cause
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case s.ctx.Err() != nil:
+		return errShuttingDown
+	}
+	if errors.Is(err, errGrantPassedOn) {
+		pttl = s.claimTTL
+	}
+	return &HeldError{Lock: lock, RetryAfter: pttl, Waited: time.Since(start)}
+}
+
 // confirm turns a lock handed to lease (reserved for the claim TTL) into the waiter's grant.
-func (s *Service) confirm(ctx context.Context, req AcquireRequest, lease string, fence int64) (Grant, error) {
+// The fence is the one Redis recorded at the grant.
+func (s *Service) confirm(ctx context.Context, req AcquireRequest, lease string) (Grant, error) {
 	start := time.Now()
-	l := Lease{Lock: req.Lock, Owner: req.Owner, ID: lease, Fence: fence}
+	l := Lease{Lock: req.Lock, Owner: req.Owner, ID: lease}
 	g, err := s.renewLease(ctx, l, req.TTL, start)
 	if err != nil {
 		return Grant{}, err

@@ -43,14 +43,14 @@ func (w *watch) next() time.Time {
 }
 
 func (r *room) runWatch(w *watch) {
-	defer r.wg.Done()
+	defer r.s.wg.Done()
 	w.poke(time.Now().Add(r.s.heartbeat))
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		timer.Reset(time.Until(w.next()))
 		select {
-		case <-r.ctx.Done():
+		case <-r.s.ctx.Done():
 			return
 		case <-w.wake:
 			if time.Now().Before(w.next()) {

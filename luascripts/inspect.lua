@@ -1,6 +1,7 @@
 -- inspect.lua (read-only): KEYS = [lock, q, qd]  ARGV = []
 --   => {waiters}                                                free; waiters = live queue entries
---    | {waiters, lease, owner, fence, holds, pttl, watchdog}    held
+--    | {waiters, lease, owner, fence, holds, pttl, watchdog, hold_left_ms}    held; hold_left_ms
+--      is how much longer the watchdog renews the lease (0 without a watchdog)
 local lock, q, qd = KEYS[1], KEYS[2], KEYS[3]
 
 local t = redis.call('TIME')
@@ -18,4 +19,8 @@ for i = 1, #h, 2 do
     lease, holds = h[i], tonumber(h[i + 1])
   end
 end
-return {waiters, lease, meta[':owner'], tonumber(meta[':fence']), holds, redis.call('PTTL', lock), tonumber(meta[':wd'])}
+local left = 0
+if meta[':wd'] == '1' then
+  left = math.max(tonumber(meta[':until']) - now_ms, 0)
+end
+return {waiters, lease, meta[':owner'], tonumber(meta[':fence']), holds, redis.call('PTTL', lock), tonumber(meta[':wd']), left}

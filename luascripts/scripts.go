@@ -5,9 +5,11 @@
 // live in one Redis Cluster slot):
 //
 //	P{N}        hash  <lease id> -> reentry count, plus metadata fields whose names start with ':'
-//	                  (:owner, :fence, :ttl, :wd); PEXPIRE = the lease's TTL
+//	                  (:owner, :fence, :ttl, :wd, :until); PEXPIRE = the lease's TTL
 //	P{N}:fence  string, the last fence granted for N; never expires
 //	P{N}:q, P{N}:qd, P{N}:qm   the wait queue (see lib.lua); they exist only while someone waits
+//	Pwatchdog   zset "<N>\n<lease>" -> when its next renewal is due (ms, Redis time): the watchdog
+//	            duties every replica sweeps (see duties.lua and watchdog.lua)
 //
 // Scripts that grant or queue start with lib.lua's helpers: their exported source is lib + body.
 package luascripts
@@ -41,15 +43,27 @@ var tend string
 // Tend is a replica's periodic care of a lock it has waiters for.
 var Tend = lib + tend
 
-// Reenter increments the reentry count of a held lease.
+// Watchdog renews one watchdog lease for its duty.
 //
-//go:embed reenter.lua
-var Reenter string
+//go:embed watchdog.lua
+var Watchdog string
 
-// Renew extends a held lease's TTL.
+// Duties enrolls and claims watchdog duties in the registry.
 //
+//go:embed duties.lua
+var Duties string
+
+//go:embed reenter.lua
+var reenter string
+
+// Reenter increments the reentry count of a held lease.
+var Reenter = lib + reenter
+
 //go:embed renew.lua
-var Renew string
+var renew string
+
+// Renew sets a held lease's TTL; it also confirms a lock handed to a waiter.
+var Renew = lib + renew
 
 // Inspect reads a lock's state without changing it.
 //
