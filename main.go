@@ -1,5 +1,6 @@
 // Command leasegate is an HTTP/JSON distributed-lock gateway backed by Redis. Run with no
-// arguments (or "serve") it serves; "healthcheck" probes a running gateway's /healthz.
+// arguments (or "serve") it serves; "healthcheck" probes a running gateway's /healthz; "run",
+// "acquire", "release", "renew" and "inspect" are the command line client (package cli).
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/cli"
 	"github.com/leasegate/leasegate/handlers"
 	"github.com/leasegate/leasegate/lockcore"
 )
@@ -47,6 +50,10 @@ type Config struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && slices.Contains(cli.Commands, os.Args[1]) {
+		host, _ := os.Hostname()
+		os.Exit(cli.Run(ctx, os.Args[1:], cli.Env{Server: os.Getenv("LEASEGATE_SERVER"), Hostname: host}, os.Stdout, os.Stderr))
+	}
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "leasegate:", err)
 		os.Exit(1)
@@ -68,7 +75,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	case "healthcheck":
 		return healthcheck(ctx, cfg)
 	default:
-		return fmt.Errorf("unknown command %q (want serve or healthcheck)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, healthcheck, %s)", cmd, strings.Join(cli.Commands, ", "))
 	}
 }
 

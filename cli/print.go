@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	leasegate "github.com/leasegate/leasegate/sdk/go"
+)
+
+// acquire, release, renew and inspect print the gateway's JSON answer (a grant, a release, a
+// lock state, or a problem) and exit 0 on success.
+
+func (c *command) acquire(ctx context.Context, args []string) int {
+	f := c.flags("acquire", "--lock NAME [--owner O] [--ttl D] [--wait D] [--watchdog] [--max-hold D] [--token T]")
+	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock")
+	ttl := durationFlag(f.fs, "ttl", 30*time.Second, "lease time to live")
+	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock (one long-poll)")
+	watchdog := f.fs.Bool("watchdog", false, "let the gateway renew the lease until released")
+	maxHold := durationFlag(f.fs, "max-hold", 0, "watchdog: stop renewing this long after the grant")
+	token := f.fs.String("token", "", "re-enter the lease of this token")
+	gw, ok := c.parse(f, args)
+	if !ok {
+		return ExitUsage
+	}
+	body := leasegate.AcquireRequest{Owner: *owner, TtlMs: ms(*ttl), WaitMs: ms(*wait), MaxHoldMs: ms(*maxHold)}
+	if *watchdog {
+		body.Watchdog = watchdog
+	}
+	params := &leasegate.AcquireLockParams{}
+	if *token != "" {
+		params.LeaseToken = token
+	}
+	resp, err := gw.API.AcquireLockWithResponse(ctx, *f.lock, params, body)
+	if err != nil {
+		return c.fail(err)
+	}
+	return c.print(resp.HTTPResponse, resp.Body)
+}
+
+func (c *command) release(ctx context.Context, args []string) int {
+	f := c.flags("release", "--lock NAME --token T")
+	token := f.fs.String("token", "", "lease token (required)")
+	gw, ok := c.parse(f, args)
+	if !ok {
+		return ExitUsage
+	}
+	resp, err := gw.API.ReleaseLockWithResponse(ctx, *f.lock, &leasegate.ReleaseLockParams{LeaseToken: *token})
+	if err != nil {
+		return c.fail(err)
+	}
+	return c.print(resp.HTTPResponse, resp.Body)
+}
+
+func (c *command) renew(ctx context.Context, args []string) int {
+	f := c.flags("renew", "--lock NAME --token T [--ttl D]")
+	token := f.fs.String("token", "", "lease token (required)")
+	ttl := durationFlag(f.fs, "ttl", 0, "new time to live (default: the lease's own)")
+	gw, ok := c.parse(f, args)
+	if !ok {
+		return ExitUsage
+	}
+	resp, err := gw.API.RenewLockWithResponse(ctx, *f.lock, &leasegate.RenewLockParams{LeaseToken: *token}, leasegate.RenewRequest{TtlMs: ms(*ttl)})
+	if err != nil {
+		return c.fail(err)
+	}
+	return c.print(resp.HTTPResponse, resp.Body)
+}
+
+func (c *command) inspect(ctx context.Context, args []string) int {
+	f := c.flags("inspect", "--lock NAME [--token T]")
+	token := f.fs.String("token", "", "also tell whether this token's lease holds the lock")
+	gw, ok := c.parse(f, args)
+	if !ok {
+		return ExitUsage
+	}
+	params := &leasegate.InspectLockParams{}
+	if *token != "" {
+		params.LeaseToken = token
+	}
+	resp, err := gw.API.InspectLockWithResponse(ctx, *f.lock, params)
+	if err != nil {
+		return c.fail(err)
+	}
+	return c.print(resp.HTTPResponse, resp.Body)
+}
+
+// print writes the answer's body; the exit code is 0 for 2xx, ExitNotAcquired for 409, else
+// ExitFailed.
+func (c *command) print(resp *http.Response, body []byte) int {
+	c.stdout.Write(body)
+	switch {
+	case resp.StatusCode < 300:
+		return 0
+	case resp.StatusCode == http.StatusConflict:
+		return ExitNotAcquired
+	}
+	return ExitFailed
+}
+
+func ms(d time.Duration) *int64 {
+	if d <= 0 {
+		return nil
+	}
+	v := d.Milliseconds()
+	return &v
+}

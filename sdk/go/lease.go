@@ -1,0 +1,176 @@
+package leasegate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Errors a call can be matched against with errors.Is.
+var (
+	ErrHeld      = errors.New("lock is held by another lease")  // 409 lock-held
+	ErrLeaseGone = errors.New("lease no longer holds the lock") // 410 lease-gone
+)
+
+// ProblemError is a problem+json answer from the gateway.
+type ProblemError struct {
+	Problem
+}
+
+func (e *ProblemError) Error() string {
+	return fmt.Sprintf("leasegate: %d %s: %s", e.Status, e.Title, e.Detail)
+}
+
+// Is matches ErrHeld and ErrLeaseGone by problem type.
+func (e *ProblemError) Is(target error) bool {
+	switch target {
+	case ErrHeld:
+		return e.Type == "urn:leasegate:problem:lock-held"
+	case ErrLeaseGone:
+		return e.Type == "urn:leasegate:problem:lease-gone"
+	}
+	return false
+}
+
+// RetryAfter is how long until the holder's lease runs out, for lock-held problems.
+func (e *ProblemError) RetryAfter() time.Duration {
+	if e.RetryAfterMs == nil {
+		return 0
+	}
+	return time.Duration(*e.RetryAfterMs) * time.Millisecond
+}
+
+// problem turns a non-2xx answer into a *ProblemError.
+func problem(resp *http.Response, body []byte) error {
+	p := &ProblemError{}
+	if err := json.Unmarshal(body, &p.Problem); err != nil || p.Type == "" {
+		return fmt.Errorf("leasegate: unexpected answer %s: %.200s", resp.Status, body)
+	}
+	return p
+}
+
+// Gateway is a client of one leasegate deployment: the generated client (API), plus Lock.
+type Gateway struct {
+	API *ClientWithResponses
+}
+
+// New returns a client for the gateway at server, e.g. "http://127.0.0.1:8080".
+func New(server string, opts ...ClientOption) (*Gateway, error) {
+	api, err := NewClientWithResponses(server, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Gateway{API: api}, nil
+}
+
+// LockOptions describe a lock request. Zero values mean the server's defaults (TTL) or none.
+type LockOptions struct {
+	Owner    string        // required: who holds the lock
+	TTL      time.Duration // lease time to live; 0: the server's default
+	Wait     time.Duration // how long to wait for a held lock; 0: try once
+	Watchdog bool          // let the gateway renew the lease until released
+	MaxHold  time.Duration // watchdog leases only: stop renewing this long after the grant
+	// MaxWaitPerRequest splits long waits into long-polls the server accepts. Default 30s.
+	MaxWaitPerRequest time.Duration
+}
+
+// Lock acquires name, waiting up to o.Wait (in FIFO order with other waiters). It returns an
+// error matching ErrHeld when the wait ran out, or ctx's error when ctx ended first.
+func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease, error) {
+	deadline := time.Now().Add(o.Wait)
+	perRequest := o.MaxWaitPerRequest
+	if perRequest <= 0 {
+		perRequest = 30 * time.Second
+	}
+	for {
+		body := AcquireRequest{Owner: o.Owner, TtlMs: millis(o.TTL), Watchdog: &o.Watchdog, MaxHoldMs: millis(o.MaxHold)}
+		if wait := min(time.Until(deadline), perRequest); wait > 0 {
+			body.WaitMs = millis(wait)
+		}
+		resp, err := c.API.AcquireLockWithResponse(ctx, name, &AcquireLockParams{}, body)
+		if err != nil {
+			return nil, err
+		}
+		if g := resp.JSON201; g != nil {
+			return &Lease{client: c, Grant: *g}, nil
+		}
+		err = problem(resp.HTTPResponse, resp.Body)
+		if !errors.Is(err, ErrHeld) || time.Until(deadline) <= 0 {
+			return nil, err
+		}
+	}
+}
+
+// Inspect reads the state of name; with a token, State.Yours says whether it holds the lock.
+func (c *Gateway) Inspect(ctx context.Context, name, token string) (*LockState, error) {
+	params := &InspectLockParams{}
+	if token != "" {
+		params.LeaseToken = &token
+	}
+	resp, err := c.API.InspectLockWithResponse(ctx, name, params)
+	if err != nil {
+		return nil, err
+	}
+	if resp.JSON200 == nil {
+		return nil, problem(resp.HTTPResponse, resp.Body)
+	}
+	return resp.JSON200, nil
+}
+
+// Lease is a held lock. Its Grant carries the token and the fence.
+type Lease struct {
+	client *Gateway
+	Grant
+}
+
+// Renew sets the lease's TTL (0: keep its own) and updates Grant. It returns an error matching
+// ErrLeaseGone once the lease is lost.
+func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
+	resp, err := l.client.API.RenewLockWithResponse(ctx, l.Lock, &RenewLockParams{LeaseToken: l.Token}, RenewRequest{TtlMs: millis(ttl)})
+	if err != nil {
+		return err
+	}
+	if resp.JSON200 == nil {
+		return problem(resp.HTTPResponse, resp.Body)
+	}
+	l.Grant = *resp.JSON200
+	return nil
+}
+
+// Reenter takes the lock once more with the same lease (reentrant), resetting its TTL to ttl.
+func (l *Lease) Reenter(ctx context.Context, ttl time.Duration) error {
+	resp, err := l.client.API.AcquireLockWithResponse(ctx, l.Lock, &AcquireLockParams{LeaseToken: &l.Token},
+		AcquireRequest{Owner: l.Owner, TtlMs: millis(ttl)})
+	if err != nil {
+		return err
+	}
+	if resp.JSON200 == nil {
+		return problem(resp.HTTPResponse, resp.Body)
+	}
+	l.Grant = *resp.JSON200
+	return nil
+}
+
+// Release gives back one hold; released reports whether the lock is now free of this lease.
+func (l *Lease) Release(ctx context.Context) (released bool, err error) {
+	resp, err := l.client.API.ReleaseLockWithResponse(ctx, l.Lock, &ReleaseLockParams{LeaseToken: l.Token})
+	if err != nil {
+		return false, err
+	}
+	if resp.JSON200 == nil {
+		return false, problem(resp.HTTPResponse, resp.Body)
+	}
+	l.Holds = resp.JSON200.Holds
+	return resp.JSON200.Released, nil
+}
+
+func millis(d time.Duration) *int64 {
+	if d <= 0 {
+		return nil
+	}
+	ms := d.Milliseconds()
+	return &ms
+}

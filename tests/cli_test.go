@@ -1,0 +1,178 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+// cliRun is one finished CLI invocation.
+type cliRun struct {
+	code           int
+	stdout, stderr string
+}
+
+// startCLI runs the leasegate binary with args against e's gateway; the result arrives on the
+// channel once it exits (bounded by 60 s).
+func (e *env) startCLI(t *testing.T, args ...string) <-chan cliRun {
+	t.Helper()
+	bin, err := harness.GatewayBinary()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "LEASEGATE_SERVER="+e.gw.URL)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	out := make(chan cliRun, 1)
+	go func() {
+		defer cancel()
+		err := cmd.Wait()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		out <- cliRun{code: code, stdout: stdout.String(), stderr: stderr.String()}
+	}()
+	return out
+}
+
+func (e *env) cli(t *testing.T, args ...string) cliRun {
+	t.Helper()
+	return <-e.startCLI(t, args...)
+}
+
+func (e *env) held(lock string) bool {
+	return e.client.Do(http.MethodGet, "/locks/"+lock, nil, "").JSON()["held"] == true
+}
+
+func TestCLIRunPassesExitCodeAndReleases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.cli(t, "run", "--lock", "job", "--", "sh", "-c", `test -n "$LEASEGATE_FENCE" && echo "fence $LEASEGATE_FENCE"; exit 7`)
+	assert.Equal(t, 7, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "fence ")
+	assert.False(t, e.held("job"), "released at exit")
+
+	r = e.cli(t, "run", "--lock", "job", "--", "true")
+	assert.Equal(t, 0, r.code, r.stderr)
+}
+
+func TestCLIRunHoldsTheLockWhileTheCommandRuns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	dir := t.TempDir()
+	stop := filepath.Join(dir, "stop")
+	done := e.startCLI(t, "run", "--lock", "busy", "--ttl", "1s", "--",
+		"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.05; done`, stop)
+	eventually(t, 10*time.Second, "the command holds the lock", func() bool { return e.held("busy") })
+	// Renewed every ttl/3: still held well past its 1 s TTL.
+	start := time.Now()
+	for time.Since(start) < 2*time.Second {
+		require.True(t, e.held("busy"))
+		<-time.After(100 * time.Millisecond)
+	}
+	// Someone else cannot take it, and a second run fails to acquire without --wait.
+	other := e.cli(t, "run", "--lock", "busy", "--", "true")
+	assert.Equal(t, 75, other.code, other.stderr)
+	assert.Contains(t, other.stderr, "held")
+
+	require.NoError(t, os.WriteFile(stop, nil, 0o644))
+	r := <-done
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.False(t, e.held("busy"))
+}
+
+func TestCLIRunWaitsForAHeldLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	a := e.hold(t, e.client, "queue", "a", 60000)
+	done := e.startCLI(t, "run", "--lock", "queue", "--wait", "20s", "--", "sh", "-c", "exit 3")
+	eventually(t, 10*time.Second, "the CLI waits in line", func() bool { return e.waiters(t, "queue") == 1 })
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/queue", tokenHeader(a.Str("token")), "").Status)
+	r := <-done
+	assert.Equal(t, 3, r.code, r.stderr)
+	assert.False(t, e.held("queue"))
+}
+
+func TestCLIRunStopsTheCommandWhenTheLeaseIsLost(t *testing.T) {
+	for _, how := range []string{"released", "expired"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil)
+			dir := t.TempDir()
+			tokenFile, termFile := filepath.Join(dir, "token"), filepath.Join(dir, "terminated")
+			// The command records its token, then waits; on SIGTERM it notes it and exits.
+			script := `echo "$LEASEGATE_TOKEN" > "$0.tmp" && mv "$0.tmp" "$0"; trap 'touch "$1"; exit 0' TERM; while true; do sleep 0.05; done`
+			done := e.startCLI(t, "run", "--lock", "lost", "--ttl", "1s", "--grace", "5s", "--", "sh", "-c", script, tokenFile, termFile)
+			var token []byte
+			eventually(t, 10*time.Second, "the command to start", func() bool {
+				var err error
+				token, err = os.ReadFile(tokenFile)
+				return err == nil && len(token) > 0
+			})
+			if how == "released" {
+				r := e.client.Do(http.MethodDelete, "/locks/lost", tokenHeader(strings.TrimSpace(string(token))), "")
+				require.Equal(t, http.StatusOK, r.Status)
+			} else {
+				e.redis.MustDo(t, "DEL", e.gw.KeyPrefix+"{lost}") // as if it had expired
+			}
+			r := <-done
+			assert.Equal(t, 76, r.code, r.stderr)
+			assert.Contains(t, r.stderr, "lost the lease")
+			_, err := os.Stat(termFile)
+			assert.NoError(t, err, "the command got SIGTERM")
+		})
+	}
+}
+
+func TestCLIScriptCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.cli(t, "acquire", "--lock", "s", "--owner", "script", "--ttl", "30s")
+	require.Equal(t, 0, r.code, r.stderr)
+	var g struct {
+		Token string `json:"token"`
+		Fence int64  `json:"fence"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &g))
+	assert.Positive(t, g.Fence)
+
+	r = e.cli(t, "acquire", "--lock", "s", "--owner", "other")
+	assert.Equal(t, 75, r.code)
+	assert.Contains(t, r.stdout, "urn:leasegate:problem:lock-held")
+
+	r = e.cli(t, "renew", "--lock", "s", "--token", g.Token, "--ttl", "1m")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"ttl_ms":60000`)
+
+	r = e.cli(t, "inspect", "--lock", "s", "--token", g.Token)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"yours":true`)
+
+	r = e.cli(t, "release", "--lock", "s", "--token", g.Token)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"released":true`)
+
+	r = e.cli(t, "release", "--lock", "s", "--token", g.Token)
+	assert.Equal(t, 3, r.code)
+	assert.Contains(t, r.stdout, "urn:leasegate:problem:lease-gone")
+
+	r = e.cli(t, "run", "--", "true")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "--lock is required")
+}

@@ -1,0 +1,120 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	leasegate "github.com/leasegate/leasegate/sdk/go"
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+func TestGoSDKEndToEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	a, err := leasegate.New(e.gw.URL)
+	require.NoError(t, err)
+
+	// acquire
+	lease, err := a.Lock(ctx, "sdk", leasegate.LockOptions{Owner: "a", TTL: 30 * time.Second})
+	require.NoError(t, err)
+	assert.Positive(t, lease.Fence)
+	assert.Equal(t, int64(1), lease.Holds)
+
+	// 409 contention
+	_, err = a.Lock(ctx, "sdk", leasegate.LockOptions{Owner: "b"})
+	require.ErrorIs(t, err, leasegate.ErrHeld)
+	var p *leasegate.ProblemError
+	require.ErrorAs(t, err, &p)
+	assert.Greater(t, p.RetryAfter(), 20*time.Second)
+
+	// long-poll wait: b waits in line, a releases, b gets it
+	got := make(chan *leasegate.Lease, 1)
+	waitErr := make(chan error, 1)
+	go func() {
+		l, err := a.Lock(ctx, "sdk", leasegate.LockOptions{Owner: "b", TTL: 10 * time.Second, Wait: 20 * time.Second})
+		got <- l
+		waitErr <- err
+	}()
+	eventually(t, 5*time.Second, "b queued", func() bool {
+		st, err := a.Inspect(ctx, "sdk", "")
+		return err == nil && st.Waiters == 1
+	})
+	released, err := lease.Release(ctx)
+	require.NoError(t, err)
+	assert.True(t, released)
+	b := <-got
+	require.NoError(t, <-waitErr)
+	assert.Equal(t, "b", b.Owner)
+	assert.Greater(t, b.Fence, lease.Fence)
+
+	// renew
+	before := time.Time(b.ExpiresAt)
+	require.NoError(t, b.Renew(ctx, 60*time.Second))
+	assert.True(t, time.Time(b.ExpiresAt).After(before))
+	assert.Equal(t, int64(60000), b.TtlMs)
+
+	// re-entry
+	require.NoError(t, b.Reenter(ctx, 60*time.Second))
+	assert.Equal(t, int64(2), b.Holds)
+	released, err = b.Release(ctx)
+	require.NoError(t, err)
+	assert.False(t, released)
+	released, err = b.Release(ctx)
+	require.NoError(t, err)
+	assert.True(t, released)
+
+	// 410 after loss
+	_, err = b.Release(ctx)
+	assert.ErrorIs(t, err, leasegate.ErrLeaseGone)
+	assert.ErrorIs(t, b.Renew(ctx, 0), leasegate.ErrLeaseGone)
+
+	// watchdog: a 1 s lease kept alive well past its TTL
+	start := time.Now()
+	w, err := a.Lock(ctx, "sdk-wd", leasegate.LockOptions{Owner: "w", TTL: time.Second, Watchdog: true, MaxHold: time.Minute})
+	require.NoError(t, err)
+	assert.True(t, w.Watchdog)
+	for time.Since(start) < 2500*time.Millisecond {
+		st, err := a.Inspect(ctx, "sdk-wd", w.Token)
+		require.NoError(t, err)
+		require.True(t, st.Held)
+		require.True(t, *st.Yours)
+		<-time.After(100 * time.Millisecond)
+	}
+	_, err = w.Release(ctx)
+	require.NoError(t, err)
+}
+
+func TestGoSDKIsGenerated(t *testing.T) {
+	t.Parallel()
+	root, err := harness.ModuleRoot()
+	require.NoError(t, err)
+	dir := filepath.Join(root, "sdk", "go")
+	// The committed configuration, writing elsewhere.
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "client.gen.go")
+	config, err := os.ReadFile(filepath.Join(dir, "oapi-codegen.yaml"))
+	require.NoError(t, err)
+	config = bytes.Replace(config, []byte("output: client.gen.go"), []byte("output: "+out), 1)
+	require.NoError(t, os.WriteFile(filepath.Join(tmp, "config.yaml"), config, 0o644))
+	cmd := exec.Command("go", "tool", "oapi-codegen", "-config", filepath.Join(tmp, "config.yaml"), "../../openapi.yaml")
+	cmd.Dir = dir
+	msg, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", msg)
+	fresh, err := os.ReadFile(out)
+	require.NoError(t, err)
+	committed, err := os.ReadFile(filepath.Join(dir, "client.gen.go"))
+	require.NoError(t, err)
+	if !bytes.Equal(fresh, committed) {
+		t.Fatal(errors.New("sdk/go/client.gen.go is stale: run go generate ./sdk/go"))
+	}
+}
