@@ -36,11 +36,19 @@ var (
 	parkedLocks   = flag.Int("parked-locks", 1000, "lock names the parked long-polls spread over")
 	gwEnv         = flag.String("gateway-env", "", "extra environment for the parked scenario's gateway process, e.g. GOGC=50,GODEBUG=gctrace=1")
 	noPipe        = flag.Bool("no-auto-pipelining", false, "rueidis DisableAutoPipelining for the in-process gateway")
+	serveFloor    = flag.String("serve-floor", "", "internal: serve the HTTP floor on this address (used by the parked scenario)")
 	cpuprof       = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
 
 func main() {
 	flag.Parse()
+	if *serveFloor != "" {
+		if err := serveFloorProcess(*serveFloor); err != nil {
+			fmt.Fprintln(os.Stderr, "bench floor:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *cpuprof != "" {
 		f, err := os.Create(*cpuprof)
 		if err == nil && pprof.StartCPUProfile(f) == nil {
@@ -144,4 +152,16 @@ func with(o rueidis.ClientOption, flush time.Duration) rueidis.ClientOption {
 	o.MaxFlushDelay = flush
 	o.DisableAutoPipelining = *noPipe
 	return o
+}
+
+// serveFloorProcess serves the HTTP floor until killed: the parked scenario measures its memory in
+// a process of its own, as it does the gateway's.
+func serveFloorProcess(addr string) error {
+	tokens, _ := lockcore.NewTokens([]byte(harness.TestTokenSecret))
+	router := handlers.NewRouter(floorLocker{tokens: tokens}, handlers.Options{
+		Limits: api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour},
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	})
+	srv := &http.Server{Addr: addr, Handler: router, ReadHeaderTimeout: 5 * time.Second}
+	return srv.ListenAndServe()
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,21 +48,9 @@ func parked(dir string, redis *harness.Redis, waiters, locks int) error {
 	waitTr := &http.Transport{MaxIdleConnsPerHost: waiters, MaxConnsPerHost: 0, DisableKeepAlives: true}
 	defer waitTr.CloseIdleConnections()
 	waitClient := &http.Client{Transport: waitTr}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	body := `{"owner":"parked","ttl_ms":30000,"wait_ms":60000}`
 	start := time.Now()
-	for i := 0; i < waiters; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/locks/parked-%d", gw.URL, i%locks), strings.NewReader(body))
-			if resp, err := waitClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}()
-	}
-	defer func() { cancel(); wg.Wait() }()
+	stopParking := park(waitClient, gw.URL, waiters, locks)
+	defer stopParking()
 
 	queued := func() int {
 		n := 0
@@ -88,8 +78,14 @@ func parked(dir string, redis *harness.Redis, waiters, locks int) error {
 	channels, _ := redis.Do("PUBSUB", "NUMPAT")
 	subs, _ := redis.Do("PUBSUB", "CHANNELS", gw.KeyPrefix+"*")
 
+	gwRSS := rssMB(gw.PID())
+	floorRSS, err := parkedFloor(waiters, locks)
+	if err != nil {
+		return fmt.Errorf("parked floor: %w", err)
+	}
 	fmt.Printf("parked waiters: %d long-polls over %d lock names on one gateway process (parked in %v):\n", waiters, locks, parkedIn.Round(time.Millisecond))
-	fmt.Printf("  gateway RSS: %.0f MB idle, %.0f MB with the waiters parked\n", rss0, rssMB(gw.PID()))
+	fmt.Printf("  gateway RSS: %.0f MB idle, %.0f MB with the waiters parked\n", rss0, gwRSS)
+	fmt.Printf("  HTTP floor RSS (same router in a process of its own, no Redis, waits just block): %.0f MB\n", floorRSS)
 	fmt.Printf("  Redis connections from the gateway: %d (before: %s clients incl. this bench's probes)\n",
 		atoiOr(infoField(redis, "clients", "connected_clients"))-atoiOr(clients0)+1, clients0)
 	fmt.Printf("  pub/sub channels subscribed: %d, patterns: %s\n", len(strings.Fields(subs)), channels)
@@ -128,4 +124,88 @@ func infoField(r *harness.Redis, section, field string) string {
 func atoiOr(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
+}
+
+// parkedFloor parks the same long-polls on the HTTP floor (this program re-run with -serve-floor)
+// and returns its resident memory.
+func parkedFloor(waiters, locks int) (float64, error) {
+	port, err := harness.FreePort()
+	if err != nil {
+		return 0, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.Command(os.Args[0], "-serve-floor", addr)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	base := "http://" + addr
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if resp, err := http.Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("floor server did not start")
+		}
+		time.Sleep(20 * time.Millisecond) // a benchmark's start-up poll
+	}
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	stopParking := park(&http.Client{Transport: tr}, base, waiters, locks)
+	defer stopParking()
+	deadline = time.Now().Add(60 * time.Second)
+	for parkedCount(base) < waiters {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("only %d of %d floor waiters parked", parkedCount(base), waiters)
+		}
+		time.Sleep(200 * time.Millisecond) // a benchmark's progress poll
+	}
+	time.Sleep(3 * time.Second) // the same settling time as the gateway's measurement
+	return rssMB(cmd.Process.Pid), nil
+}
+
+// parkedCount asks the floor server how many waits it holds (its GET /locks/{name} reports them).
+func parkedCount(base string) int {
+	resp, err := http.Get(base + "/locks/count")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Waiters int `json:"waiters"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	return st.Waiters
+}
+
+// park starts waiters long-polls spread over locks names, each on a connection of its own; a
+// request that fails to connect (a full accept backlog) is sent again. The returned func ends
+// them all and waits for them.
+func park(client *http.Client, base string, waiters, locks int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	body := `{"owner":"parked","ttl_ms":30000,"wait_ms":60000}`
+	for i := 0; i < waiters; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			url := fmt.Sprintf("%s/locks/parked-%d", base, i%locks)
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+				resp, err := client.Do(req)
+				if err == nil {
+					resp.Body.Close()
+					return
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	return func() { cancel(); wg.Wait() }
 }
