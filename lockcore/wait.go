@@ -34,6 +34,7 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 
 	var score int64 // arrival in the queue, kept when queueing again
 	for {
+		callStart := time.Now()
 		r, err := offStack(func() (acquireReply, error) { return s.runAcquire(ctx, req, lease, "wait", score) })
 		if err != nil {
 			// Even a failed first enqueue may have landed (its reply lost): ride out Redis errors
@@ -44,7 +45,7 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 			return Grant{}, s.endWait(ctx, req.Lock, lease, start, err)
 		}
 		if r.status == acquireGranted {
-			return s.newGrant(req, lease, r.fence, time.Now()), nil
+			return s.newGrant(req, lease, r.fence, callStart), nil
 		}
 		score = r.score
 		s.room.expect(req.Lock, time.Now().Add(r.pttl+time.Millisecond))

@@ -78,16 +78,10 @@ func (w *waitWorld) awaitWaiters(t *testing.T, lock string, n int64) {
 	})
 }
 
-// pollUntil checks cond every 5 ms until it holds, failing t after timeout. Test goroutine only.
+// pollUntil waits for cond; see harness.Eventually. Test goroutine only.
 func pollUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-time.After(5 * time.Millisecond)
-	}
+	harness.Eventually(t, timeout, what, cond)
 }
 
 // acquired is the outcome of an Acquire run in another goroutine.

@@ -14,16 +14,10 @@ import (
 	"github.com/leasegate/leasegate/tests/harness"
 )
 
-// eventually polls cond every 5 ms until it holds or timeout passes.
+// eventually waits for cond; see harness.Eventually.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-time.After(5 * time.Millisecond)
-	}
+	harness.Eventually(t, timeout, what, cond)
 }
 
 func TestConcurrentTryOnceHasOneWinner(t *testing.T) {

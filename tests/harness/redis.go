@@ -256,3 +256,16 @@ func (r *Redis) ScriptCalls() (int64, error) {
 	}
 	return total, nil
 }
+
+// Eventually checks cond every 5 ms until it holds, failing t after timeout: the tests' way to
+// wait for a condition instead of sleeping. Call it from the test's goroutine only.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+}
