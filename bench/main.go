@@ -35,6 +35,7 @@ var (
 	parkedWaiters = flag.Int("parked-waiters", 10000, "long-polls to park for the resource scenario")
 	parkedLocks   = flag.Int("parked-locks", 1000, "lock names the parked long-polls spread over")
 	gwEnv         = flag.String("gateway-env", "", "extra environment for the parked scenario's gateway process, e.g. GOGC=50,GODEBUG=gctrace=1")
+	multiplex     = flag.Int("pipeline-multiplex", 0, "rueidis PipelineMultiplex for the in-process gateway (0: lockcore's default)")
 	noPipe        = flag.Bool("no-auto-pipelining", false, "rueidis DisableAutoPipelining for the in-process gateway")
 	serveFloor    = flag.String("serve-floor", "", "internal: serve the HTTP floor on this address (used by the parked scenario)")
 	cpuprof       = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -151,6 +152,9 @@ func (g *gateway) Close() {
 func with(o rueidis.ClientOption, flush time.Duration) rueidis.ClientOption {
 	o.MaxFlushDelay = flush
 	o.DisableAutoPipelining = *noPipe
+	if *multiplex != 0 {
+		o.PipelineMultiplex = *multiplex
+	}
 	return o
 }
 
