@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasegate/leasegate/lockcore"
+	"github.com/leasegate/leasegate/tests/harness"
 )
 
 const (
@@ -43,25 +44,7 @@ func sign(secret, p string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// Token surgery helpers.
-
-func alterFirstSignatureChar(token string) string {
-	p, sig, _ := strings.Cut(token, ".")
-	c := byte('A')
-	if sig[0] == 'A' {
-		c = 'B'
-	}
-	return p + "." + string(c) + sig[1:]
-}
-
-// noncanonicalSignature sets the unused low bits of the signature's last character: 32 bytes
-// take 43 base64 characters, whose last carries 4 bits of data and 2 bits that must be zero.
-func noncanonicalSignature(token string) string {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-	p, sig, _ := strings.Cut(token, ".")
-	last := strings.IndexByte(alphabet, sig[len(sig)-1])
-	return p + "." + sig[:len(sig)-1] + string(alphabet[last|1])
-}
+// Token surgery helpers (see also harness.AlterSignature and harness.NoncanonicalSignature).
 
 // replacePayload swaps in payload and keeps token's signature.
 func replacePayload(token, payload string) string {
@@ -132,10 +115,10 @@ func TestTokenParseRejects(t *testing.T) {
 		{name: "signature with padding", token: valid + "="},
 		{name: "second dot", token: valid + ".x"},
 		{name: "leading space", token: " " + valid},
-		{name: "signature altered", token: alterFirstSignatureChar(valid)},
+		{name: "signature altered", token: harness.AlterSignature(valid)},
 		{name: "signature truncated", token: valid[:len(valid)-1]},
 		{name: "signature extended", token: valid + "A"},
-		{name: "signature with non-canonical trailing bits", token: noncanonicalSignature(valid)},
+		{name: "signature with non-canonical trailing bits", token: harness.NoncanonicalSignature(valid)},
 		{name: "payload altered: lease", token: replacePayload(valid, `{"v":1,"lock":"orders.42","owner":"billing-worker-7","lease":"00000000-0000-4000-8000-000000000000","fence":17}`)},
 		{name: "payload altered: fence", token: replacePayload(valid, `{"v":1,"lock":"orders.42","owner":"billing-worker-7","lease":"`+testLeaseID+`","fence":18}`)},
 		{name: "payload altered: owner", token: replacePayload(valid, `{"v":1,"lock":"orders.42","owner":"mallory","lease":"`+testLeaseID+`","fence":17}`)},
@@ -202,8 +185,8 @@ func FuzzParse(f *testing.F) {
 		payload,
 		payload + ".",
 		"." + sig,
-		alterFirstSignatureChar(valid),
-		noncanonicalSignature(valid),
+		harness.AlterSignature(valid),
+		harness.NoncanonicalSignature(valid),
 		valid[:len(valid)-1],
 		valid + "=",
 		valid + ".x",

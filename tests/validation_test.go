@@ -218,7 +218,7 @@ func validationCases(s seeded) []badRequest {
 		{"missing", "", map[string]bool{"release": true, "renew": true}},
 		{"garbage", "garbage", nil},
 		{"only a dot", ".", nil},
-		{"signature altered", alterSignature(s.heldToken), nil},
+		{"signature altered", harness.AlterSignature(s.heldToken), nil},
 		{"signature truncated", s.heldToken[:len(s.heldToken)-1], nil},
 		{"payload lease altered", alterPayload(s.heldToken, "lease", uuid.NewString()), nil},
 		{"payload fence altered", alterPayload(s.heldToken, "fence", json.Number(s.heldFence+"1")), nil},
@@ -229,7 +229,7 @@ func validationCases(s seeded) []badRequest {
 		// A decoder that ignores the trailing bits of base64 accepts a second spelling of the
 		// signature. Only on routes where accepting it does not release or re-enter the lease,
 		// so that one bug does not cascade through the remaining cases.
-		{"signature with non-canonical trailing bits", noncanonicalSignature(s.heldToken),
+		{"signature with non-canonical trailing bits", harness.NoncanonicalSignature(s.heldToken),
 			map[string]bool{"renew": true, "inspect": true}},
 	}
 	for _, rt := range routes {
@@ -397,26 +397,7 @@ func evalCalls(t *testing.T, e *env) map[string]int64 {
 	return calls
 }
 
-// Token surgery. A token is base64url(JSON payload) "." base64url(HMAC-SHA256 of the payload).
-
-// alterSignature changes the first signature character, whose 6 bits all carry signature data.
-func alterSignature(token string) string {
-	p, sig, _ := strings.Cut(token, ".")
-	c := byte('A')
-	if sig[0] == 'A' {
-		c = 'B'
-	}
-	return p + "." + string(c) + sig[1:]
-}
-
-// noncanonicalSignature sets the unused low bits of the signature's last character: 32 bytes
-// take 43 base64 characters, whose last carries 4 bits of data and 2 bits that must be zero.
-func noncanonicalSignature(token string) string {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-	p, sig, _ := strings.Cut(token, ".")
-	last := strings.IndexByte(alphabet, sig[len(sig)-1])
-	return p + "." + sig[:len(sig)-1] + string(alphabet[last|1])
-}
+// Token surgery (see also harness.AlterSignature and harness.NoncanonicalSignature).
 
 // alterPayload sets member of the token's payload to v and keeps the original signature.
 func alterPayload(token, member string, v any) string {
