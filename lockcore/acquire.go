@@ -106,7 +106,7 @@ const (
 func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mode string, score int64) (acquireReply, error) {
 	reply, err := s.exec(ctx, s.acquire, s.keys(req.Lock).all(), []string{
 		lease, ms(req.TTL), req.Owner, flag(req.Watchdog), mode, s.room.replica,
-		ms(s.liveness), ms(s.claimTTL), s.chanPrefix, strconv.FormatInt(score, 10), ms(req.MaxHold),
+		s.livenessMs, s.claimMs, s.chanPrefix, strconv.FormatInt(score, 10), ms(req.MaxHold),
 	})
 	if err != nil {
 		return acquireReply{}, err

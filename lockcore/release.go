@@ -24,7 +24,7 @@ func (s *Service) Release(ctx context.Context, lock, token string) (Released, er
 }
 
 func (s *Service) releaseLease(ctx context.Context, l Lease) (Released, error) {
-	reply, err := s.exec(ctx, s.release, s.keys(l.Lock).all(), []string{l.ID, ms(s.claimTTL), s.chanPrefix})
+	reply, err := s.exec(ctx, s.release, s.keys(l.Lock).all(), []string{l.ID, s.claimMs, s.chanPrefix})
 	if err != nil {
 		return Released{}, err
 	}

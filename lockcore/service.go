@@ -48,6 +48,7 @@ type Service struct {
 	pingTimeout time.Duration
 
 	heartbeat, liveness, claimTTL time.Duration
+	livenessMs, claimMs           string // the same as script arguments, formatted once
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -102,6 +103,7 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 		dutiesScript: rueidis.NewLuaScript(luascripts.Duties),
 		duties:       opts.KeyPrefix + "watchdog",
 	}
+	s.livenessMs, s.claimMs = ms(s.liveness), ms(s.claimTTL)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.room = newRoom(s, uuid.NewString())
 	s.wg.Add(1)

@@ -125,7 +125,7 @@ var errGrantPassedOn = errors.New("grant passed on")
 // It returns the lock's remaining TTL, or errGrantPassedOn when the lock had reached lease and
 // was passed on to the next waiter.
 func (s *Service) giveUp(ctx context.Context, lock, lease string) (time.Duration, error) {
-	reply, err := s.exec(context.WithoutCancel(ctx), s.dequeue, s.keys(lock).all(), []string{lease, ms(s.claimTTL), s.chanPrefix})
+	reply, err := s.exec(context.WithoutCancel(ctx), s.dequeue, s.keys(lock).all(), []string{lease, s.claimMs, s.chanPrefix})
 	if err != nil {
 		// The entry ages out of the queue within the liveness window once this process stops
 		// refreshing it.

@@ -87,7 +87,7 @@ func (r *room) watched(w *watch) ([]string, bool) {
 // tend runs the tend script for lock and acts on its reply; it returns when to tend again.
 func (r *room) tend(lock string, leases []string) time.Duration {
 	k := r.s.keys(lock)
-	args := append([]string{ms(r.s.liveness), ms(r.s.claimTTL), r.s.chanPrefix}, leases...)
+	args := append([]string{r.s.livenessMs, r.s.claimMs, r.s.chanPrefix}, leases...)
 	reply, err := r.s.exec(context.Background(), r.s.tendScript, k.all(), args)
 	if err != nil || len(reply) < 3 {
 		r.s.log.Warn("tend failed; retrying", "lock", lock, "err", err)
