@@ -147,10 +147,16 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	parking := handlers.NewParking(ln.Addr())
 	router := handlers.NewRouter(svc, handlers.Options{
-		Limits: api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
-		Logger: log,
-		Spec:   openapiSpec,
+		Limits:  api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
+		Logger:  log,
+		Spec:    openapiSpec,
+		Parking: parking,
 	})
 	srv := &http.Server{
 		Addr:              cfg.Listen,
@@ -163,26 +169,29 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
 	log.Info("listening", "addr", ln.Addr().String(), "redis_addr", cfg.RedisAddr, "key_prefix", cfg.KeyPrefix)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	go func() { _ = srv.Serve(parking) }() // answered long-polls come back for their next request
 	select {
 	case err := <-served:
+		_ = parking.Close()
 		svc.Close()
 		return err
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
-	// Long-polls end first (they leave their queues and answer 503, so their clients retry on
-	// another replica); then in-flight requests finish. Nobody's lease is released.
+	// Long-polls end first (they leave their queues and answer 503 with "Connection: close", so
+	// their clients retry on another replica); then in-flight requests finish. Nobody's lease is
+	// released.
+	_ = parking.Close()
 	svc.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	if err := parking.Wait(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: answering parked long-polls: %w", err)
+	}
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -162,10 +162,17 @@ func with(o rueidis.ClientOption, flush time.Duration) rueidis.ClientOption {
 // a process of its own, as it does the gateway's.
 func serveFloorProcess(addr string) error {
 	tokens, _ := lockcore.NewTokens([]byte(harness.TestTokenSecret))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	parking := handlers.NewParking(ln.Addr())
 	router := handlers.NewRouter(floorLocker{tokens: tokens}, handlers.Options{
-		Limits: api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour},
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Limits:  api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour},
+		Logger:  slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Parking: parking,
 	})
-	srv := &http.Server{Addr: addr, Handler: router, ReadHeaderTimeout: 5 * time.Second}
-	return srv.ListenAndServe()
+	srv := &http.Server{Handler: router, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(parking) }()
+	return srv.Serve(ln)
 }

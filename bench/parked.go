@@ -69,6 +69,7 @@ func parked(dir string, redis *harness.Redis, waiters, locks int) error {
 		time.Sleep(200 * time.Millisecond) // a benchmark's progress poll
 	}
 	parkedIn := time.Since(start)
+	peak := hwmMB(gw.PID())
 	redis.Do("CONFIG", "RESETSTAT")
 	cpu0 := redisCPU(redis)
 	const settle = 3 * time.Second
@@ -77,15 +78,19 @@ func parked(dir string, redis *harness.Redis, waiters, locks int) error {
 	redisShare := (redisCPU(redis) - cpu0) / settle.Seconds()
 	channels, _ := redis.Do("PUBSUB", "NUMPAT")
 	subs, _ := redis.Do("PUBSUB", "CHANNELS", gw.KeyPrefix+"*")
-
 	gwRSS := rssMB(gw.PID())
-	floorRSS, err := parkedFloor(waiters, locks)
+	time.Sleep(steadyAfter - settle)
+	gwSteady := rssMB(gw.PID())
+
+	floor, err := parkedFloor(waiters, locks)
 	if err != nil {
 		return fmt.Errorf("parked floor: %w", err)
 	}
-	fmt.Printf("parked waiters: %d long-polls over %d lock names on one gateway process (parked in %v):\n", waiters, locks, parkedIn.Round(time.Millisecond))
-	fmt.Printf("  gateway RSS: %.0f MB idle, %.0f MB with the waiters parked\n", rss0, gwRSS)
-	fmt.Printf("  HTTP floor RSS (same router in a process of its own, no Redis, waits just block): %.0f MB\n", floorRSS)
+	fmt.Printf("parked waiters: %d long-polls over %d lock names on one gateway process (all connected and queued in %v):\n", waiters, locks, parkedIn.Round(time.Millisecond))
+	fmt.Printf("  gateway RSS: %.0f MB idle; peak %.0f MB while they connected; %.0f MB %v after, %.0f MB %v after (steady)\n",
+		rss0, peak, gwRSS, settle, gwSteady, steadyAfter)
+	fmt.Printf("  HTTP floor RSS (same router and parking, own process, no Redis): peak %.0f MB; %.0f MB %v after, %.0f MB %v after\n",
+		floor.peak, floor.early, settle, floor.steady, steadyAfter)
 	fmt.Printf("  Redis connections from the gateway: %d (before: %s clients incl. this bench's probes)\n",
 		atoiOr(infoField(redis, "clients", "connected_clients"))-atoiOr(clients0)+1, clients0)
 	fmt.Printf("  pub/sub channels subscribed: %d, patterns: %s\n", len(strings.Fields(subs)), channels)
@@ -94,8 +99,17 @@ func parked(dir string, redis *harness.Redis, waiters, locks int) error {
 	return nil
 }
 
+// steadyAfter is when, after the last waiter queued, resident memory is read as steady: the Go
+// runtime returns the garbage of the connection burst to the OS over some seconds.
+const steadyAfter = 20 * time.Second
+
+// hwmMB reads a process's peak resident set size from /proc.
+func hwmMB(pid int) float64 { return statusMB(pid, "VmHWM:") }
+
 // rssMB reads a process's resident set size from /proc.
-func rssMB(pid int) float64 {
+func rssMB(pid int) float64 { return statusMB(pid, "VmRSS:") }
+
+func statusMB(pid int, field string) float64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
@@ -103,7 +117,7 @@ func rssMB(pid int) float64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 			return float64(kb) / 1024
 		}
@@ -126,18 +140,21 @@ func atoiOr(s string) int {
 	return n
 }
 
+// floorRSS is the HTTP floor's resident memory: its peak, and early and steady readings.
+type floorRSS struct{ peak, early, steady float64 }
+
 // parkedFloor parks the same long-polls on the HTTP floor (this program re-run with -serve-floor)
-// and returns its resident memory.
-func parkedFloor(waiters, locks int) (float64, error) {
+// and returns its resident memory, read as the gateway's is.
+func parkedFloor(waiters, locks int) (floorRSS, error) {
 	port, err := harness.FreePort()
 	if err != nil {
-		return 0, err
+		return floorRSS{}, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	cmd := exec.Command(os.Args[0], "-serve-floor", addr)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return floorRSS{}, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	base := "http://" + addr
@@ -148,7 +165,7 @@ func parkedFloor(waiters, locks int) (float64, error) {
 			break
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("floor server did not start")
+			return floorRSS{}, fmt.Errorf("floor server did not start")
 		}
 		time.Sleep(20 * time.Millisecond) // a benchmark's start-up poll
 	}
@@ -159,12 +176,17 @@ func parkedFloor(waiters, locks int) (float64, error) {
 	deadline = time.Now().Add(60 * time.Second)
 	for parkedCount(base) < waiters {
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("only %d of %d floor waiters parked", parkedCount(base), waiters)
+			return floorRSS{}, fmt.Errorf("only %d of %d floor waiters parked", parkedCount(base), waiters)
 		}
 		time.Sleep(200 * time.Millisecond) // a benchmark's progress poll
 	}
-	time.Sleep(3 * time.Second) // the same settling time as the gateway's measurement
-	return rssMB(cmd.Process.Pid), nil
+	pid := cmd.Process.Pid
+	out := floorRSS{peak: hwmMB(pid)}
+	time.Sleep(3 * time.Second) // the same readings as the gateway's
+	out.early = rssMB(pid)
+	time.Sleep(steadyAfter - 3*time.Second)
+	out.steady = rssMB(pid)
+	return out, nil
 }
 
 // parkedCount asks the floor server how many waits it holds (its GET /locks/{name} reports them).

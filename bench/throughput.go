@@ -157,6 +157,26 @@ func (f floorLocker) Inspect(_ context.Context, lock, token string) (lockcore.St
 	return lockcore.State{Lock: lock, Waiters: floorParked.Load()}, nil
 }
 
+// StartAcquire answers at once, except waits, which park until cancelled (as a client that leaves).
+func (f floorLocker) StartAcquire(req lockcore.AcquireRequest, done func(lockcore.Grant, error)) func(error) {
+	if req.Wait <= 0 {
+		g, err := f.Acquire(context.Background(), req)
+		go done(g, err)
+		return func(error) {}
+	}
+	floorParked.Add(1)
+	if req.Queued != nil {
+		req.Queued()
+	}
+	var once sync.Once
+	return func(cause error) {
+		once.Do(func() {
+			floorParked.Add(-1)
+			done(lockcore.Grant{}, cause)
+		})
+	}
+}
+
 // floorParked counts the floor's blocked waits (in the -serve-floor process).
 var floorParked atomic.Int64
 

@@ -38,7 +38,13 @@ const statusClientClosed = 499
 
 // writeError is the one place that maps errors to HTTP statuses and problem types.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	p := api.Problem{Detail: err.Error(), RequestID: requestIDFrom(r.Context())}
+	writeProblem(r.Context(), w, log, err)
+}
+
+// writeProblem is writeError for a request known by its context: ctx carries the request ID, and
+// ends when the client went away.
+func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, err error) {
+	p := api.Problem{Detail: err.Error(), RequestID: requestIDFrom(ctx)}
 	var (
 		reqErr  *requestError
 		heldErr *lockcore.HeldError
@@ -64,8 +70,8 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		p.Detail = "redis is unavailable; retry later"
 		w.Header().Set("Retry-After", "1")
 		log.Warn("redis unavailable", "request_id", p.RequestID, "err", err)
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		setStatus(r.Context(), statusClientClosed)
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		setStatus(ctx, statusClientClosed)
 		return
 	default:
 		p.Status, p.Type, p.Title, p.Detail = http.StatusInternalServerError, api.TypeInternal, "Internal error", "internal error"

@@ -12,9 +12,10 @@ import (
 const leaseTokenHeader = "Lease-Token"
 
 type lockHandlers struct {
-	locker Locker
-	limits api.Limits
-	log    *slog.Logger
+	locker  Locker
+	limits  api.Limits
+	log     *slog.Logger
+	parking *Parking // nil: long-polls wait on their server goroutine
 }
 
 // acquire handles POST /locks/{name}: 201 for a new grant, 200 for a re-entry.
@@ -34,21 +35,16 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
 		return
 	}
-	g, err := h.locker.Acquire(r.Context(), lockcore.AcquireRequest{
+	lreq := lockcore.AcquireRequest{
 		Lock: name, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold,
 		Token: r.Header.Get(leaseTokenHeader),
-	})
-	if err != nil {
-		writeError(w, r, h.log, err)
+	}
+	if lreq.Wait > 0 && lreq.Token == "" && h.parking != nil {
+		h.acquireLongPoll(w, r, name, lreq)
 		return
 	}
-	status := http.StatusCreated
-	if g.Reentered {
-		status = http.StatusOK
-	} else {
-		w.Header().Set("Location", "/locks/"+name)
-	}
-	writeJSON(w, status, grantBody(g))
+	g, err := h.locker.Acquire(r.Context(), lreq)
+	h.writeAcquire(r.Context(), w, name, g, err)
 }
 
 // release handles DELETE /locks/{name}.

@@ -63,10 +63,13 @@ func requestIDFrom(ctx context.Context) string {
 }
 
 // statusRecorder remembers the status a handler wrote. A handler that writes nothing because its
-// client left overrides it through setStatus.
+// client left overrides it through setStatus; one whose answer is written later, by a parked
+// long-poll, takes the log line with it through detachAccessLog.
 type statusRecorder struct {
 	http.ResponseWriter
-	status int
+	status   int
+	entry    accessEntry
+	detached bool
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -92,21 +95,51 @@ func setStatus(ctx context.Context, code int) {
 	}
 }
 
+// accessEntry is one request's access-log line, written once its answer is.
+type accessEntry struct {
+	log          *slog.Logger
+	id           string
+	method, path string
+	start        time.Time
+}
+
+func (e *accessEntry) write(status int) {
+	if e.log == nil {
+		return
+	}
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		slog.String("request_id", e.id),
+		slog.String("method", e.method),
+		slog.String("path", e.path),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", float64(time.Since(e.start).Microseconds())/1000),
+	)
+}
+
+// detachAccessLog takes ctx's log line away from the access log middleware, for a request whose
+// answer is written after its handler returned.
+func detachAccessLog(ctx context.Context) *accessEntry {
+	rec, ok := ctx.Value(statusKey).(*statusRecorder)
+	if !ok {
+		return &accessEntry{}
+	}
+	rec.detached = true
+	e := rec.entry
+	return &e
+}
+
 // accessLog writes one line per request: ID, method, path, status and duration. It never logs
 // headers, so lease tokens stay out of the logs.
 func accessLog(log *slog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			start := time.Now()
-			rec := &statusRecorder{ResponseWriter: w}
+			rec := &statusRecorder{ResponseWriter: w, entry: accessEntry{
+				log: log, id: requestIDFrom(r.Context()), method: r.Method, path: r.URL.Path, start: time.Now(),
+			}}
 			next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), statusKey, rec)))
-			log.LogAttrs(r.Context(), slog.LevelInfo, "request",
-				slog.String("request_id", requestIDFrom(r.Context())),
-				slog.String("method", r.Method),
-				slog.String("path", r.URL.Path),
-				slog.Int("status", rec.status),
-				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-			)
+			if !rec.detached {
+				rec.entry.write(rec.status)
+			}
 		})
 	}
 }

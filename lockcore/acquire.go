@@ -21,6 +21,9 @@ type AcquireRequest struct {
 	MaxHold time.Duration
 	// Token, when set, re-enters the lease it names instead of asking for a new one.
 	Token string
+	// Queued, when set, is called once when a waiting request has joined the lock's queue and
+	// parks. The HTTP layer uses it to move a long-poll off its server goroutine; it must not block.
+	Queued func()
 }
 
 // Grant is a held lease as the caller should see it.
@@ -41,30 +44,36 @@ type Grant struct {
 // ErrUnavailable when Redis does not answer. If ctx ends after Redis granted the lock, the grant is
 // undone before returning ctx's error, so a client that went away holds nothing.
 func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+	if req.Token == "" && req.Wait > 0 {
+		return s.acquireWaiting(ctx, req)
+	}
 	var (
 		g   Grant
 		err error
 	)
-	switch {
-	case req.Token != "":
+	if req.Token != "" {
 		g, err = s.reenterLease(ctx, req)
-	case req.Wait > 0:
-		g, err = s.acquireWaiting(ctx, req)
-	default:
+	} else {
 		g, err = s.acquireNew(ctx, req)
 	}
 	if err != nil {
 		return Grant{}, err
 	}
+	return s.settle(ctx, g, ctx.Err)
+}
+
+// settle finishes a grant: a new watchdog lease is enrolled for renewal, and g is undone when
+// left reports that the caller went away meanwhile (left's error is then returned).
+func (s *Service) settle(ctx context.Context, g Grant, left func() error) (Grant, error) {
 	if g.Watchdog && !g.Reentered {
 		if err := s.enroll(ctx, g); err != nil {
 			s.undo(ctx, g) // a watchdog lease nobody would renew is worse than none
 			return Grant{}, err
 		}
 	}
-	if ctx.Err() != nil {
+	if err := left(); err != nil {
 		s.undo(ctx, g)
-		return Grant{}, ctx.Err()
+		return Grant{}, err
 	}
 	return g, nil
 }

@@ -29,6 +29,7 @@ type waiter struct {
 	lock   string
 	lease  string
 	events chan event
+	kick   func() // called after each delivery
 }
 
 type event struct {
@@ -99,17 +100,18 @@ func (r *room) deliver(lease string, ev event) {
 		case w.events <- ev:
 		default:
 		}
+		w.kick()
 	}
 }
 
 // join registers a waiter and makes sure its lock is watched. It fails once the room is closed.
-func (r *room) join(lock, lease string) (*waiter, error) {
+func (r *room) join(lock, lease string, kick func()) (*waiter, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.s.ctx.Err() != nil {
 		return nil, errShuttingDown
 	}
-	w := &waiter{lock: lock, lease: lease, events: make(chan event, 1)}
+	w := &waiter{lock: lock, lease: lease, events: make(chan event, 1), kick: kick}
 	r.waiters[lease] = w
 	wa := r.watches[lock]
 	if wa == nil {

@@ -4,105 +4,287 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 )
 
-// acquireWaiting queues for req.Lock and waits up to req.Wait for it.
+// A waiting acquire is a small state machine that holds no goroutine while it is parked: it runs
+// on a goroutine of its own only while it has work (a Redis call, an event to act on), so a parked
+// long-poll costs a few hundred bytes of heap and no stack.
 //
 // The waiter joins this process's room before it enqueues in Redis, so a grant published right
-// after the enqueue still finds it. Grants are direct hand-offs: the script that frees the lock gives
-// it to the queue head (FIFO across replicas) and publishes one message to that waiter's replica,
-// which confirms the grant here by setting the waiter's TTL. A waiter rides out Redis errors (a
-// restart, a killed connection) until its wait ends, queueing again at its original arrival, and
-// returns ErrUnavailable if Redis is still failing then. On timeout it returns a *HeldError with Waited set; when ctx ends, ctx's
-// error; when the Service closes, ErrUnavailable. Whenever it returns without a grant, the waiter
-// has left the queue, and a grant that reached it meanwhile has been passed on.
+// after the enqueue still finds it. Grants are direct hand-offs: the script that frees the lock
+// gives it to the queue head (FIFO across replicas) and publishes one message to that waiter's
+// replica, which confirms the grant by setting the waiter's TTL. A waiter rides out Redis errors
+// (a restart, a killed connection) until its wait ends, queueing again at its original arrival.
+type wait struct {
+	s     *Service
+	req   AcquireRequest
+	lease string
+	start time.Time
+	w     *waiter
+	done  func(Grant, error)
+
+	deadline  *time.Timer
+	stopClose func() bool // unhooks the Service's Close
+
+	mu      sync.Mutex
+	phase   waitPhase
+	running bool  // a goroutine is advancing the wait
+	pausing bool  // a retry after a Redis error is due later
+	score   int64 // arrival in the queue, kept when queueing again
+	left    error // the caller left (cancel's cause)
+	expired bool  // the wait's time ran out
+	closing bool  // the Service is closing
+	failing error // the last Redis call failed with this (ErrUnavailable), nil after a success
+}
+
+type waitPhase int
+
+const (
+	phaseEnqueue waitPhase = iota // next: try, or join the queue
+	phaseParked                   // queued: waiting for an event
+	phaseConfirm                  // handed the lock: next, confirm it
+	phaseOver                     // done has been called
+)
+
+// retryPause is how long a waiter waits before retrying a Redis call that failed.
+const retryPause = 50 * time.Millisecond
+
+// StartAcquire is Acquire for a caller that must not hold a goroutine while it waits: it returns at
+// once and calls done exactly once, on another goroutine, with what Acquire would return.
+// cancel(cause) is the caller leaving (Acquire's ctx ending): done then gets cause, and a grant
+// that reached the caller meanwhile has been passed on or undone. req.Queued, when set, is called
+// when the request parks in the lock's queue.
+func (s *Service) StartAcquire(req AcquireRequest, done func(Grant, error)) (cancel func(cause error)) {
+	if req.Token != "" || req.Wait <= 0 {
+		ctx, cancelCtx := context.WithCancelCause(context.Background())
+		go func() {
+			g, err := s.Acquire(ctx, req)
+			if err != nil && ctx.Err() != nil {
+				err = context.Cause(ctx)
+			}
+			cancelCtx(nil)
+			done(g, err)
+		}()
+		return cancelCtx
+	}
+	return s.startWait(req, done)
+}
+
+// acquireWaiting queues for req.Lock and waits up to req.Wait for it. On timeout it returns a
+// *HeldError with Waited set; when ctx ends, ctx's error; when the Service closes, ErrUnavailable;
+// when Redis is still failing as the wait ends, ErrUnavailable. Whenever it returns without a
+// grant, the waiter has left the queue, and a grant that reached it meanwhile has been passed on.
 func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant, error) {
-	start := time.Now()
-	lease := uuid.NewString()
-	w, err := s.room.join(req.Lock, lease)
-	if err != nil {
-		return Grant{}, err
+	type result struct {
+		g   Grant
+		err error
 	}
-	defer s.room.leave(w)
-	waitCtx, cancel := context.WithDeadline(ctx, start.Add(req.Wait))
-	defer cancel()
-	stop := context.AfterFunc(s.ctx, cancel) // Close ends every wait
-	defer stop()
-
-	var score int64 // arrival in the queue, kept when queueing again
-	for {
-		callStart := time.Now()
-		r, err := offStack(func() (acquireReply, error) { return s.runAcquire(ctx, req, lease, "wait", score) })
-		if err != nil {
-			// Even a failed first enqueue may have landed (its reply lost): ride out Redis errors
-			// until the wait ends, keeping our place (ZADD NX keeps an existing arrival).
-			if errors.Is(err, ErrUnavailable) && pause(waitCtx) {
-				continue
-			}
-			return Grant{}, s.endWait(ctx, req.Lock, lease, start, err)
-		}
-		if r.status == acquireGranted {
-			return s.newGrant(req, lease, r.fence, callStart), nil
-		}
-		score = r.score
-		s.room.expect(req.Lock, time.Now().Add(r.pttl+time.Millisecond))
-
-		var ev event
-		select {
-		case ev = <-w.events:
-		case <-waitCtx.Done():
-			return Grant{}, s.endWait(ctx, req.Lock, lease, start, nil)
-		}
-		if ev.requeue {
-			continue
-		}
-	confirming:
-		for {
-			g, err := s.confirm(ctx, req, lease)
-			switch {
-			case err == nil:
-				return g, nil
-			case errors.Is(err, ErrUnavailable) && pause(waitCtx):
-				continue // confirming is idempotent
-			case errors.Is(err, ErrUnavailable):
-				return Grant{}, s.endWait(ctx, req.Lock, lease, start, err)
-			case !errors.Is(err, ErrLeaseLost):
-				return Grant{}, err
-			}
-			break confirming // the claim ran out before we confirmed it: queue again at our arrival
-		}
-	}
-}
-
-// pause waits a moment before a retry; it reports false when ctx ended first.
-func pause(ctx context.Context) bool {
+	ch := make(chan result, 1)
+	cancel := s.startWait(req, func(g Grant, err error) { ch <- result{g, err} })
 	select {
+	case r := <-ch:
+		return r.g, r.err
 	case <-ctx.Done():
-		return false
-	case <-time.After(50 * time.Millisecond):
-		return true
+		cancel(ctx.Err())
+		r := <-ch
+		return r.g, r.err
 	}
 }
 
-// endWait takes a waiter that is done waiting out of the queue and says why it got no grant:
-// cause if not nil, else the caller left (ctx's error), the Service closed, or the wait ran out.
-func (s *Service) endWait(ctx context.Context, lock, lease string, start time.Time, cause error) error {
-	pttl, err := s.giveUp(ctx, lock, lease)
+func (s *Service) startWait(req AcquireRequest, done func(Grant, error)) (cancel func(error)) {
+	wt := &wait{s: s, req: req, lease: uuid.NewString(), start: time.Now(), done: done, running: true}
+	w, err := s.room.join(req.Lock, wt.lease, wt.kick)
+	if err != nil {
+		go done(Grant{}, err)
+		return func(error) {}
+	}
+	wt.w = w
+	wt.deadline = time.AfterFunc(req.Wait, func() { wt.set(func() { wt.expired = true }) })
+	wt.stopClose = context.AfterFunc(s.ctx, func() { wt.set(func() { wt.closing = true }) })
+	go wt.run()
+	return func(cause error) {
+		wt.set(func() {
+			if wt.left == nil {
+				wt.left = cause
+			}
+		})
+	}
+}
+
+// set changes the wait's state under its lock and makes sure a goroutine acts on it.
+func (wt *wait) set(change func()) {
+	wt.mu.Lock()
+	change()
+	wt.mu.Unlock()
+	wt.kick()
+}
+
+// kick starts a goroutine to advance the wait unless one is running; the room calls it after
+// delivering an event.
+func (wt *wait) kick() {
+	wt.mu.Lock()
+	if wt.running || wt.phase == phaseOver {
+		wt.mu.Unlock()
+		return
+	}
+	wt.running = true
+	wt.mu.Unlock()
+	go wt.run()
+}
+
+// run advances the wait until it parks, pauses before a retry, or ends.
+func (wt *wait) run() {
+	for {
+		wt.mu.Lock()
+		phase, failing := wt.phase, wt.failing
+		over, left := wt.left != nil || wt.expired || wt.closing, wt.left != nil || wt.closing
+		var ev event
+		switch {
+		case phase == phaseOver:
+			wt.running = false
+			wt.mu.Unlock()
+			return
+		case wt.pausing && !over:
+			wt.running = false
+			wt.mu.Unlock()
+			return
+		case phase == phaseParked && !over:
+			select {
+			case ev = <-wt.w.events:
+			default:
+				wt.running = false // parked: the next event kicks a new goroutine
+				wt.mu.Unlock()
+				return
+			}
+		}
+		wt.mu.Unlock()
+
+		switch {
+		case phase == phaseEnqueue && over, phase == phaseParked && over, phase == phaseConfirm && left:
+			wt.finish(wt.end(failing))
+		case phase == phaseEnqueue:
+			wt.enqueue()
+		case phase == phaseParked && ev.requeue:
+			wt.setPhase(phaseEnqueue)
+		case phase == phaseParked:
+			wt.setPhase(phaseConfirm)
+		case phase == phaseConfirm:
+			wt.confirm()
+		}
+	}
+}
+
+// enqueue tries for the lock and joins its queue when it is held.
+func (wt *wait) enqueue() {
+	callStart := time.Now()
+	r, err := wt.s.runAcquire(context.Background(), wt.req, wt.lease, "wait", wt.score)
+	wt.mu.Lock()
+	wt.failing = nil
+	wt.mu.Unlock()
+	switch {
+	case err != nil:
+		// Even a failed first enqueue may have landed (its reply lost): ride out Redis errors
+		// until the wait ends, keeping our place (ZADD NX keeps an existing arrival).
+		if errors.Is(err, ErrUnavailable) && wt.pause(err) {
+			return
+		}
+		wt.finish(wt.end(err))
+	case r.status == acquireGranted:
+		wt.finish(wt.s.newGrant(wt.req, wt.lease, r.fence, callStart), nil)
+	default:
+		wt.mu.Lock()
+		wt.score, wt.phase = r.score, phaseParked
+		queued := wt.req.Queued
+		wt.req.Queued = nil
+		wt.mu.Unlock()
+		wt.s.room.expect(wt.req.Lock, time.Now().Add(r.pttl+time.Millisecond))
+		if queued != nil {
+			queued()
+		}
+	}
+}
+
+// confirm turns the lock handed to this waiter into its grant.
+func (wt *wait) confirm() {
+	g, err := wt.s.confirm(context.Background(), wt.req, wt.lease)
+	wt.mu.Lock()
+	wt.failing = nil
+	wt.mu.Unlock()
+	switch {
+	case err == nil:
+		wt.finish(g, nil)
+	case errors.Is(err, ErrUnavailable) && wt.pause(err):
+		// confirming is idempotent: try again after the pause
+	case errors.Is(err, ErrUnavailable):
+		wt.finish(wt.end(err))
+	case errors.Is(err, ErrLeaseLost):
+		wt.setPhase(phaseEnqueue) // the claim ran out before we confirmed it: queue again at our arrival
+	default:
+		wt.finish(Grant{}, err)
+	}
+}
+
+func (wt *wait) setPhase(p waitPhase) {
+	wt.mu.Lock()
+	wt.phase = p
+	wt.mu.Unlock()
+}
+
+// pause schedules a retry after retryPause of a call that failed with err; it reports false when
+// the wait should end instead.
+func (wt *wait) pause(err error) bool {
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if wt.left != nil || wt.expired || wt.closing {
+		return false
+	}
+	wt.pausing, wt.failing = true, err
+	time.AfterFunc(retryPause, func() { wt.set(func() { wt.pausing = false }) })
+	return true
+}
+
+// finish ends the wait: it leaves the room, settles a grant (watchdog enrolment, or undoing it
+// for a caller that left meanwhile), and calls done.
+func (wt *wait) finish(g Grant, err error) {
+	wt.mu.Lock()
+	wt.phase = phaseOver
+	wt.mu.Unlock()
+	wt.deadline.Stop()
+	wt.stopClose()
+	wt.s.room.leave(wt.w)
+	if err == nil {
+		g, err = wt.s.settle(context.Background(), g, func() error {
+			wt.mu.Lock()
+			defer wt.mu.Unlock()
+			return wt.left
+		})
+	}
+	wt.done(g, err)
+}
+
+// end takes the waiter out of the queue and says why it got no grant: cause if not nil, else the
+// caller left, the Service closed, or the wait ran out.
+func (wt *wait) end(cause error) (Grant, error) {
+	pttl, err := wt.s.giveUp(context.Background(), wt.req.Lock, wt.lease)
+	wt.mu.Lock()
+	left, closing := wt.left, wt.closing
+	wt.mu.Unlock()
 	switch {
 	case cause != nil:
-		return cause
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case s.ctx.Err() != nil:
-		return errShuttingDown
+		return Grant{}, cause
+	case left != nil:
+		return Grant{}, left
+	case closing:
+		return Grant{}, errShuttingDown
 	}
 	if errors.Is(err, errGrantPassedOn) {
-		pttl = s.claimTTL
+		pttl = wt.s.claimTTL
 	}
-	return &HeldError{Lock: lock, RetryAfter: pttl, Waited: time.Since(start)}
+	return Grant{}, &HeldError{Lock: wt.req.Lock, RetryAfter: pttl, Waited: time.Since(wt.start)}
 }
 
 // confirm turns a lock handed to lease (reserved for the claim TTL) into the waiter's grant.
@@ -121,11 +303,10 @@ func (s *Service) confirm(ctx context.Context, req AcquireRequest, lease string)
 // errGrantPassedOn: a waiter gave up after the lock had been handed to it; it was passed on.
 var errGrantPassedOn = errors.New("grant passed on")
 
-// giveUp takes lease out of lock's queue on a context of its own (the caller's may have ended).
-// It returns the lock's remaining TTL, or errGrantPassedOn when the lock had reached lease and
-// was passed on to the next waiter.
+// giveUp takes lease out of lock's queue. It returns the lock's remaining TTL, or
+// errGrantPassedOn when the lock had reached lease and was passed on to the next waiter.
 func (s *Service) giveUp(ctx context.Context, lock, lease string) (time.Duration, error) {
-	reply, err := s.exec(context.WithoutCancel(ctx), s.dequeue, s.keys(lock).all(), []string{lease, s.claimMs, s.chanPrefix})
+	reply, err := s.exec(ctx, s.dequeue, s.keys(lock).all(), []string{lease, s.claimMs, s.chanPrefix})
 	if err != nil {
 		// The entry ages out of the queue within the liveness window once this process stops
 		// refreshing it.
@@ -140,21 +321,4 @@ func (s *Service) giveUp(ctx context.Context, lock, lease string) (time.Duration
 		return 0, errGrantPassedOn
 	}
 	return time.Duration(max(r[1], 0)) * time.Millisecond, nil
-}
-
-// offStack runs f on a short-lived goroutine. A waiter parks for up to LEASEGATE_MAX_WAIT holding
-// its goroutine's stack, which keeps the size of the deepest call it made; keeping the Redis
-// client's call chain off that stack roughly halves the memory of a parked long-poll.
-func offStack[T any](f func() (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := f()
-		ch <- result{v, err}
-	}()
-	r := <-ch
-	return r.v, r.err
 }
