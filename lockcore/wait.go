@@ -35,6 +35,7 @@ type wait struct {
 	running bool  // a goroutine is advancing the wait
 	pausing bool  // a retry after a Redis error is due later
 	score   int64 // arrival in the queue, kept when queueing again
+	tried   bool  // the first try has been made (a wait that ran out still tries once)
 	left    error // the caller left (cancel's cause)
 	expired bool  // the wait's time ran out
 	closing bool  // the Service is closing
@@ -141,7 +142,8 @@ func (wt *wait) run() {
 	for {
 		wt.mu.Lock()
 		phase, failing := wt.phase, wt.failing
-		over, left := wt.left != nil || wt.expired || wt.closing, wt.left != nil || wt.closing
+		left := wt.left != nil || wt.closing
+		over := left || (wt.expired && wt.tried)
 		var ev event
 		switch {
 		case phase == phaseOver:
@@ -183,7 +185,7 @@ func (wt *wait) enqueue() {
 	callStart := time.Now()
 	r, err := wt.s.runAcquire(context.Background(), wt.req, wt.lease, "wait", wt.score)
 	wt.mu.Lock()
-	wt.failing = nil
+	wt.failing, wt.tried = nil, true
 	wt.mu.Unlock()
 	switch {
 	case err != nil:
