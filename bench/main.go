@@ -123,20 +123,29 @@ func startGateway(redisAddr, prefix string) (*gateway, error) {
 	return g, nil
 }
 
-// serve puts locker behind the gateway's router on a loopback port. Logs are formatted as in
-// production and discarded.
+// serve puts locker behind the gateway's router on a loopback port.
 func serve(locker handlers.Locker) (*gateway, error) {
-	router := handlers.NewRouter(locker, handlers.Options{
-		Limits: api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour},
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: router, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
+	srv := newServer(locker, ln)
 	return &gateway{URL: "http://" + ln.Addr().String(), srv: srv}, nil
+}
+
+// newServer serves locker on ln as main does: the gateway's router, long-polls parked off their
+// server goroutines, logs formatted as in production and discarded.
+func newServer(locker handlers.Locker, ln net.Listener) *http.Server {
+	parking := handlers.NewParking(ln.Addr())
+	router := handlers.NewRouter(locker, handlers.Options{
+		Limits:  api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour},
+		Logger:  slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Parking: parking,
+	})
+	srv := &http.Server{Handler: router, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = srv.Serve(parking) }()
+	return srv
 }
 
 func (g *gateway) Close() {
@@ -166,13 +175,6 @@ func serveFloorProcess(addr string) error {
 	if err != nil {
 		return err
 	}
-	parking := handlers.NewParking(ln.Addr())
-	router := handlers.NewRouter(floorLocker{tokens: tokens}, handlers.Options{
-		Limits:  api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour},
-		Logger:  slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Parking: parking,
-	})
-	srv := &http.Server{Handler: router, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(parking) }()
-	return srv.Serve(ln)
+	newServer(floorLocker{tokens: tokens}, ln)
+	select {} // until killed
 }
