@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/leasegate/leasegate/lockcore"
 	"github.com/leasegate/leasegate/tests/harness"
 )
@@ -33,8 +35,13 @@ func throughput(redis *harness.Redis) error {
 		return err
 	}
 	defer floor.Close()
+	trip, err := serve(roundTripLocker{floorLocker: floorLocker{tokens: gw.svc.Tokens()}, client: gw.client, script: rueidis.NewLuaScript("return 1")})
+	if err != nil {
+		return err
+	}
+	defer trip.Close()
 
-	var gwRates, floorRates []float64
+	var gwRates, floorRates, tripRates []float64
 	for i := 0; i < *rounds; i++ {
 		p0 := processCPU()
 		f, err := cycles(floor.URL, *clients, *duration)
@@ -49,16 +56,45 @@ func throughput(redis *harness.Redis) error {
 		}
 		redisShare := (redisCPU(redis) - cpu0) / duration.Seconds()
 		gwProc := (processCPU() - p0) / duration.Seconds()
-		floorRates, gwRates = append(floorRates, f), append(gwRates, g)
-		fmt.Printf("  round %d: floor %.0f cycles/s (bench process %.0f%% CPU); gateway %.0f cycles/s (bench process %.0f%%, redis-server %.0f%%)\n",
-			i+1, f, 100*floorProc, g, 100*gwProc, 100*redisShare)
+		tr, err := cycles(trip.URL, *clients, *duration)
+		if err != nil {
+			return fmt.Errorf("round-trip floor: %w", err)
+		}
+		floorRates, gwRates, tripRates = append(floorRates, f), append(gwRates, g), append(tripRates, tr)
+		fmt.Printf("  round %d: floor %.0f cycles/s (bench process %.0f%% CPU); gateway %.0f cycles/s (bench process %.0f%%, redis-server %.0f%%); round-trip floor %.0f cycles/s\n",
+			i+1, f, 100*floorProc, g, 100*gwProc, 100*redisShare, tr)
 	}
-	f, g := median(floorRates), median(gwRates)
+	f, g, tr := median(floorRates), median(gwRates), median(tripRates)
 	fmt.Printf("throughput (%d clients, distinct names, %d x %v rounds, medians):\n", *clients, *rounds, *duration)
 	fmt.Printf("  HTTP floor (no Redis):  %8.0f acquire+release cycles/s\n", f)
 	fmt.Printf("  gateway (real Redis):   %8.0f acquire+release cycles/s\n", g)
 	fmt.Printf("  gateway / floor:        %8.1f %%\n", 100*g/f)
+	fmt.Printf("  round-trip floor (HTTP floor + one trivial script call per request, same Redis client): %.0f cycles/s = %.1f %% of the floor; gateway / round-trip floor %.1f %%\n",
+		tr, 100*tr/f, 100*g/tr)
 	return nil
+}
+
+// roundTripLocker is the HTTP floor plus one Redis round trip per acquire and release (a script
+// that returns 1), through the gateway's Redis client: what two Redis calls per cycle cost before
+// any lock logic.
+type roundTripLocker struct {
+	floorLocker
+	client rueidis.Client
+	script *rueidis.Lua
+}
+
+func (l roundTripLocker) Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error) {
+	if err := l.script.Exec(ctx, l.client, []string{req.Lock}, nil).Error(); err != nil {
+		return lockcore.Grant{}, err
+	}
+	return l.floorLocker.Acquire(ctx, req)
+}
+
+func (l roundTripLocker) Release(ctx context.Context, lock, token string) (lockcore.Released, error) {
+	if err := l.script.Exec(ctx, l.client, []string{lock}, nil).Error(); err != nil {
+		return lockcore.Released{}, err
+	}
+	return l.floorLocker.Release(ctx, lock, token)
 }
 
 // cycles runs n clients, each acquiring and releasing its own lock name in a loop, for d, and
