@@ -77,9 +77,9 @@ func epollUnwatch(c *parkedConn) (lost bool) {
 	return c.lost
 }
 
-// loop turns readiness into departures: a hang-up or error means the client left; plain input
-// means it sent its next request early (pipelining), so it is alive and the bytes stay in the
-// socket for the server. Either way the connection is no longer watched.
+// loop turns readiness into departures: a hang-up or error means the client left. Plain input
+// means it sent its next request early (pipelining): the bytes stay in the socket for the server,
+// and the connection is watched for hang-ups only from then on.
 func (w *epollWatcher) loop() {
 	events := make([]syscall.EpollEvent, 256)
 	for {
@@ -94,10 +94,17 @@ func (w *epollWatcher) loop() {
 				w.mu.Unlock()
 				continue
 			}
+			lost := ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
+			if !lost {
+				rearm := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: ev.Fd, Pad: ev.Pad}
+				if syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_MOD, int(ev.Fd), &rearm) == nil {
+					w.mu.Unlock()
+					continue
+				}
+			}
 			delete(w.conns, ev.Fd)
 			_ = syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_DEL, int(ev.Fd), nil)
-			c.lost = ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
-			lost := c.lost
+			c.lost = lost
 			w.mu.Unlock()
 			if lost {
 				c.gone()
