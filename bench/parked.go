@@ -79,18 +79,21 @@ func parked(dir string, redis *harness.Redis, waiters, locks int) error {
 	channels, _ := redis.Do("PUBSUB", "NUMPAT")
 	subs, _ := redis.Do("PUBSUB", "CHANNELS", gw.KeyPrefix+"*")
 	gwRSS := rssMB(gw.PID())
-	time.Sleep(steadyAfter - settle)
-	gwSteady := rssMB(gw.PID())
+	var later []string
+	for _, at := range []time.Duration{15 * time.Second, 30 * time.Second, 45 * time.Second} {
+		time.Sleep(time.Until(start.Add(parkedIn + at)))
+		later = append(later, fmt.Sprintf("%.0f MB at +%v", rssMB(gw.PID()), at))
+	}
 
 	floor, err := parkedFloor(waiters, locks)
 	if err != nil {
 		return fmt.Errorf("parked floor: %w", err)
 	}
 	fmt.Printf("parked waiters: %d long-polls over %d lock names on one gateway process (all connected and queued in %v):\n", waiters, locks, parkedIn.Round(time.Millisecond))
-	fmt.Printf("  gateway RSS: %.0f MB idle; peak %.0f MB while they connected; %.0f MB %v after, %.0f MB %v after (steady)\n",
-		rss0, peak, gwRSS, settle, gwSteady, steadyAfter)
-	fmt.Printf("  HTTP floor RSS (same router and parking, own process, no Redis): peak %.0f MB; %.0f MB %v after, %.0f MB %v after\n",
-		floor.peak, floor.early, settle, floor.steady, steadyAfter)
+	fmt.Printf("  gateway RSS: %.0f MB idle; peak %.0f MB while they connected; parked: %.0f MB at +%v, %s\n",
+		rss0, peak, gwRSS, settle, strings.Join(later, ", "))
+	fmt.Printf("  HTTP floor RSS (same router and parking, own process, no Redis): peak %.0f MB; parked: %.0f MB at +3s\n",
+		floor.peak, floor.early)
 	fmt.Printf("  Redis connections from the gateway: %d (before: %s clients incl. this bench's probes)\n",
 		atoiOr(infoField(redis, "clients", "connected_clients"))-atoiOr(clients0)+1, clients0)
 	fmt.Printf("  pub/sub channels subscribed: %d, patterns: %s\n", len(strings.Fields(subs)), channels)
@@ -98,10 +101,6 @@ func parked(dir string, redis *harness.Redis, waiters, locks int) error {
 		float64(calls)/settle.Seconds(), 100*redisShare)
 	return nil
 }
-
-// steadyAfter is when, after the last waiter queued, resident memory is read as steady: the Go
-// runtime returns the garbage of the connection burst to the OS over some seconds.
-const steadyAfter = 20 * time.Second
 
 // hwmMB reads a process's peak resident set size from /proc.
 func hwmMB(pid int) float64 { return statusMB(pid, "VmHWM:") }
@@ -140,8 +139,9 @@ func atoiOr(s string) int {
 	return n
 }
 
-// floorRSS is the HTTP floor's resident memory: its peak, and early and steady readings.
-type floorRSS struct{ peak, early, steady float64 }
+// floorRSS is the HTTP floor's resident memory: its peak, and a reading once parked. The floor
+// allocates nothing while its waits block, so its memory does not change after that.
+type floorRSS struct{ peak, early float64 }
 
 // parkedFloor parks the same long-polls on the HTTP floor (this program re-run with -serve-floor)
 // and returns its resident memory, read as the gateway's is.
@@ -184,8 +184,6 @@ func parkedFloor(waiters, locks int) (floorRSS, error) {
 	out := floorRSS{peak: hwmMB(pid)}
 	time.Sleep(3 * time.Second) // the same readings as the gateway's
 	out.early = rssMB(pid)
-	time.Sleep(steadyAfter - 3*time.Second)
-	out.steady = rssMB(pid)
 	return out, nil
 }
 

@@ -54,23 +54,17 @@ const (
 // retryPause is how long a waiter waits before retrying a Redis call that failed.
 const retryPause = 50 * time.Millisecond
 
-// StartAcquire is Acquire for a caller that must not hold a goroutine while it waits: it returns at
-// once and calls done exactly once, on another goroutine, with what Acquire would return.
-// cancel(cause) is the caller leaving (Acquire's ctx ending): done then gets cause, and a grant
-// that reached the caller meanwhile has been passed on or undone. req.Queued, when set, is called
-// when the request parks in the lock's queue.
+// StartAcquire is Acquire for a caller that must not hold a goroutine while it waits. It makes the
+// first try on the caller's goroutine and returns once the request is granted, refused, parked in
+// the lock's queue, or pausing after a Redis error; done is called exactly once with what Acquire
+// would return, either before StartAcquire returns or later on another goroutine. cancel(cause) is
+// the caller leaving (Acquire's ctx ending): done then gets cause, and a grant that reached the
+// caller meanwhile has been passed on or undone. req.Queued, when set, is called when the request
+// parks.
 func (s *Service) StartAcquire(req AcquireRequest, done func(Grant, error)) (cancel func(cause error)) {
 	if req.Token != "" || req.Wait <= 0 {
-		ctx, cancelCtx := context.WithCancelCause(context.Background())
-		go func() {
-			g, err := s.Acquire(ctx, req)
-			if err != nil && ctx.Err() != nil {
-				err = context.Cause(ctx)
-			}
-			cancelCtx(nil)
-			done(g, err)
-		}()
-		return cancelCtx
+		done(s.Acquire(context.Background(), req))
+		return func(error) {}
 	}
 	return s.startWait(req, done)
 }
@@ -100,13 +94,13 @@ func (s *Service) startWait(req AcquireRequest, done func(Grant, error)) (cancel
 	wt := &wait{s: s, req: req, lease: uuid.NewString(), start: time.Now(), done: done, running: true}
 	w, err := s.room.join(req.Lock, wt.lease, wt.kick)
 	if err != nil {
-		go done(Grant{}, err)
+		done(Grant{}, err)
 		return func(error) {}
 	}
 	wt.w = w
 	wt.deadline = time.AfterFunc(req.Wait, func() { wt.set(func() { wt.expired = true }) })
 	wt.stopClose = context.AfterFunc(s.ctx, func() { wt.set(func() { wt.closing = true }) })
-	go wt.run()
+	wt.run() // the first try, on the caller's goroutine: most waits are granted or parked by it
 	return func(cause error) {
 		wt.set(func() {
 			if wt.left == nil {
