@@ -156,6 +156,12 @@ func TestWaitSurvivesKilledPubSubConnection(t *testing.T) {
 	eventually(t, 5*time.Second, "b queued", func() bool { return p.waiters(t, "x") == 1 })
 	killed := p.redis.MustDo(t, "CLIENT", "KILL", "TYPE", "pubsub")
 	require.NotEqual(t, "0", killed, "the gateways' subscriptions were killed")
+	// rueidis carries commands and the subscription on one connection, so the kill also fails the
+	// releasing replica's next call (503); wait until it has reconnected. The waiter's replica is
+	// left to recover by itself.
+	eventually(t, 5*time.Second, "the releasing replica reconnected", func() bool {
+		return p.client.Do(http.MethodGet, "/readyz", nil, "").Status == http.StatusOK
+	})
 	require.Equal(t, http.StatusOK, p.client.Do(http.MethodDelete, "/locks/x", tokenHeader(a.Str("token")), "").Status)
 	got := <-b
 	require.Equal(t, http.StatusCreated, got.Status, string(got.Body))
