@@ -151,7 +151,8 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	parking := handlers.NewParking(ln.Addr())
+	const idleTimeout = 2 * time.Minute
+	parking := handlers.NewParking(ln.Addr(), idleTimeout)
 	router := handlers.NewRouter(svc, handlers.Options{
 		Limits:  api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
 		Logger:  log,
@@ -165,7 +166,7 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		ReadTimeout:       15 * time.Second,
 		// A long-poll may hold a request for up to MaxWait before answering.
 		WriteTimeout:   cfg.MaxWait + 15*time.Second,
-		IdleTimeout:    2 * time.Minute,
+		IdleTimeout:    idleTimeout,
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -186,14 +187,15 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	// their clients retry on another replica); then in-flight requests finish. Nobody's lease is
 	// released.
 	_ = parking.Close()
-	svc.Close()
+	svc.Close() // returns once every wait has answered
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	if err := parking.Wait(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: answering parked long-polls: %w", err)
-	}
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
+	}
+	// A handler that parked its request while Shutdown waited for it has counted it in Parking.
+	if err := parking.Wait(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: answering parked long-polls: %w", err)
 	}
 	<-served
 	log.Info("stopped")

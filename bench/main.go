@@ -136,7 +136,7 @@ func serve(locker handlers.Locker) (*gateway, error) {
 // newServer serves locker on ln as main does: the gateway's router, long-polls parked off their
 // server goroutines, logs formatted as in production and discarded.
 func newServer(locker handlers.Locker, ln net.Listener) *http.Server {
-	parking := handlers.NewParking(ln.Addr())
+	parking := handlers.NewParking(ln.Addr(), 2*time.Minute)
 	router := handlers.NewRouter(locker, handlers.Options{
 		Limits:  api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour},
 		Logger:  slog.New(slog.NewJSONHandler(io.Discard, nil)),

@@ -208,7 +208,7 @@ func (f floorLocker) StartAcquire(req lockcore.AcquireRequest, done func(lockcor
 	return func(cause error) {
 		once.Do(func() {
 			floorParked.Add(-1)
-			done(lockcore.Grant{}, cause)
+			go done(lockcore.Grant{}, cause) // never on the caller's goroutine, as lockcore
 		})
 	}
 }

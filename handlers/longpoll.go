@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -24,26 +25,54 @@ func (h *lockHandlers) acquireLongPoll(w http.ResponseWriter, r *http.Request, n
 	stopFollowing := context.AfterFunc(r.Context(), func() { cancel(context.Canceled) })
 
 	select {
+	case <-call.done: // checked first: a wait can be queued and done by the time we look
+		stopFollowing()
+		h.answerOnServer(w, r, name, call)
+		return
+	default:
+	}
+	select {
 	case <-call.done:
 		stopFollowing()
-		h.writeAcquire(r.Context(), w, name, call.g, call.err)
+		h.answerOnServer(w, r, name, call)
 		return
 	case <-queued:
 	}
+	h.parking.count(1) // before the hijack, so that a shutdown's Parking.Wait cannot miss it
 	conn, buf, err := http.NewResponseController(w).Hijack()
 	if err != nil {
+		h.parking.count(-1)
 		<-call.done
 		stopFollowing()
-		h.writeAcquire(r.Context(), w, name, call.g, call.err)
+		h.answerOnServer(w, r, name, call)
 		return
 	}
 	// If the client left before the hijack, cancel has run and the wait is ending: answer drops it.
 	stopFollowing()
 	pc := h.parking.park(conn, buf.Reader, !r.Close, func() { cancel(context.Canceled) })
 	entry, id := detachAccessLog(r.Context()), requestIDFrom(r.Context())
-	answer := func() { h.answerParked(pc, entry, id, name, call.g, call.err) }
+	http10 := r.ProtoMajor == 1 && r.ProtoMinor == 0
+	answer := func() { h.answerParked(pc, entry, id, name, http10, call.g, call.err) }
 	if !call.then(answer) {
 		answer() // the wait ended while we parked
+	}
+}
+
+// answerOnServer answers a long-poll that did not park, on its server goroutine. A grant that came
+// after its client left is given back at once.
+func (h *lockHandlers) answerOnServer(w http.ResponseWriter, r *http.Request, name string, call *waitCall) {
+	if call.err == nil && r.Context().Err() != nil {
+		h.releaseAbandoned(requestIDFrom(r.Context()), name, call.g)
+		setStatus(r.Context(), statusClientClosed)
+		return
+	}
+	h.writeAcquire(r.Context(), w, name, call.g, call.err)
+}
+
+// releaseAbandoned releases a grant nobody will use: its client left, or never got the answer.
+func (h *lockHandlers) releaseAbandoned(id, name string, g lockcore.Grant) {
+	if _, err := h.locker.Release(context.Background(), name, g.Token); err != nil {
+		h.log.Warn("releasing the grant of a client that left failed", "request_id", id, "lock", name, "err", err)
 	}
 }
 
@@ -82,20 +111,27 @@ func (c *waitCall) then(f func()) bool {
 
 // answerParked answers a parked acquire on its hijacked connection and logs the request. A grant
 // whose client went away is released at once, so that it passes to the next waiter.
-func (h *lockHandlers) answerParked(pc *parkedConn, entry *accessEntry, id, name string, g lockcore.Grant, err error) {
+func (h *lockHandlers) answerParked(pc *parkedConn, entry *accessEntry, id, name string, http10 bool, g lockcore.Grant, err error) {
+	defer func() { // this runs on lockcore's goroutine, which no recoverer guards
+		if v := recover(); v != nil {
+			h.log.Error("panic", "request_id", id, "panic", v, "stack", string(debug.Stack()))
+			pc.drop()
+			entry.write(http.StatusInternalServerError)
+		}
+	}()
 	if lost := pc.stop(); lost || errors.Is(err, context.Canceled) {
 		if err == nil {
-			if _, relErr := h.locker.Release(context.Background(), name, g.Token); relErr != nil {
-				h.log.Warn("releasing the grant of a client that left failed", "request_id", id, "lock", name, "err", relErr)
-			}
+			h.releaseAbandoned(id, name, g)
 		}
 		pc.drop()
 		entry.write(statusClientClosed)
 		return
 	}
-	resp := &rawResponse{header: http.Header{requestIDHeader: {id}}}
+	resp := &rawResponse{header: http.Header{requestIDHeader: {id}}, http10: http10}
 	h.writeAcquire(context.WithValue(context.Background(), requestIDKey, id), resp, name, g, err)
-	pc.send(resp.render)
+	if !pc.send(resp.render) && err == nil && !g.Reentered {
+		h.releaseAbandoned(id, name, g) // the client never learnt of its grant
+	}
 	entry.write(resp.status)
 }
 
@@ -119,6 +155,7 @@ type rawResponse struct {
 	header http.Header
 	status int
 	body   bytes.Buffer
+	http10 bool // the request was HTTP/1.0: a kept connection says so ("Connection: keep-alive")
 }
 
 func (r *rawResponse) Header() http.Header { return r.header }
@@ -139,8 +176,11 @@ func (r *rawResponse) render(closing bool) []byte {
 	r.WriteHeader(http.StatusOK)
 	r.header.Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	r.header.Set("Content-Length", strconv.Itoa(r.body.Len()))
-	if closing {
+	switch {
+	case closing:
 		r.header.Set("Connection", "close")
+	case r.http10:
+		r.header.Set("Connection", "keep-alive")
 	}
 	var b bytes.Buffer
 	b.Grow(256 + r.body.Len())

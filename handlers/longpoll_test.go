@@ -6,13 +6,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasegate/leasegate/api"
 	"github.com/leasegate/leasegate/lockcore"
 )
 
@@ -61,5 +64,70 @@ func TestParkedAnswersAreWellFormedHTTP(t *testing.T) {
 				assert.Equal(t, "2", got.Header.Get("Retry-After"))
 			}
 		})
+	}
+}
+
+// firstTryLocker is a Locker whose StartAcquire grants only when the test says so, on the
+// caller's goroutine (as lockcore's first try does), and which records releases.
+type firstTryLocker struct {
+	Locker
+	entered  chan struct{}
+	proceed  chan struct{}
+	released chan string
+}
+
+func (l *firstTryLocker) StartAcquire(req lockcore.AcquireRequest, done func(lockcore.Grant, error)) func(error) {
+	close(l.entered)
+	<-l.proceed
+	done(lockcore.Grant{Lease: lockcore.Lease{Lock: req.Lock, Owner: req.Owner, ID: "id", Fence: 1}, Token: "tok",
+		TTL: req.TTL, ExpiresAt: time.Now().Add(req.TTL), Holds: 1}, nil)
+	return func(error) {}
+}
+
+func (l *firstTryLocker) Release(_ context.Context, lock, token string) (lockcore.Released, error) {
+	l.released <- lock + " " + token
+	return lockcore.Released{Released: true}, nil
+}
+
+// TestLongPollGrantedAfterItsClientLeftIsReleased: a long-poll whose client disconnects while
+// its first try is in Redis, and which that try then grants, gives the grant back at once.
+func TestLongPollGrantedAfterItsClientLeftIsReleased(t *testing.T) {
+	locker := &firstTryLocker{entered: make(chan struct{}), proceed: make(chan struct{}), released: make(chan string, 1)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	parking := NewParking(ln.Addr(), time.Minute)
+	router := NewRouter(locker, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Parking: parking,
+		Limits: api.Limits{DefaultTTL: time.Second, MaxTTL: time.Minute, MaxWait: time.Minute, MaxHold: time.Minute}})
+	clientGone := make(chan struct{})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		context.AfterFunc(r.Context(), func() { close(clientGone) })
+		router.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = srv.Serve(parking) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ln.Addr().String()+"/locks/abandoned",
+		strings.NewReader(`{"owner":"o","wait_ms":5000}`))
+	require.NoError(t, err)
+	failed := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		failed <- err
+	}()
+	<-locker.entered
+	cancel()
+	require.Error(t, <-failed, "the client gave up")
+	<-clientGone // the server noticed
+	close(locker.proceed)
+	select {
+	case got := <-locker.released:
+		assert.Equal(t, "abandoned tok", got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the abandoned grant was not released")
 	}
 }

@@ -18,6 +18,7 @@ import (
 type Locker interface {
 	Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error)
 	// StartAcquire is Acquire without a goroutine held while the request waits (see lockcore).
+	// cancel must not call done on its caller's goroutine.
 	StartAcquire(req lockcore.AcquireRequest, done func(lockcore.Grant, error)) (cancel func(cause error))
 	Release(ctx context.Context, lock, token string) (lockcore.Released, error)
 	Renew(ctx context.Context, lock, token string, ttl time.Duration) (lockcore.Grant, error)

@@ -3,19 +3,31 @@
 package handlers
 
 import (
+	"net"
 	"sync"
 	"syscall"
 )
 
-// epollWatcher watches every parked connection of the process for its client leaving, with one
-// epoll instance and one goroutine, instead of a goroutine blocked in Read per connection. It lives
-// as long as the process, like the runtime's own network poller, and is started by the first park.
+// epollWatcher watches connections that have no server goroutine (parked long-polls, and answered
+// connections waiting for their next request) with one epoll instance and one goroutine for the
+// whole process, instead of a goroutine blocked in Read per connection. It lives as long as the
+// process, like the runtime's own network poller, and is started by the first watch.
 type epollWatcher struct {
 	epfd int
 
-	mu    sync.Mutex
-	conns map[int32]*parkedConn // by file descriptor
-	seq   uint32                // registration number, to tell a reused descriptor's stale events
+	mu      sync.Mutex
+	entries map[int32]*watchEntry // by file descriptor
+	seq     uint32                // registration number, to tell a reused descriptor's stale events
+	broken  bool                  // epoll_wait failed for good: watch nothing more
+}
+
+// watchEntry is one watched connection.
+type watchEntry struct {
+	fd          int32
+	id          uint32
+	keepOnInput bool            // input means alive: from then on, watch for hang-ups only
+	onEnd       func(lost bool) // called once, off the watcher's lock, when the watch ends by itself
+	ended, lost bool            // guarded by the watcher's mu
 }
 
 var (
@@ -29,27 +41,32 @@ func sharedWatcher() *epollWatcher {
 		if err != nil {
 			return
 		}
-		watcher = &epollWatcher{epfd: fd, conns: map[int32]*parkedConn{}}
+		watcher = &epollWatcher{epfd: fd, entries: map[int32]*watchEntry{}}
 		go watcher.loop()
 	})
 	return watcher
 }
 
-// epollWatch starts watching c; it reports false when c cannot be watched this way.
-func epollWatch(c *parkedConn) bool {
+// epollWatch watches conn until epollUnwatch, or until the client hangs up or (unless keepOnInput)
+// sends input, which calls onEnd(lost). It returns nil when conn cannot be watched this way. The
+// connection must stay open until epollUnwatch or onEnd.
+func epollWatch(conn net.Conn, keepOnInput bool, onEnd func(lost bool)) *watchEntry {
 	w := sharedWatcher()
-	sc, ok := c.Conn.(syscall.Conn)
+	sc, ok := conn.(syscall.Conn)
 	if w == nil || !ok {
-		return false
+		return nil
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return nil
 	}
-	added := false
+	var e *watchEntry
 	err = rc.Control(func(fd uintptr) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		if w.broken {
+			return
+		}
 		w.seq++
 		ev := syscall.EpollEvent{
 			Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT,
@@ -57,58 +74,72 @@ func epollWatch(c *parkedConn) bool {
 			Pad:    int32(w.seq),
 		}
 		if syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev) == nil {
-			c.fd, c.watchID, added = int32(fd), w.seq, true
-			w.conns[c.fd] = c
+			e = &watchEntry{fd: int32(fd), id: w.seq, keepOnInput: keepOnInput, onEnd: onEnd}
+			w.entries[e.fd] = e
 		}
 	})
-	return err == nil && added
+	if err != nil {
+		return nil
+	}
+	return e
 }
 
-// epollUnwatch stops watching c (before its descriptor is closed or handed back) and reports
-// whether its client left.
-func epollUnwatch(c *parkedConn) (lost bool) {
+// epollUnwatch stops watching e (before its connection is closed or handed on). It reports whether
+// the watch had already ended by itself (onEnd has been or is being called) and whether the client
+// hung up.
+func epollUnwatch(e *watchEntry) (ended, lost bool) {
 	w := watcher
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.conns[c.fd] == c {
-		delete(w.conns, c.fd)
-		_ = syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_DEL, int(c.fd), nil)
+	if !e.ended && w.entries[e.fd] == e {
+		delete(w.entries, e.fd)
+		_ = syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_DEL, int(e.fd), nil)
+		return false, e.lost
 	}
-	return c.lost
+	return e.ended, e.lost
 }
 
-// loop turns readiness into departures: a hang-up or error means the client left. Plain input
-// means it sent its next request early (pipelining): the bytes stay in the socket for the server,
-// and the connection is watched for hang-ups only from then on.
+// loop turns readiness into events: a hang-up or error means the client left. Plain input on a
+// parked connection means the client sent its next request early (pipelining): the bytes stay in
+// the socket for the server, and the connection is watched for hang-ups only from then on.
 func (w *epollWatcher) loop() {
 	events := make([]syscall.EpollEvent, 256)
 	for {
 		n, err := syscall.EpollWait(w.epfd, events, -1)
-		if err != nil {
-			continue // EINTR
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil { // cannot happen with a valid epoll descriptor; stop rather than spin
+			w.mu.Lock()
+			w.broken = true
+			w.mu.Unlock()
+			return
 		}
 		for _, ev := range events[:n] {
-			w.mu.Lock()
-			c := w.conns[ev.Fd]
-			if c == nil || c.watchID != uint32(ev.Pad) {
-				w.mu.Unlock()
-				continue
-			}
-			lost := ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
-			if !lost {
-				rearm := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: ev.Fd, Pad: ev.Pad}
-				if syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_MOD, int(ev.Fd), &rearm) == nil {
-					w.mu.Unlock()
-					continue
-				}
-			}
-			delete(w.conns, ev.Fd)
-			_ = syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_DEL, int(ev.Fd), nil)
-			c.lost = lost
-			w.mu.Unlock()
-			if lost {
-				c.gone()
+			if e := w.take(ev); e != nil {
+				e.onEnd(e.lost)
 			}
 		}
 	}
+}
+
+// take applies one event; it returns the entry whose watch the event ended, if any.
+func (w *epollWatcher) take(ev syscall.EpollEvent) *watchEntry {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.entries[ev.Fd]
+	if e == nil || e.id != uint32(ev.Pad) {
+		return nil // the descriptor was unwatched (and maybe reused) since the event
+	}
+	lost := ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
+	if !lost && e.keepOnInput {
+		rearm := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: ev.Fd, Pad: ev.Pad}
+		if syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_MOD, int(ev.Fd), &rearm) == nil {
+			return nil
+		}
+	}
+	delete(w.entries, ev.Fd)
+	_ = syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_DEL, int(ev.Fd), nil)
+	e.ended, e.lost = true, lost
+	return e
 }

@@ -2,8 +2,13 @@
 
 package handlers
 
-// Without epoll, every parked connection is watched by a goroutine of its own (see parkedConn.watch).
+import "net"
 
-func epollWatch(*parkedConn) bool { return false }
+// Without epoll, connections are watched by a goroutine of their own each (see
+// parkedConn.watchByRead and idleConn.readFirstByte).
 
-func epollUnwatch(*parkedConn) bool { return false }
+type watchEntry struct{}
+
+func epollWatch(net.Conn, bool, func(lost bool)) *watchEntry { return nil }
+
+func epollUnwatch(*watchEntry) (ended, lost bool) { return false, false }

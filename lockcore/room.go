@@ -104,7 +104,9 @@ func (r *room) deliver(lease string, ev event) {
 	}
 }
 
-// join registers a waiter and makes sure its lock is watched. It fails once the room is closed.
+// join registers a waiter and makes sure its lock is watched. It counts the wait in the Service's
+// WaitGroup (the wait calls Done when it finishes), so Close waits for every wait. It fails once
+// the Service is closing.
 func (r *room) join(lock, lease string, kick func()) (*waiter, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -112,6 +114,7 @@ func (r *room) join(lock, lease string, kick func()) (*waiter, error) {
 		return nil, errShuttingDown
 	}
 	w := &waiter{lock: lock, lease: lease, events: make(chan event, 1), kick: kick}
+	r.s.wg.Add(1) // the wait's; done when it finishes
 	r.waiters[lease] = w
 	wa := r.watches[lock]
 	if wa == nil {

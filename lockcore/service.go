@@ -115,7 +115,10 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 // goroutines, waiting for them. Leases and watchdog duties stay in Redis, where other replicas
 // carry on. The Service must not be used afterwards.
 func (s *Service) Close() {
+	// Under the room's lock, so that no wait or watch joins s.wg after the cancel.
+	s.room.mu.Lock()
 	s.cancel()
+	s.room.mu.Unlock()
 	s.wg.Wait()
 }
 

@@ -134,3 +134,18 @@ func TestWaitThatRunsOutAtOnceStillTries(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// TestWaitingAcquireWithEndedContextGrantsNothing: a waiting Acquire whose caller has already
+// left gets its context's error and leaves the lock free, watchdog or not.
+func TestWaitingAcquireWithEndedContextGrantsNothing(t *testing.T) {
+	w := newWaitWorld(t, lockcore.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, watchdog := range []bool{false, true} {
+		_, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: "gone", Owner: "o", TTL: time.Minute, Wait: time.Second, Watchdog: watchdog})
+		assert.ErrorIs(t, err, context.Canceled)
+		st, err := w.svc.Inspect(context.Background(), "gone", "")
+		require.NoError(t, err)
+		assert.False(t, st.Held, "watchdog=%v: nobody holds the lock", watchdog)
+	}
+}

@@ -78,21 +78,24 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 		g   Grant
 		err error
 	}
+	if err := ctx.Err(); err != nil {
+		return Grant{}, err
+	}
 	ch := make(chan result, 1)
 	cancel := s.startWait(req, func(g Grant, err error) { ch <- result{g, err} })
-	select {
-	case r := <-ch:
-		return r.g, r.err
-	case <-ctx.Done():
-		cancel(ctx.Err())
-		r := <-ch
-		return r.g, r.err
+	stop := context.AfterFunc(ctx, func() { cancel(ctx.Err()) })
+	r := <-ch
+	stop()
+	if r.err == nil && ctx.Err() != nil { // ctx ended during the first try, which granted
+		s.undo(ctx, r.g)
+		return Grant{}, ctx.Err()
 	}
+	return r.g, r.err
 }
 
 func (s *Service) startWait(req AcquireRequest, done func(Grant, error)) (cancel func(error)) {
 	wt := &wait{s: s, req: req, lease: uuid.NewString(), start: time.Now(), done: done, running: true}
-	w, err := s.room.join(req.Lock, wt.lease, wt.kick)
+	w, err := s.room.join(req.Lock, wt.lease, wt.kick) // counts the wait in s.wg until finish
 	if err != nil {
 		done(Grant{}, err)
 		return func(error) {}
@@ -138,7 +141,19 @@ func (wt *wait) run() {
 		phase, failing := wt.phase, wt.failing
 		left := wt.left != nil || wt.closing
 		over := left || (wt.expired && wt.tried)
-		var ev event
+		var (
+			ev  event
+			got bool
+		)
+		if phase == phaseParked && !left {
+			// An event that is in wins over the deadline: a lock that reached the waiter as its
+			// wait ran out is still its grant.
+			select {
+			case ev = <-wt.w.events:
+				got = true
+			default:
+			}
+		}
 		switch {
 		case phase == phaseOver:
 			wt.running = false
@@ -148,19 +163,15 @@ func (wt *wait) run() {
 			wt.running = false
 			wt.mu.Unlock()
 			return
-		case phase == phaseParked && !over:
-			select {
-			case ev = <-wt.w.events:
-			default:
-				wt.running = false // parked: the next event kicks a new goroutine
-				wt.mu.Unlock()
-				return
-			}
+		case phase == phaseParked && !got && !over:
+			wt.running = false // parked: the next event kicks a new goroutine
+			wt.mu.Unlock()
+			return
 		}
 		wt.mu.Unlock()
 
 		switch {
-		case phase == phaseEnqueue && over, phase == phaseParked && over, phase == phaseConfirm && left:
+		case phase == phaseEnqueue && over, phase == phaseParked && !got && over, phase == phaseConfirm && left:
 			wt.finish(wt.end(failing))
 		case phase == phaseEnqueue:
 			wt.enqueue()
@@ -244,8 +255,9 @@ func (wt *wait) pause(err error) bool {
 }
 
 // finish ends the wait: it leaves the room, settles a grant (watchdog enrolment, or undoing it
-// for a caller that left meanwhile), and calls done.
+// for a caller that left meanwhile), and calls done. The Service's Close waits for it.
 func (wt *wait) finish(g Grant, err error) {
+	defer wt.s.wg.Done()
 	wt.mu.Lock()
 	wt.phase = phaseOver
 	wt.mu.Unlock()
@@ -262,20 +274,20 @@ func (wt *wait) finish(g Grant, err error) {
 	wt.done(g, err)
 }
 
-// end takes the waiter out of the queue and says why it got no grant: cause if not nil, else the
-// caller left, the Service closed, or the wait ran out.
+// end takes the waiter out of the queue and says why it got no grant: the caller left (its
+// cause), the Service closed, cause (Redis still failing), or the wait ran out.
 func (wt *wait) end(cause error) (Grant, error) {
 	pttl, err := wt.s.giveUp(context.Background(), wt.req.Lock, wt.lease)
 	wt.mu.Lock()
 	left, closing := wt.left, wt.closing
 	wt.mu.Unlock()
 	switch {
-	case cause != nil:
-		return Grant{}, cause
 	case left != nil:
 		return Grant{}, left
 	case closing:
 		return Grant{}, errShuttingDown
+	case cause != nil:
+		return Grant{}, cause
 	}
 	if errors.Is(err, errGrantPassedOn) {
 		pttl = wt.s.claimTTL

@@ -275,6 +275,28 @@ func TestParkedLongPollKeepsItsConnection(t *testing.T) {
 	assert.Equal(t, false, e.client.Do(http.MethodGet, "/locks/kept", nil, "").JSON()["held"])
 }
 
+// TestAnsweredConnectionOutlivesTheHeaderTimeout: after a parked answer, the connection waits for
+// the client's next request as an idle keep-alive connection does (2 min), not only the 5 s a
+// server gives a new connection to send its headers.
+func TestAnsweredConnectionOutlivesTheHeaderTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	holder := e.hold(t, e.client, "idle", "holder", 60000)
+	c := mustDialRaw(t, e.gw, 30*time.Second)
+
+	wait := waitReq("idle", "parked", "idle-wait-1", 30000, 10000)
+	require.NoError(t, c.send(wait))
+	eventually(t, 10*time.Second, "the waiter queued", func() bool { return e.waiters(t, "idle") == 1 })
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/idle", tokenHeader(holder.Str("token")), "").Status)
+	got := c.mustRead(t, wait)
+	require.Equal(t, http.StatusCreated, got.Status, string(got.Body))
+
+	<-time.After(6 * time.Second) // the idle period under test: longer than the 5 s header timeout
+	rel := c.mustRoundTrip(t, rawReq{method: http.MethodDelete, path: "/locks/idle", header: harness.Headers{"Lease-Token": got.Str("token")}})
+	require.Equal(t, http.StatusOK, rel.Status, string(rel.Body))
+	assert.Equal(t, true, rel.JSON()["released"])
+}
+
 func TestParkedLongPollServesAPipelinedRequest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
