@@ -131,3 +131,12 @@ func TestLongPollGrantedAfterItsClientLeftIsReleased(t *testing.T) {
 		t.Fatal("the abandoned grant was not released")
 	}
 }
+
+// TestParkedAnswerToHTTP10KeepAlive: an HTTP/1.0 client that asked for keep-alive is told the
+// connection stays open, as net/http tells it.
+func TestParkedAnswerToHTTP10KeepAlive(t *testing.T) {
+	resp := &rawResponse{header: http.Header{}, http10: true}
+	writeJSON(resp, http.StatusOK, map[string]int{"a": 1})
+	assert.Contains(t, string(resp.render(false)), "\r\nConnection: keep-alive\r\n")
+	assert.Contains(t, string(resp.render(true)), "\r\nConnection: close\r\n")
+}
