@@ -9,25 +9,17 @@ package tests
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -158,57 +150,14 @@ func (c *rawConn) mustRoundTrip(t *testing.T, r rawReq) *rawResp {
 	return c.mustRead(t, r)
 }
 
-var (
-	rawSpecOnce   sync.Once
-	rawSpecRouter routers.Router
-	rawSpecErr    error
-)
-
-// checkAgainstSpec checks a response read from a raw connection against the operation
-// openapi.yaml defines for its request, as harness.Client does for its own responses.
+// checkAgainstSpec checks a response read from a raw connection against openapi.yaml, as
+// harness.Client does for its own responses.
 func checkAgainstSpec(r rawReq, resp *harness.Response) error {
-	rawSpecOnce.Do(func() {
-		root, err := harness.ModuleRoot()
-		if err != nil {
-			rawSpecErr = err
-			return
-		}
-		doc, err := openapi3.NewLoader().LoadFromFile(filepath.Join(root, "openapi.yaml"))
-		if err != nil {
-			rawSpecErr = err
-			return
-		}
-		if rawSpecErr = doc.Validate(context.Background()); rawSpecErr != nil {
-			return
-		}
-		rawSpecRouter, rawSpecErr = gorillamux.NewRouter(doc)
-	})
-	if rawSpecErr != nil {
-		return fmt.Errorf("openapi.yaml: %w", rawSpecErr)
-	}
-	// Requests are matched under the spec's server, http://127.0.0.1:8080.
 	req, err := r.build("127.0.0.1:8080")
 	if err != nil {
 		return err
 	}
-	route, params, err := rawSpecRouter.FindRoute(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: no such operation in openapi.yaml: %w", r.method, r.path, err)
-	}
-	for k, v := range params {
-		params[k], _ = url.PathUnescape(v)
-	}
-	input := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
-		Status:                 resp.Status,
-		Header:                 resp.Header,
-		Body:                   io.NopCloser(bytes.NewReader(resp.Body)),
-		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
-	}
-	if err := openapi3filter.ValidateResponse(context.Background(), input); err != nil {
-		return fmt.Errorf("%s %s answered %d off-spec: %v\nbody: %s", r.method, r.path, resp.Status, err, resp.Body)
-	}
-	return nil
+	return harness.CheckResponse(req, r.body, resp)
 }
 
 // waitReq is a waiting acquire carrying request ID id.

@@ -147,10 +147,20 @@ func (c *Client) Send(ctx context.Context, method, path string, h Headers, body 
 	return out, nil
 }
 
-// validate checks resp against the operation the spec defines for req. Routes outside the spec
-// (404s) must still answer with a problem body.
+// validate reports, through t, a response that does not match the spec.
 func (c *Client) validate(req *http.Request, body string, resp *Response) {
-	router, _ := specRoutes()
+	if err := CheckResponse(req, body, resp); err != nil {
+		c.t.Errorf("%v", err)
+	}
+}
+
+// CheckResponse checks resp against the operation openapi.yaml defines for req (whose body was
+// body). Routes outside the spec (404s) must still answer with a problem body.
+func CheckResponse(req *http.Request, body string, resp *Response) error {
+	router, err := specRoutes()
+	if err != nil {
+		return fmt.Errorf("openapi.yaml: %w", err)
+	}
 	u := *req.URL
 	u.Host = specHost
 	match := req.Clone(context.Background())
@@ -160,9 +170,9 @@ func (c *Client) validate(req *http.Request, body string, resp *Response) {
 	route, params, err := router.FindRoute(match)
 	if err != nil {
 		if ct := resp.Header.Get("Content-Type"); resp.Status < 400 || !strings.HasPrefix(ct, "application/problem+json") {
-			c.t.Errorf("%s %s: off-spec route answered %d %q: %s", req.Method, req.URL.Path, resp.Status, ct, resp.Body)
+			return fmt.Errorf("%s %s: off-spec route answered %d %q: %s", req.Method, req.URL.Path, resp.Status, ct, resp.Body)
 		}
-		return
+		return nil
 	}
 	// Path parameters are passed unvalidated: tests send bad names on purpose.
 	for k, v := range params {
@@ -176,6 +186,7 @@ func (c *Client) validate(req *http.Request, body string, resp *Response) {
 		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
 	}
 	if err := openapi3filter.ValidateResponse(context.Background(), input); err != nil {
-		c.t.Errorf("%s %s answered %d off-spec: %v\nbody: %s", req.Method, req.URL.Path, resp.Status, err, resp.Body)
+		return fmt.Errorf("%s %s answered %d off-spec: %v\nbody: %s", req.Method, req.URL.Path, resp.Status, err, resp.Body)
 	}
+	return nil
 }
