@@ -186,10 +186,16 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	// Long-polls end first (they leave their queues and answer 503 with "Connection: close", so
 	// their clients retry on another replica); then in-flight requests finish. Nobody's lease is
 	// released.
-	_ = parking.Close()
-	svc.Close() // returns once every wait has answered
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	_ = parking.Close() // first: answered long-polls must not wait for a server that stops accepting
+	closed := make(chan struct{})
+	go func() { svc.Close(); close(closed) }() // returns once every wait has answered
+	select {
+	case <-closed:
+	case <-shutdownCtx.Done():
+		return fmt.Errorf("shutdown: ending waits: %w", shutdownCtx.Err())
+	}
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -19,7 +19,9 @@ import (
 // and goes back to the HTTP server with it through Parking, which is a net.Listener: serve it with
 // the same http.Server as the main listener.
 //
-// Parking is safe for concurrent use.
+// Answers hand connections back through Parking, so close it before the lock service whose waits
+// it parks: Close makes later answers close their connections instead. Parking is safe for
+// concurrent use.
 type Parking struct {
 	addr   net.Addr
 	idle   time.Duration
@@ -135,6 +137,9 @@ func (p *Parking) giveBack(c net.Conn) {
 // called, once, if the client closes the connection before the answer. The caller must answer
 // with send or drop, exactly once.
 func (p *Parking) park(conn net.Conn, buffered *bufio.Reader, keepAlive bool, gone func()) *parkedConn {
+	if ra, ok := conn.(*readAheadConn); ok && len(ra.ahead) == 0 {
+		conn = ra.Conn // parked again after a pipelined request: do not wrap twice
+	}
 	c := &parkedConn{Conn: conn, p: p, keepAlive: keepAlive, gone: gone}
 	if n := buffered.Buffered(); n > 0 {
 		b, _ := buffered.Peek(n)
@@ -159,6 +164,7 @@ type parkedConn struct {
 	keepAlive bool   // the request allows another one on this connection
 	gone      func() // ends the wait: the client went away
 	ahead     []byte // bytes of the client's next request, read before the answer
+	answered  atomic.Bool
 
 	watch *watchEntry // watched by the epoll watcher (Linux), else:
 
@@ -203,6 +209,9 @@ const answerTimeout = 10 * time.Second
 // request, or closes it when the request or a stopping server asks for that. The watch must have
 // been stopped. It reports whether the answer was written.
 func (c *parkedConn) send(render func(closing bool) []byte) bool {
+	if !c.answered.CompareAndSwap(false, true) {
+		return false
+	}
 	defer c.p.count(-1)
 	closing := !c.keepAlive || c.p.isClosed()
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(answerTimeout))
@@ -219,8 +228,11 @@ func (c *parkedConn) send(render func(closing bool) []byte) bool {
 	return err == nil
 }
 
-// drop closes the connection of a client that went away.
+// drop closes the connection of a client that went away; after send it does nothing.
 func (c *parkedConn) drop() {
+	if !c.answered.CompareAndSwap(false, true) {
+		return
+	}
 	defer c.p.count(-1)
 	_ = c.Conn.Close()
 }
@@ -252,12 +264,12 @@ func (p *Parking) keepIdle(conn net.Conn) {
 	c.timer = time.AfterFunc(p.idle, c.shut)
 }
 
-// ended is the watcher's callback: the client sent its next request, or hung up.
+// ended is the watcher's callback: the client sent its next request, or hung up. The watch ended
+// by itself, so the connection is this callback's, whoever took it out of the idle set (shut backs
+// off when the watch has ended).
 func (c *idleConn) ended(lost bool) {
-	if !c.forget() {
-		return
-	}
-	if lost {
+	c.forget()
+	if lost || c.p.isClosed() {
 		_ = c.Conn.Close()
 		return
 	}
