@@ -112,8 +112,8 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 }
 
 // Close ends every wait in progress (they answer ErrUnavailable) and stops the Service's
-// goroutines, waiting for them and for the waits' done callbacks. Leases and watchdog duties stay in Redis, where other replicas
-// carry on. The Service must not be used afterwards.
+// goroutines, waiting for them and for the waits' done callbacks. Leases and watchdog duties stay
+// in Redis, where other replicas carry on. The Service must not be used afterwards.
 func (s *Service) Close() {
 	// Under the room's lock, so that no wait or watch joins s.wg after the cancel.
 	s.room.mu.Lock()
