@@ -167,13 +167,7 @@ func median(xs []float64) float64 {
 // real tokens so that the floor does the same token work as the gateway.
 type floorLocker struct{ tokens *lockcore.Tokens }
 
-func (f floorLocker) Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error) {
-	if req.Wait > 0 { // the parked scenario's floor: a wait that just blocks
-		floorParked.Add(1)
-		defer floorParked.Add(-1)
-		<-ctx.Done()
-		return lockcore.Grant{}, ctx.Err()
-	}
+func (f floorLocker) Acquire(_ context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error) {
 	l := lockcore.Lease{Lock: req.Lock, Owner: req.Owner, ID: "5f0c7d0e-3f8e-4a57-9a3c-2f4e8f9b1c11", Fence: 1}
 	return lockcore.Grant{Lease: l, Token: f.tokens.Mint(l), TTL: req.TTL, ExpiresAt: time.Now().Add(req.TTL), Holds: 1}, nil
 }
