@@ -14,6 +14,7 @@ const (
 	TypeNotFound           = "urn:leasegate:problem:not-found"
 	TypeMethodNotAllowed   = "urn:leasegate:problem:method-not-allowed"
 	TypeBackendUnavailable = "urn:leasegate:problem:backend-unavailable"
+	TypeTooManyWaiters     = "urn:leasegate:problem:too-many-waiters"
 	TypeInternal           = "urn:leasegate:problem:internal"
 )
 
@@ -27,6 +28,7 @@ type Problem struct {
 	Lock          string         `json:"lock,omitempty"`
 	RetryAfterms  *int64         `json:"retry_after_ms,omitempty"`
 	Waitedms      *int64         `json:"waited_ms,omitempty"`
+	QueueTicket   string         `json:"queue_ticket,omitempty"`
 	InvalidParams []InvalidParam `json:"invalid_params,omitempty"`
 }
 

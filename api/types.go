@@ -13,6 +13,8 @@ type AcquireRequest struct {
 	Watchdog *bool  `json:"watchdog,omitempty"`
 	// MaxHoldms bounds a watchdog lease: it is not renewed past this long after its grant.
 	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
+	// QueueTicket, from the 409 that ended an earlier wait, resumes that wait's place in the queue.
+	QueueTicket string `json:"queue_ticket,omitempty"`
 }
 
 // RenewRequest is the optional body of POST /locks/{name}/renew.

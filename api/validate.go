@@ -20,6 +20,7 @@ type Limits struct {
 const (
 	MaxLockNameLen = 200
 	MaxOwnerLen    = 128
+	MaxTicketLen   = 2048
 )
 
 // ValidateLockName reports why name is not a valid lock name: 1-200 bytes of [A-Za-z0-9._:-].
@@ -61,6 +62,8 @@ type Acquire struct {
 	Wait     time.Duration
 	Watchdog bool
 	MaxHold  time.Duration // 0 unless Watchdog
+	// QueueTicket resumes an earlier wait's place (waiting requests only); lockcore verifies it.
+	QueueTicket string
 }
 
 // Validate checks r against l and applies defaults. It returns every invalid field, not just the first.
@@ -85,6 +88,14 @@ func (r AcquireRequest) Validate(l Limits) (Acquire, []InvalidParam) {
 		bad = append(bad, InvalidParam{Name: "max_hold_ms", Reason: "applies only to watchdog leases (set \"watchdog\": true)"})
 	case a.Watchdog:
 		a.MaxHold = hold
+	}
+	switch {
+	case r.QueueTicket != "" && a.Wait == 0:
+		bad = append(bad, InvalidParam{Name: "queue_ticket", Reason: "applies only to waiting requests (set \"wait_ms\" > 0)"})
+	case len(r.QueueTicket) > MaxTicketLen:
+		bad = append(bad, InvalidParam{Name: "queue_ticket", Reason: fmt.Sprintf("must be at most %d bytes long", MaxTicketLen)})
+	default:
+		a.QueueTicket = r.QueueTicket
 	}
 	return a, bad
 }

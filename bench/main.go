@@ -133,18 +133,15 @@ func serve(locker handlers.Locker) (*gateway, error) {
 	return &gateway{URL: "http://" + ln.Addr().String(), srv: srv}, nil
 }
 
-// newServer serves locker on ln as main does: the gateway's router, long-polls parked off their
-// server goroutines, logs formatted as in production and discarded.
+// newServer serves locker on ln as main does: the gateway's router, logs formatted as in
+// production and discarded.
 func newServer(locker handlers.Locker, ln net.Listener) *http.Server {
-	parking := handlers.NewParking(ln.Addr(), 2*time.Minute)
 	router := handlers.NewRouter(locker, handlers.Options{
-		Limits:  api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour},
-		Logger:  slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Parking: parking,
+		Limits: api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour},
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 	})
 	srv := &http.Server{Handler: router, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	go func() { _ = srv.Serve(parking) }()
 	return srv
 }
 

@@ -167,7 +167,14 @@ func median(xs []float64) float64 {
 // real tokens so that the floor does the same token work as the gateway.
 type floorLocker struct{ tokens *lockcore.Tokens }
 
-func (f floorLocker) Acquire(_ context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error) {
+// Acquire answers at once, except waits, which block until their client leaves.
+func (f floorLocker) Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error) {
+	if req.Wait > 0 {
+		floorParked.Add(1)
+		defer floorParked.Add(-1)
+		<-ctx.Done()
+		return lockcore.Grant{}, ctx.Err()
+	}
 	l := lockcore.Lease{Lock: req.Lock, Owner: req.Owner, ID: "5f0c7d0e-3f8e-4a57-9a3c-2f4e8f9b1c11", Fence: 1}
 	return lockcore.Grant{Lease: l, Token: f.tokens.Mint(l), TTL: req.TTL, ExpiresAt: time.Now().Add(req.TTL), Holds: 1}, nil
 }
@@ -185,26 +192,6 @@ func (f floorLocker) Renew(_ context.Context, lock, token string, ttl time.Durat
 
 func (f floorLocker) Inspect(_ context.Context, lock, token string) (lockcore.State, error) {
 	return lockcore.State{Lock: lock, Waiters: floorParked.Load()}, nil
-}
-
-// StartAcquire answers at once, except waits, which park until cancelled (as a client that leaves).
-func (f floorLocker) StartAcquire(req lockcore.AcquireRequest, done func(lockcore.Grant, error)) func(error) {
-	if req.Wait <= 0 {
-		g, err := f.Acquire(context.Background(), req)
-		go done(g, err)
-		return func(error) {}
-	}
-	floorParked.Add(1)
-	if req.Queued != nil {
-		req.Queued()
-	}
-	var once sync.Once
-	return func(cause error) {
-		once.Do(func() {
-			floorParked.Add(-1)
-			go done(lockcore.Grant{}, cause) // never on the caller's goroutine, as lockcore
-		})
-	}
 }
 
 // floorParked counts the floor's blocked waits (in the -serve-floor process).

@@ -15,7 +15,7 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 	f := c.flags("acquire", "--lock NAME [--owner O] [--ttl D] [--wait D] [--watchdog] [--max-hold D] [--token T]")
 	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock")
 	ttl := durationFlag(f.fs, "ttl", 30*time.Second, "lease time to live")
-	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock (one long-poll)")
+	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock (long-polls of at most 30s, keeping the place in line)")
 	watchdog := f.fs.Bool("watchdog", false, "let the gateway renew the lease until released")
 	maxHold := durationFlag(f.fs, "max-hold", 0, "watchdog: stop renewing this long after the grant")
 	token := f.fs.String("token", "", "re-enter the lease of this token")
@@ -31,12 +31,27 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 	if *token != "" {
 		params.LeaseToken = token
 	}
-	resp, err := gw.API.AcquireLockWithResponse(ctx, *f.lock, params, body)
-	if err != nil {
-		return c.fail(err)
+	deadline := time.Now().Add(*wait)
+	for {
+		if *wait > 0 {
+			body.WaitMs = ms(max(min(time.Until(deadline), maxWaitPerRequest), time.Millisecond))
+		}
+		resp, err := gw.API.AcquireLockWithResponse(ctx, *f.lock, params, body)
+		if err != nil {
+			return c.fail(err)
+		}
+		// A wait longer than one long-poll goes on with the next, at the same place in line.
+		if p := resp.ApplicationproblemJSON409; p != nil && p.QueueTicket != nil && time.Until(deadline) > 0 {
+			body.QueueTicket = p.QueueTicket
+			continue
+		}
+		return c.print(resp.HTTPResponse, resp.Body)
 	}
-	return c.print(resp.HTTPResponse, resp.Body)
 }
+
+// maxWaitPerRequest bounds one long-poll, below the gateway's default LEASEGATE_MAX_WAIT (60s)
+// and common HTTP client timeouts.
+const maxWaitPerRequest = 30 * time.Second
 
 func (c *command) release(ctx context.Context, args []string) int {
 	f := c.flags("release", "--lock NAME --token T")

@@ -58,20 +58,28 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		if heldErr.Waited > 0 {
 			p.Waitedms = ptr(heldErr.Waited.Milliseconds())
 		}
+		p.QueueTicket = heldErr.QueueTicket
 		w.Header().Set("Retry-After", retryAfterSeconds(heldErr.RetryAfter))
 	case errors.Is(err, lockcore.ErrLeaseLost):
 		p.Status, p.Type, p.Title = http.StatusGone, api.TypeLeaseGone, "Lease gone"
 	case errors.Is(err, lockcore.ErrInvalidToken):
 		p.Status, p.Type, p.Title = http.StatusBadRequest, api.TypeInvalidLeaseToken, "Invalid lease token"
+	case errors.Is(err, lockcore.ErrInvalidTicket):
+		p.Status, p.Type, p.Title = http.StatusBadRequest, api.TypeInvalidRequest, "Invalid request"
+		p.InvalidParams = []api.InvalidParam{{Name: "queue_ticket", Reason: err.Error()}}
 	case errors.Is(err, lockcore.ErrInvalid):
 		p.Status, p.Type, p.Title = http.StatusBadRequest, api.TypeInvalidRequest, "Invalid request"
+	case errors.Is(err, lockcore.ErrTooManyWaiters):
+		p.Status, p.Type, p.Title = http.StatusServiceUnavailable, api.TypeTooManyWaiters, "Too many waiting requests"
+		w.Header().Set("Retry-After", "1")
+		log.Warn("waiting request refused: too many waiting requests", "request_id", p.RequestID)
 	case errors.Is(err, lockcore.ErrUnavailable):
 		p.Status, p.Type, p.Title = http.StatusServiceUnavailable, api.TypeBackendUnavailable, "Backend unavailable"
 		p.Detail = "redis is unavailable; retry later"
 		w.Header().Set("Retry-After", "1")
 		log.Warn("redis unavailable", "request_id", p.RequestID, "err", err)
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		setStatus(ctx, statusClientClosed)
+		setStatus(ctx, statusClientClosed, false)
 		return
 	default:
 		p.Status, p.Type, p.Title, p.Detail = http.StatusInternalServerError, api.TypeInternal, "Internal error", "internal error"

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 
@@ -12,10 +13,9 @@ import (
 const leaseTokenHeader = "Lease-Token"
 
 type lockHandlers struct {
-	locker  Locker
-	limits  api.Limits
-	log     *slog.Logger
-	parking *Parking // nil: long-polls wait on their server goroutine
+	locker Locker
+	limits api.Limits
+	log    *slog.Logger
 }
 
 // acquire handles POST /locks/{name}: 201 for a new grant, 200 for a re-entry.
@@ -35,16 +35,32 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
 		return
 	}
-	lreq := lockcore.AcquireRequest{
+	// A waiting request runs on this goroutine until it is granted, its wait runs out, or its
+	// client leaves (which ends r.Context()).
+	g, err := h.locker.Acquire(r.Context(), lockcore.AcquireRequest{
 		Lock: name, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold,
-		Token: r.Header.Get(leaseTokenHeader),
-	}
-	if lreq.Wait > 0 && lreq.Token == "" && h.parking != nil {
-		h.acquireLongPoll(w, r, name, lreq)
+		Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket,
+	})
+	if err != nil {
+		writeError(w, r, h.log, err)
 		return
 	}
-	g, err := h.locker.Acquire(r.Context(), lreq)
-	h.writeAcquire(r.Context(), w, name, g, err)
+	status := http.StatusCreated
+	if g.Reentered {
+		status = http.StatusOK
+	} else {
+		w.Header().Set("Location", "/locks/"+name)
+	}
+	writeJSON(w, status, grantBody(g))
+	// A grant whose answer cannot reach its client would stay held for its whole TTL (or max hold,
+	// with the watchdog): push the answer out now, and give the hold back if it did not go.
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		if _, rerr := h.locker.Release(context.WithoutCancel(r.Context()), name, g.Token); rerr != nil {
+			h.log.Warn("giving back a grant whose answer was not delivered failed", "request_id", requestIDFrom(r.Context()), "lock", name, "err", rerr)
+		}
+		h.log.Info("grant not delivered: client gone; hold given back", "request_id", requestIDFrom(r.Context()), "lock", name, "err", err)
+		setStatus(r.Context(), statusClientClosed, true)
+	}
 }
 
 // release handles DELETE /locks/{name}.

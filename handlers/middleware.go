@@ -63,13 +63,10 @@ func requestIDFrom(ctx context.Context) string {
 }
 
 // statusRecorder remembers the status a handler wrote. A handler that writes nothing because its
-// client left overrides it through setStatus; one whose answer is written later, by a parked
-// long-poll, takes the log line with it through detachAccessLog.
+// client left, or whose answer could not be delivered, overrides it through setStatus.
 type statusRecorder struct {
 	http.ResponseWriter
-	status   int
-	entry    accessEntry
-	detached bool
+	status int
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -89,43 +86,12 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-func setStatus(ctx context.Context, code int) {
-	if rec, ok := ctx.Value(statusKey).(*statusRecorder); ok && rec.status == 0 {
+// setStatus records code as the request's logged status when nothing was written yet, or, with
+// force, in place of what was written (an answer that never reached its client).
+func setStatus(ctx context.Context, code int, force bool) {
+	if rec, ok := ctx.Value(statusKey).(*statusRecorder); ok && (rec.status == 0 || force) {
 		rec.status = code
 	}
-}
-
-// accessEntry is one request's access-log line, written once its answer is.
-type accessEntry struct {
-	log          *slog.Logger
-	id           string
-	method, path string
-	start        time.Time
-}
-
-func (e *accessEntry) write(status int) {
-	if e.log == nil {
-		return
-	}
-	e.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
-		slog.String("request_id", e.id),
-		slog.String("method", e.method),
-		slog.String("path", e.path),
-		slog.Int("status", status),
-		slog.Float64("duration_ms", float64(time.Since(e.start).Microseconds())/1000),
-	)
-}
-
-// detachAccessLog takes ctx's log line away from the access log middleware, for a request whose
-// answer is written after its handler returned.
-func detachAccessLog(ctx context.Context) *accessEntry {
-	rec, ok := ctx.Value(statusKey).(*statusRecorder)
-	if !ok {
-		return &accessEntry{}
-	}
-	rec.detached = true
-	e := rec.entry
-	return &e
 }
 
 // accessLog writes one line per request: ID, method, path, status and duration. It never logs
@@ -133,13 +99,16 @@ func detachAccessLog(ctx context.Context) *accessEntry {
 func accessLog(log *slog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			rec := &statusRecorder{ResponseWriter: w, entry: accessEntry{
-				log: log, id: requestIDFrom(r.Context()), method: r.Method, path: r.URL.Path, start: time.Now(),
-			}}
+			start := time.Now()
+			rec := &statusRecorder{ResponseWriter: w}
 			next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), statusKey, rec)))
-			if !rec.detached {
-				rec.entry.write(rec.status)
-			}
+			log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+				slog.String("request_id", requestIDFrom(r.Context())),
+				slog.String("method", r.Method),
+				slog.String("path", r.URL.Path),
+				slog.Int("status", rec.status),
+				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+			)
 		})
 	}
 }

@@ -17,9 +17,6 @@ import (
 // Locker is the lock engine the handlers drive; *lockcore.Service implements it.
 type Locker interface {
 	Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error)
-	// StartAcquire is Acquire without a goroutine held while the request waits (see lockcore).
-	// cancel must not call done on its caller's goroutine.
-	StartAcquire(req lockcore.AcquireRequest, done func(lockcore.Grant, error)) (cancel func(cause error))
 	Release(ctx context.Context, lock, token string) (lockcore.Released, error)
 	Renew(ctx context.Context, lock, token string, ttl time.Duration) (lockcore.Grant, error)
 	Inspect(ctx context.Context, lock, token string) (lockcore.State, error)
@@ -31,9 +28,6 @@ type Options struct {
 	Limits api.Limits
 	Logger *slog.Logger // default slog.Default()
 	Spec   []byte       // served at GET /openapi.yaml
-	// Parking, when set, parks long-polls off their server goroutines (see Parking); the server
-	// must also serve it as a listener.
-	Parking *Parking
 }
 
 // maxBodyBytes bounds every request body; larger ones get 413.
@@ -44,7 +38,7 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger, parking: opts.Parking}
+	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger}
 
 	r := chi.NewRouter()
 	r.Use(requestID, accessLog(opts.Logger), recoverer(opts.Logger))

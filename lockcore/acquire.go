@@ -10,7 +10,7 @@ import (
 )
 
 // AcquireRequest asks for a lock. Validation of its ranges is the caller's; lockcore checks only
-// what needs the token.
+// what needs the token or the ticket.
 type AcquireRequest struct {
 	Lock     string
 	Owner    string
@@ -21,9 +21,9 @@ type AcquireRequest struct {
 	MaxHold time.Duration
 	// Token, when set, re-enters the lease it names instead of asking for a new one.
 	Token string
-	// Queued, when set, is called once when a waiting request has joined the lock's queue and
-	// parks. The HTTP layer uses it to move a long-poll off its server goroutine; it must not block.
-	Queued func()
+	// QueueTicket, when set on a waiting request, resumes the place in the queue of the wait that
+	// was handed it (HeldError.QueueTicket), if that wait ended less than TicketGrace ago.
+	QueueTicket string
 }
 
 // Grant is a held lease as the caller should see it.
@@ -37,12 +37,15 @@ type Grant struct {
 	Reentered bool // true when an existing lease was re-entered rather than newly granted
 }
 
-// Acquire grants req.Lock to a new lease, or re-enters the lease req.Token names.
+// Acquire grants req.Lock to a new lease, or re-enters the lease req.Token names. With req.Wait
+// set (and no token) it waits up to req.Wait in the lock's FIFO queue (see wait.go).
 //
 // It returns a *HeldError (ErrHeld) when another lease holds the lock, ErrLeaseLost when the
-// re-entered lease no longer holds it, ErrInvalidToken or ErrInvalid for a bad token, and
-// ErrUnavailable when Redis does not answer. If ctx ends after Redis granted the lock, the grant is
-// undone before returning ctx's error, so a client that went away holds nothing.
+// re-entered lease no longer holds it, ErrInvalidToken, ErrInvalidTicket or ErrInvalid for a bad
+// token, ticket or owner, ErrTooManyWaiters when this Service holds its cap of waiting requests,
+// and ErrUnavailable when Redis does not answer or the Service closes during the wait. If ctx
+// ends after Redis granted the lock, the grant is undone before returning ctx's error, so a
+// client that went away holds nothing.
 func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
 	if req.Token == "" && req.Wait > 0 {
 		return s.acquireWaiting(ctx, req)
@@ -59,19 +62,19 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error
 	if err != nil {
 		return Grant{}, err
 	}
-	return s.settle(ctx, g, ctx.Err)
+	return s.settle(ctx, g)
 }
 
-// settle finishes a grant: a new watchdog lease is enrolled for renewal, and g is undone when
-// left reports that the caller went away meanwhile (left's error is then returned).
-func (s *Service) settle(ctx context.Context, g Grant, left func() error) (Grant, error) {
+// settle finishes a grant: a new watchdog lease is enrolled for renewal, and g is undone when ctx
+// ended meanwhile (the caller went away; ctx's error is returned).
+func (s *Service) settle(ctx context.Context, g Grant) (Grant, error) {
 	if g.Watchdog && !g.Reentered {
 		if err := s.enroll(ctx, g); err != nil {
 			s.undo(ctx, g) // a watchdog lease nobody would renew is worse than none
 			return Grant{}, err
 		}
 	}
-	if err := left(); err != nil {
+	if err := ctx.Err(); err != nil {
 		s.undo(ctx, g)
 		return Grant{}, err
 	}
@@ -82,7 +85,7 @@ func (s *Service) settle(ctx context.Context, g Grant, left func() error) (Grant
 func (s *Service) acquireNew(ctx context.Context, req AcquireRequest) (Grant, error) {
 	lease := uuid.NewString()
 	start := time.Now()
-	r, err := s.runAcquire(ctx, req, lease, "try", 0)
+	r, err := s.runAcquire(ctx, req, lease, "try", arrival{})
 	if err != nil {
 		return Grant{}, err
 	}
@@ -97,12 +100,18 @@ func (s *Service) newGrant(req AcquireRequest, lease string, fence int64, start 
 	return Grant{Lease: l, Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: 1, Watchdog: req.Watchdog}
 }
 
+// arrival is a waiter's place in a queue: its arrival time (µs, Redis time; 0 = now), which counts
+// until the Redis time until (ms; 0 = always).
+type arrival struct {
+	at, until int64
+}
+
 // acquireReply is acquire.lua's reply.
 type acquireReply struct {
-	status int64 // acquireHeld, acquireGranted or acquireQueued
-	fence  int64
-	pttl   time.Duration // the holder's remaining TTL (held, queued)
-	score  int64         // arrival to keep when queueing again (queued)
+	status  int64 // acquireHeld, acquireGranted or acquireQueued
+	fence   int64
+	pttl    time.Duration // the holder's remaining TTL (held, queued)
+	arrival int64         // the arrival to keep when queueing again (queued)
 }
 
 const (
@@ -111,25 +120,24 @@ const (
 	acquireQueued  = 2
 )
 
-// runAcquire runs acquire.lua in mode "try" or "wait"; score is the arrival to keep (0: now).
-func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mode string, score int64) (acquireReply, error) {
-	reply, err := s.exec(ctx, s.acquire, s.keys(req.Lock).all(), []string{
-		lease, ms(req.TTL), req.Owner, flag(req.Watchdog), mode, s.room.replica,
-		s.livenessMs, s.claimMs, s.chanPrefix, strconv.FormatInt(score, 10), ms(req.MaxHold),
-	})
+// runAcquire runs acquire.lua in mode "try" or "wait", queueing at arr.
+func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mode string, arr arrival) (acquireReply, error) {
+	reply, err := s.runQueued(ctx, s.acquire, req.Lock,
+		lease, ms(req.TTL), req.Owner, flag(req.Watchdog), mode, s.waiters.replica,
+		strconv.FormatInt(arr.at, 10), strconv.FormatInt(arr.until, 10), ms(req.MaxHold))
 	if err != nil {
 		return acquireReply{}, err
 	}
 	r, err := ints(reply)
 	if err != nil || len(r) < 2 || (r[0] == acquireQueued && len(r) != 3) {
-		return acquireReply{}, fmt.Errorf("acquire %q: unexpected reply %v: %w", req.Lock, r, err)
+		return acquireReply{}, unexpectedReply("acquire", req.Lock, r, err)
 	}
 	out := acquireReply{status: r[0]}
 	switch r[0] {
 	case acquireGranted:
 		out.fence = r[1]
 	case acquireQueued:
-		out.pttl, out.score = time.Duration(max(r[1], 0))*time.Millisecond, r[2]
+		out.pttl, out.arrival = time.Duration(max(r[1], 0))*time.Millisecond, r[2]
 	default:
 		out.pttl = time.Duration(max(r[1], 0)) * time.Millisecond
 	}
@@ -145,20 +153,23 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 		return Grant{}, fmt.Errorf("%w: owner %q does not match the lease token's owner %q", ErrInvalid, req.Owner, l.Owner)
 	}
 	start := time.Now()
-	k := s.keys(req.Lock)
-	reply, err := s.exec(ctx, s.reenter, []string{k.lock, k.q, k.qm}, []string{l.ID, ms(req.TTL), s.chanPrefix})
+	reply, err := s.runQueued(ctx, s.reenter, req.Lock, l.ID, ms(req.TTL))
 	if err != nil {
 		return Grant{}, err
 	}
 	r, err := ints(reply)
 	if err != nil || (len(r) != 1 && len(r) != 3) {
-		return Grant{}, fmt.Errorf("reenter %q: unexpected reply %v: %w", req.Lock, r, err)
+		return Grant{}, unexpectedReply("reenter", req.Lock, r, err)
 	}
 	if r[0] == 0 {
 		return Grant{}, fmt.Errorf("%w: lock %q, lease %s", ErrLeaseLost, req.Lock, l.ID)
 	}
-	return Grant{Lease: l, Token: req.Token, TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: r[0],
-		Watchdog: r[2] == 1, Reentered: true}, nil
+	g := Grant{Lease: l, Token: req.Token, TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: r[0],
+		Watchdog: r[2] == 1, Reentered: true}
+	if g.Watchdog {
+		s.reschedule(ctx, g)
+	}
+	return g, nil
 }
 
 // undo gives back one hold of g, on a context of its own: the caller's may have ended.

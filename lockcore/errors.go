@@ -14,11 +14,16 @@ var (
 	ErrLeaseLost = errors.New("lease no longer holds the lock")
 	// ErrInvalidToken: a lease token is malformed, forged, or minted for another lock.
 	ErrInvalidToken = errors.New("invalid lease token")
+	// ErrInvalidTicket: a queue ticket is malformed, forged, or minted for another lock or owner.
+	ErrInvalidTicket = errors.New("invalid queue ticket")
 	// ErrInvalid: a request is inconsistent in a way only lockcore can tell (e.g. owner vs token).
 	ErrInvalid = errors.New("invalid request")
 	// ErrUnavailable: Redis could not be reached or did not answer in time; for writes the outcome
 	// is unknown, and the lease's TTL bounds the cost of a lost reply.
 	ErrUnavailable = errors.New("redis unavailable")
+	// ErrTooManyWaiters: this replica already holds Options.MaxWaiters waiting acquires; retry
+	// later or on another replica.
+	ErrTooManyWaiters = errors.New("too many waiting requests on this gateway")
 )
 
 // errShuttingDown ends waits when the Service closes; callers should retry on another replica.
@@ -29,6 +34,9 @@ type HeldError struct {
 	Lock       string
 	RetryAfter time.Duration // the holder's remaining TTL
 	Waited     time.Duration // how long the caller waited before giving up; 0 for try-once
+	// QueueTicket, after a wait, lets the caller's next waiting acquire resume at this one's place
+	// in the queue (see AcquireRequest.QueueTicket); empty when the wait never reached the queue.
+	QueueTicket string
 }
 
 func (e *HeldError) Error() string {
@@ -37,3 +45,11 @@ func (e *HeldError) Error() string {
 
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// unexpectedReply reports a script reply lockcore cannot read; err, when not nil, says why.
+func unexpectedReply(script, lock string, reply any, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s %q: unexpected reply %v: %w", script, lock, reply, err)
+	}
+	return fmt.Errorf("%s %q: unexpected reply %v", script, lock, reply)
+}

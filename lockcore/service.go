@@ -1,6 +1,11 @@
-// Package lockcore is leasegate's lock engine: reentrant leases in Redis with fencing tokens. It
-// speaks Go types and sentinel errors (errors.go); nothing Redis-shaped leaves it, and it knows
-// nothing of HTTP.
+// Package lockcore is leasegate's lock engine: reentrant leases in Redis with fencing tokens,
+// FIFO waiting with direct hand-off, and the watchdog. It speaks Go types and sentinel errors
+// (errors.go); nothing Redis-shaped leaves it, and it knows nothing of HTTP.
+//
+// Files, one concept each: service.go (this: setup and Redis plumbing), acquire.go (try-once and
+// re-entry), wait.go (a waiting acquire), waiters.go (this process's waiters and its pub/sub
+// subscription), heartbeat.go (keeping waiters in line, noticing expiry), release.go, renew.go,
+// inspect.go, watchdog.go, token.go and ticket.go (signed lease tokens and queue tickets).
 package lockcore
 
 import (
@@ -9,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,12 +35,22 @@ type Options struct {
 	PingTimeout time.Duration
 	// Logger receives what lockcore has to report outside any request. Default slog.Default().
 	Logger *slog.Logger
+	// FenceTTL is how long a lock's last fence is kept in Redis after its last grant. Default 24h.
+	// Fences stay strictly increasing after it is gone (they never fall behind the Redis clock in
+	// µs); it only bounds Redis memory by the names in use.
+	FenceTTL time.Duration
 
 	// Waiting (see wait.go). Heartbeat is how often a replica refreshes the queue entries of its
 	// waiters (default 250ms); Liveness how long an entry outlives its last refresh (default 750ms),
 	// which bounds how long a dead replica's waiters stay in line; ClaimTTL how long a lock handed
 	// to a waiter stays reserved for it until its replica confirms (default 750ms).
 	Heartbeat, Liveness, ClaimTTL time.Duration
+	// MaxWaiters caps the waiting acquires this Service holds at once (default 10,000); beyond it
+	// Acquire answers ErrTooManyWaiters.
+	MaxWaiters int
+	// TicketGrace is how long after a wait ends its queue ticket still resumes the waiter's place
+	// (default 10s).
+	TicketGrace time.Duration
 }
 
 // Service runs lock operations against one Redis deployment. Safe for concurrent use. Close it to
@@ -47,22 +63,23 @@ type Service struct {
 	chanPrefix  string // + replica ID = the channel grants for this process's waiters arrive on
 	pingTimeout time.Duration
 
-	heartbeat, liveness, claimTTL time.Duration
-	livenessMs, claimMs           string // the same as script arguments, formatted once
+	heartbeat, claimTTL, ticketGrace time.Duration
+	// queueArgs start the ARGV of every script built on lib.lua, formatted once.
+	queueArgs []string
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the Service started
 
-	room     *room
-	duties   string // the watchdog registry key
+	waiters  *waiters
+	schedule string // the watchdog schedule's key
 	failures atomic.Int64
 
-	acquire, reenter, release, renew, inspect, dequeue, tendScript, watchdog, dutiesScript *rueidis.Lua
+	acquire, reenter, release, renew, inspect, dequeue, heartbeatScript, watchdogRenew, watchdogSchedule *rueidis.Lua
 }
 
 // New returns a Service that stores locks through client and mints tokens with tokens. It starts
-// the process's pub/sub subscription for waiters; call Close when done.
+// the process's pub/sub subscription for waiters and the watchdog's sweep; call Close when done.
 func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) {
 	if opts.KeyPrefix == "" {
 		opts.KeyPrefix = "leasegate:"
@@ -70,55 +87,55 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q must not contain '{' or '}'", ErrInvalid, opts.KeyPrefix)
 	}
-	if opts.PingTimeout <= 0 {
-		opts.PingTimeout = 2 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.PingTimeout = cmp.Or(opts.PingTimeout, 2*time.Second)
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	opts.FenceTTL = cmp.Or(opts.FenceTTL, 24*time.Hour)
 	opts.Heartbeat = cmp.Or(opts.Heartbeat, 250*time.Millisecond)
 	opts.Liveness = cmp.Or(opts.Liveness, 750*time.Millisecond)
 	opts.ClaimTTL = cmp.Or(opts.ClaimTTL, 750*time.Millisecond)
+	opts.MaxWaiters = cmp.Or(opts.MaxWaiters, 10000)
+	opts.TicketGrace = cmp.Or(opts.TicketGrace, 10*time.Second)
 	if opts.Liveness <= opts.Heartbeat {
 		return nil, fmt.Errorf("%w: liveness %v must exceed the heartbeat %v", ErrInvalid, opts.Liveness, opts.Heartbeat)
 	}
+	chanPrefix := opts.KeyPrefix + "grants:"
 	s := &Service{
-		client:       client,
-		tokens:       tokens,
-		log:          opts.Logger,
-		prefix:       opts.KeyPrefix,
-		chanPrefix:   opts.KeyPrefix + "grants:",
-		pingTimeout:  opts.PingTimeout,
-		heartbeat:    opts.Heartbeat,
-		liveness:     opts.Liveness,
-		claimTTL:     opts.ClaimTTL,
-		acquire:      rueidis.NewLuaScript(luascripts.Acquire),
-		reenter:      rueidis.NewLuaScript(luascripts.Reenter),
-		release:      rueidis.NewLuaScript(luascripts.Release),
-		renew:        rueidis.NewLuaScript(luascripts.Renew),
-		dequeue:      rueidis.NewLuaScript(luascripts.Dequeue),
-		tendScript:   rueidis.NewLuaScript(luascripts.Tend),
-		inspect:      rueidis.NewLuaScriptReadOnly(luascripts.Inspect),
-		watchdog:     rueidis.NewLuaScript(luascripts.Watchdog),
-		dutiesScript: rueidis.NewLuaScript(luascripts.Duties),
-		duties:       opts.KeyPrefix + "watchdog",
+		client:           client,
+		tokens:           tokens,
+		log:              opts.Logger,
+		prefix:           opts.KeyPrefix,
+		chanPrefix:       chanPrefix,
+		pingTimeout:      opts.PingTimeout,
+		heartbeat:        opts.Heartbeat,
+		claimTTL:         opts.ClaimTTL,
+		ticketGrace:      opts.TicketGrace,
+		queueArgs:        []string{chanPrefix, ms(opts.ClaimTTL), ms(opts.Liveness), ms(opts.FenceTTL)},
+		acquire:          rueidis.NewLuaScript(luascripts.Acquire),
+		reenter:          rueidis.NewLuaScript(luascripts.Reenter),
+		release:          rueidis.NewLuaScript(luascripts.Release),
+		renew:            rueidis.NewLuaScript(luascripts.Renew),
+		dequeue:          rueidis.NewLuaScript(luascripts.Dequeue),
+		heartbeatScript:  rueidis.NewLuaScript(luascripts.Heartbeat),
+		inspect:          rueidis.NewLuaScriptReadOnly(luascripts.Inspect),
+		watchdogRenew:    rueidis.NewLuaScript(luascripts.WatchdogRenew),
+		watchdogSchedule: rueidis.NewLuaScript(luascripts.WatchdogSchedule),
+		schedule:         opts.KeyPrefix + "watchdog",
 	}
-	s.livenessMs, s.claimMs = ms(s.liveness), ms(s.claimTTL)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.room = newRoom(s, uuid.NewString())
+	s.waiters = newWaiters(s, uuid.NewString(), opts.MaxWaiters)
 	s.wg.Add(1)
 	go s.sweep()
 	return s, nil
 }
 
 // Close ends every wait in progress (they answer ErrUnavailable) and stops the Service's
-// goroutines, waiting for them and for the waits' done callbacks. Leases and watchdog duties stay
+// goroutines, waiting for them and for the waits to return. Leases and watchdog schedules stay
 // in Redis, where other replicas carry on. The Service must not be used afterwards.
 func (s *Service) Close() {
-	// Under the room's lock, so that no wait or watch joins s.wg after the cancel.
-	s.room.mu.Lock()
+	// Under the waiters' lock, so that no wait or heartbeat joins s.wg after the cancel.
+	s.waiters.mu.Lock()
 	s.cancel()
-	s.room.mu.Unlock()
+	s.waiters.mu.Unlock()
 	s.wg.Wait()
 }
 
@@ -181,13 +198,19 @@ func (s *Service) classify(err error) error {
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
+// runQueued runs one of the scripts built on lib.lua on lock: they take all of the lock's keys and
+// the common arguments before their own.
+func (s *Service) runQueued(ctx context.Context, script *rueidis.Lua, lock string, args ...string) ([]rueidis.RedisMessage, error) {
+	return s.exec(ctx, script, s.keys(lock).all(), append(slices.Clip(s.queueArgs), args...))
+}
+
 // ints reads the integer elements of a script reply.
 func ints(reply []rueidis.RedisMessage) ([]int64, error) {
 	out := make([]int64, len(reply))
 	for i := range reply {
 		v, err := reply[i].AsInt64()
 		if err != nil {
-			return nil, fmt.Errorf("script reply element %d: %w", i, err)
+			return nil, fmt.Errorf("element %d: %w", i, err)
 		}
 		out[i] = v
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -49,7 +50,7 @@ func NewTokens(secret []byte) (*Tokens, error) {
 func (t *Tokens) Mint(l Lease) string {
 	payload, _ := json.Marshal(tokenPayload{V: 1, Lease: l}) // cannot fail: strings and ints only
 	p := base64.RawURLEncoding.EncodeToString(payload)
-	return p + "." + base64.RawURLEncoding.EncodeToString(t.sign(p))
+	return p + "." + base64.RawURLEncoding.EncodeToString(t.sign(leaseDomain, p))
 }
 
 // Parse verifies token in constant time and returns its lease. It returns ErrInvalidToken when
@@ -61,17 +62,9 @@ func (t *Tokens) Parse(token, lock string) (Lease, error) {
 	if len(token) > maxTokenLen {
 		return Lease{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalidToken, maxTokenLen)
 	}
-	p, sig, ok := strings.Cut(token, ".")
-	if !ok {
-		return Lease{}, fmt.Errorf("%w: not of the form payload.signature", ErrInvalidToken)
-	}
-	got, err := b64.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, t.sign(p)) {
-		return Lease{}, fmt.Errorf("%w: signature does not match", ErrInvalidToken)
-	}
-	raw, err := b64.DecodeString(p)
+	raw, err := t.verify(leaseDomain, token)
 	if err != nil {
-		return Lease{}, fmt.Errorf("%w: payload is not base64url", ErrInvalidToken)
+		return Lease{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
 	var tp tokenPayload
 	if err := json.Unmarshal(raw, &tp); err != nil || tp.V != 1 {
@@ -86,8 +79,33 @@ func (t *Tokens) Parse(token, lock string) (Lease, error) {
 	return tp.Lease, nil
 }
 
-func (t *Tokens) sign(payload string) []byte {
+// Signing domains keep one kind of signed value from passing for another: a lease token's
+// signature covers its payload alone (the original format), a queue ticket's the prefix too.
+const (
+	leaseDomain  = ""
+	ticketDomain = "queue-ticket."
+)
+
+func (t *Tokens) sign(domain, payload string) []byte {
 	m := hmac.New(sha256.New, t.secret)
+	m.Write([]byte(domain))
 	m.Write([]byte(payload))
 	return m.Sum(nil)
+}
+
+// verify checks a "payload.signature" value signed in domain and returns its decoded payload.
+func (t *Tokens) verify(domain, value string) ([]byte, error) {
+	p, sig, ok := strings.Cut(value, ".")
+	if !ok {
+		return nil, errors.New("not of the form payload.signature")
+	}
+	got, err := b64.DecodeString(sig)
+	if err != nil || !hmac.Equal(got, t.sign(domain, p)) {
+		return nil, errors.New("signature does not match (signed with another secret, or altered)")
+	}
+	raw, err := b64.DecodeString(p)
+	if err != nil {
+		return nil, errors.New("payload is not base64url")
+	}
+	return raw, nil
 }

@@ -3,7 +3,6 @@ package lockcore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,36 +11,48 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Watchdog duties live in Redis, not in the process that granted the lease: a registry zset maps
-// "<lock>\n<lease>" to when its next renewal is due. Every replica sweeps it, so a watchdog lease
-// outlives the replica that granted it; renewal is idempotent, and a claim pushes due entries a
-// little forward so that replicas rarely renew the same lease twice.
+// The watchdog's schedule lives in Redis, not in the process that granted the lease: a zset maps
+// "<lock>\n<lease>" to when its next renewal is due, in Redis time (so gateway clocks play no
+// part). Every replica sweeps it, so a watchdog lease outlives the replica that granted it;
+// renewal is idempotent, and a claim pushes due entries a little forward so that replicas rarely
+// renew the same lease twice.
 const (
 	sweepEvery = 100 * time.Millisecond // how often a replica looks for due renewals
-	claimHold  = 250 * time.Millisecond // a claimed duty is retried after this if its renewal fails
-	sweepBatch = 256                    // duties claimed per round trip
+	claimHold  = 250 * time.Millisecond // a claimed renewal is retried after this if it fails
+	sweepBatch = 256                    // renewals claimed per round trip
 )
 
-// enroll records the watchdog duty of a new grant, first due a third of its TTL from now.
+// enroll schedules the first renewal of a new watchdog grant, a third of its TTL from now.
 func (s *Service) enroll(ctx context.Context, g Grant) error {
-	_, err := s.dutiesScript.Exec(context.WithoutCancel(ctx), s.client, []string{s.duties},
-		[]string{"enroll", dutyMember(g.Lock, g.ID), ms(g.TTL / 3)}).ToInt64()
+	_, err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.schedule},
+		[]string{"enroll", scheduleMember(g.Lock, g.ID), ms(g.TTL / 3)}).ToInt64()
 	if err != nil {
 		return s.classify(err)
 	}
 	return nil
 }
 
-// dropDuty forgets a released lease's duty. A failure is harmless: the next sweep finds the lease
-// gone and drops it then.
-func (s *Service) dropDuty(ctx context.Context, l Lease) {
-	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.duties).Member(dutyMember(l.Lock, l.ID)).Build()).Error()
+// reschedule brings a watchdog lease's next renewal forward to a third of its new TTL from now,
+// after a renewal or re-entry that may have shortened it (a renewal due at the old TTL's third
+// would come too late). A failure is logged: the lease then keeps its old schedule.
+func (s *Service) reschedule(ctx context.Context, g Grant) {
+	err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.schedule},
+		[]string{"reschedule", scheduleMember(g.Lock, g.ID), ms(g.TTL / 3)}).Error()
 	if err != nil {
-		s.log.Warn("dropping a watchdog duty failed; the next sweep drops it", "lock", l.Lock, "err", err)
+		s.log.Warn("rescheduling a watchdog renewal failed", "lock", g.Lock, "err", err)
 	}
 }
 
-func dutyMember(lock, lease string) string { return lock + "\n" + lease }
+// unschedule takes a released lease off the watchdog schedule. A failure is harmless: the next sweep finds the lease
+// gone and drops it then.
+func (s *Service) unschedule(ctx context.Context, l Lease) {
+	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.schedule).Member(scheduleMember(l.Lock, l.ID)).Build()).Error()
+	if err != nil {
+		s.log.Warn("taking a lease off the watchdog schedule failed; the next sweep does it", "lock", l.Lock, "err", err)
+	}
+}
+
+func scheduleMember(lock, lease string) string { return lock + "\n" + lease }
 
 // sweep renews due watchdog leases until the Service closes.
 func (s *Service) sweep() {
@@ -59,17 +70,14 @@ func (s *Service) sweep() {
 	}
 }
 
-// sweepOnce claims a batch of due duties, renews them concurrently (rueidis pipelines the calls)
-// and records the outcome in two commands. It returns how many duties it claimed.
+// sweepOnce claims a batch of due renewals, renews them concurrently (rueidis pipelines the calls)
+// and records the outcome in two commands. It returns how many it claimed.
 func (s *Service) sweepOnce() int {
 	ctx := s.ctx
-	// Peek first, so that an idle sweep is one cheap read and no script. The peek compares Redis
-	// times with this host's clock, with sweepEvery of slack; the claim itself uses Redis time.
-	first, err := s.client.Do(ctx, s.client.B().Zrange().Key(s.duties).Min("0").Max("0").Withscores().Build()).AsZScores()
-	if err != nil || len(first) == 0 || first[0].Score > float64(time.Now().Add(sweepEvery).UnixMilli()) {
+	if !s.anyDue(ctx) {
 		return 0
 	}
-	due, err := s.dutiesScript.Exec(ctx, s.client, []string{s.duties},
+	due, err := s.watchdogSchedule.Exec(ctx, s.client, []string{s.schedule},
 		[]string{"claim", ms(claimHold), strconv.Itoa(sweepBatch)}).AsStrSlice()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -87,12 +95,12 @@ func (s *Service) sweepOnce() int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outcomes[i] = outcome{member: member, due: s.renewDuty(ctx, member)}
+			outcomes[i] = outcome{member: member, due: s.renewDue(ctx, member)}
 		}()
 	}
 	wg.Wait()
 
-	zadd := s.client.B().Zadd().Key(s.duties).Xx().ScoreMember()
+	zadd := s.client.B().Zadd().Key(s.schedule).Xx().ScoreMember()
 	var renewed, dropped []string
 	for _, o := range outcomes {
 		switch {
@@ -108,26 +116,46 @@ func (s *Service) sweepOnce() int {
 		cmds = append(cmds, zadd.Build())
 	}
 	if len(dropped) > 0 {
-		cmds = append(cmds, s.client.B().Zrem().Key(s.duties).Member(dropped...).Build())
+		cmds = append(cmds, s.client.B().Zrem().Key(s.schedule).Member(dropped...).Build())
 	}
 	for _, res := range s.client.DoMulti(ctx, cmds...) {
 		if err := res.Error(); err != nil && ctx.Err() == nil {
-			s.log.Warn("watchdog registry update failed; the duties are retried", "err", err)
+			s.log.Warn("watchdog schedule update failed; the renewals are retried", "err", err)
 		}
 	}
 	return len(due)
 }
 
-// renewDuty renews the lease of one duty. It returns when the next renewal is due (Redis time in
-// ms), 0 when the duty is over, or -1 when the renewal failed and must be retried.
-func (s *Service) renewDuty(ctx context.Context, member string) int64 {
+// anyDue reports whether the schedule's earliest renewal is due, or may be: an idle sweep is this
+// one round trip of two cheap reads and no script. Due times are compared with the Redis clock
+// (read in the same round trip), never this host's, so a skewed gateway clock delays nothing.
+func (s *Service) anyDue(ctx context.Context) bool {
+	res := s.client.DoMulti(ctx,
+		s.client.B().Zrange().Key(s.schedule).Min("0").Max("0").Withscores().Build(),
+		s.client.B().Time().Build())
+	first, err := res[0].AsZScores()
+	if err != nil || len(first) == 0 {
+		return err != nil && ctx.Err() == nil // on an error, let the claim report it
+	}
+	now, err := res[1].AsStrSlice()
+	if err != nil || len(now) != 2 {
+		return true
+	}
+	sec, _ := strconv.ParseInt(now[0], 10, 64)
+	usec, _ := strconv.ParseInt(now[1], 10, 64)
+	return first[0].Score <= float64(sec*1000+usec/1000)
+}
+
+// renewDue renews the lease of one schedule member. It returns when the next renewal is due
+// (Redis time in ms), 0 when the lease leaves the schedule, or -1 when the renewal failed and must be retried.
+func (s *Service) renewDue(ctx context.Context, member string) int64 {
 	lock, lease, ok := strings.Cut(member, "\n")
 	if !ok {
 		return 0
 	}
-	r, err := s.watchdog.Exec(ctx, s.client, []string{s.keys(lock).lock}, []string{lease}).AsIntSlice()
+	r, err := s.watchdogRenew.Exec(ctx, s.client, []string{s.keys(lock).lock}, []string{lease}).AsIntSlice()
 	if err == nil && (len(r) == 0 || (r[0] == 1 && len(r) != 2)) {
-		err = fmt.Errorf("unexpected reply %v", r)
+		err = unexpectedReply("watchdog renew", lock, r, nil)
 	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) {

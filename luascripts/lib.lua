@@ -1,11 +1,25 @@
--- lib.lua: helpers shared by the scripts that grant locks and manage wait queues. It is prepended
--- to those scripts when they are loaded (see scripts.go), so each still runs as one atomic EVAL.
+-- lib.lua: shared by every script that grants a lock or touches its wait queue. It is prepended to
+-- those scripts when they are loaded (see scripts.go), so each still runs as one atomic EVAL.
+--
+-- Every such script takes KEYS = [lock, fence, q, qd, qm] and starts its ARGV with
+--   [chanprefix, claim_ms, liveness_ms, fence_ttl_ms]; its own arguments follow from ARGV[5].
 --
 -- Queue of lock N (all under the hash tag {N}):
---   q   zset  lease id -> arrival time in microseconds (FIFO order; a re-queued waiter keeps its own)
+--   q   zset  lease id -> arrival time in microseconds (FIFO order; a waiter queueing again keeps
+--             its arrival)
 --   qd  zset  lease id -> liveness deadline in ms (Redis time); its replica pushes it forward while
 --             the waiter waits, so the entries of a dead replica age out
 --   qm  hash  lease id -> JSON {r: replica, o: owner, t: ttl_ms, w: watchdog, h: max_hold_ms}
+-- The three expire queue_ttl_ms after the last enqueue or heartbeat (see keep_queue), so the queue
+-- of a lock whose waiters' replicas all died does not stay in Redis forever.
+-- The fence key expires fence_ttl_ms after the lock's last grant (see grant).
+local lock, fencekey, q, qd, qm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local chanprefix, claim_ms, liveness_ms, fence_ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local queue_ttl_ms = liveness_ms * 10
+
+-- Redis caps the arguments one command may take from Lua's unpack() (~8000), so long lists go in
+-- chunks of this many.
+local chunk = 1000
 
 local function now_us()
   local t = redis.call('TIME')
@@ -13,33 +27,42 @@ local function now_us()
 end
 
 -- grant gives the free lock to lease with a new fence and a PEXPIRE of pexpire_ms; returns the fence.
--- fence = max(last fence + 1, now in µs): see acquire.lua. A watchdog lease (wd '1') records
--- :until, the Redis time in ms after which the watchdog no longer renews it (grant + hold_ms).
-local function grant(lock, fencekey, lease, owner, ttl, wd, hold_ms, pexpire_ms, now)
+-- fence = max(last fence + 1, now in µs): strictly increasing while the fence key lives, and still
+-- increasing after it expired (fence_ttl_ms after the last grant) or was lost, as long as the Redis
+-- clock moves forward. A watchdog lease (wd '1') records :until, the Redis time in ms after which
+-- the watchdog no longer renews it (grant + hold_ms).
+local function grant(lease, owner, ttl, wd, hold_ms, pexpire_ms, now)
   local fence = now
-  local last = tonumber(redis.call('SET', fencekey, string.format('%d', fence), 'GET') or '0')
+  local last = tonumber(redis.call('GET', fencekey) or '0')
   if fence <= last then
     fence = last + 1
-    redis.call('SET', fencekey, string.format('%d', fence))
   end
+  redis.call('SET', fencekey, string.format('%d', fence), 'PX', fence_ttl_ms)
   local hold_until = 0
   if wd == '1' then
     hold_until = math.floor(now / 1000) + tonumber(hold_ms)
   end
   redis.call('HSET', lock, lease, 1, ':owner', owner, ':fence', string.format('%d', fence), ':ttl', ttl, ':wd', wd,
-    ':until', string.format("%d", hold_until))
+    ':until', string.format('%d', hold_until))
   redis.call('PEXPIRE', lock, pexpire_ms)
   return fence
 end
 
-local function dequeue(q, qd, qm, lease)
+local function dequeue(lease)
   redis.call('ZREM', q, lease)
   redis.call('ZREM', qd, lease)
   redis.call('HDEL', qm, lease)
 end
 
+-- keep_queue pushes the queue keys' expiry forward; the living call it on every enqueue and heartbeat.
+local function keep_queue()
+  redis.call('PEXPIRE', q, queue_ttl_ms)
+  redis.call('PEXPIRE', qd, queue_ttl_ms)
+  redis.call('PEXPIRE', qm, queue_ttl_ms)
+end
+
 -- prune drops up to 100 queue entries whose liveness deadline has passed.
-local function prune(q, qd, qm, now)
+local function prune(now)
   local dead = redis.call('ZRANGEBYSCORE', qd, '-inf', '(' .. math.floor(now / 1000), 'LIMIT', 0, 100)
   if #dead > 0 then
     redis.call('ZREM', q, unpack(dead))
@@ -48,9 +71,18 @@ local function prune(q, qd, qm, now)
   end
 end
 
+-- first_live returns the queue head after pruning dead entries, or nil when nobody waits.
+local function first_live(now)
+  if redis.call('EXISTS', q) == 0 then
+    return nil
+  end
+  prune(now)
+  return redis.call('ZRANGE', q, 0, 0)[1]
+end
+
 -- hint tells the replica of the first waiter when the lock's lease runs out ("e <lock key> <pttl>"),
--- so that its watch checks the lock right then: an expiry publishes nothing by itself.
-local function hint(lock, q, qm, chanprefix)
+-- so that it checks the lock right then: an expiry publishes nothing by itself.
+local function hint()
   local head = redis.call('ZRANGE', q, 0, 0)[1]
   local raw = head and redis.call('HGET', qm, head)
   if raw then
@@ -61,25 +93,24 @@ end
 -- promote hands the free lock to the first live waiter for claim_ms and publishes
 -- "g <lease> <fence>" on its replica's channel (chanprefix .. replica): one message, one waiter
 -- (plus an expiry hint to the next waiter's replica, in case the claim lapses).
--- The waiter's replica extends the claim to the waiter's TTL, or releases it if the waiter left.
+-- The waiter's replica extends the claim to the waiter's TTL, or passes it on if the waiter left.
 -- Returns the grantee's lease and fence, or nil when nobody waits.
-local function promote(lock, fencekey, q, qd, qm, chanprefix, claim_ms, now)
-  if redis.call('EXISTS', q) == 0 then
+local function promote(now)
+  if not first_live(now) then
     return nil
   end
-  prune(q, qd, qm, now)
   for _ = 1, 10 do
     local head = redis.call('ZRANGE', q, 0, 0)[1]
     if not head then
       return nil
     end
     local raw = redis.call('HGET', qm, head)
-    dequeue(q, qd, qm, head)
+    dequeue(head)
     if raw then
       local m = cjson.decode(raw)
-      local fence = grant(lock, fencekey, head, m.o, m.t, m.w, m.h, claim_ms, now)
+      local fence = grant(head, m.o, m.t, m.w, m.h, claim_ms, now)
       redis.call('PUBLISH', chanprefix .. m.r, 'g ' .. head .. ' ' .. string.format('%d', fence))
-      hint(lock, q, qm, chanprefix)
+      hint()
       return head, fence
     end
   end

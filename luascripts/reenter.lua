@@ -1,9 +1,8 @@
--- reenter.lua (+ lib.lua): KEYS = [lock, q, qm]  ARGV = [lease, ttl_ms, chanprefix]
+-- reenter.lua (+ lib.lua): KEYS and ARGV[1..4] as in lib.lua, then ARGV[5..6] = [lease, ttl_ms]
 --   => {holds, fence, watchdog}  lease held: count incremented, TTL reset to ttl_ms
 --    | {0}                       lease does not hold the lock (expired or released); nothing changed
--- With others waiting, the next one's replica is told when the lease now runs out.
-local lock, q, qm = KEYS[1], KEYS[2], KEYS[3]
-local lease, ttl, chanprefix = ARGV[1], ARGV[2], ARGV[3]
+-- With others waiting, the first one's replica is told when the lease now runs out.
+local lease, ttl = ARGV[5], ARGV[6]
 
 if redis.call('HEXISTS', lock, lease) == 0 then
   return {0}
@@ -12,7 +11,7 @@ local holds = redis.call('HINCRBY', lock, lease, 1)
 redis.call('HSET', lock, ':ttl', ttl)
 redis.call('PEXPIRE', lock, ttl)
 if redis.call('EXISTS', q) == 1 then
-  hint(lock, q, qm, chanprefix)
+  hint()
 end
 local meta = redis.call('HMGET', lock, ':fence', ':wd')
 return {holds, tonumber(meta[1]), tonumber(meta[2])}

@@ -1,11 +1,11 @@
--- release.lua (+ lib.lua): KEYS = [lock, fence, q, qd, qm]  ARGV = [lease, claim_ms, chanprefix]
+-- release.lua (+ lib.lua): KEYS and ARGV[1..4] as in lib.lua, then ARGV[5] = lease
 --   => {-1}              lease does not hold the lock; nothing changed
 --    | {holds}           count decremented, still held
 --    | {0, watchdog}     fully released: the lock went to the first live waiter (see promote in
 --                        lib.lua) or, with nobody waiting, was deleted; watchdog is 1 when the
 --                        lease had a watchdog duty, which the caller drops
-local lock, fencekey, q, qd, qm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local lease, claim, chanprefix = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+-- The releasing lease leaves the queue first, so the lock can never be handed straight back to it.
+local lease = ARGV[5]
 
 local holds = tonumber(redis.call('HGET', lock, lease))
 if not holds then
@@ -16,7 +16,6 @@ if holds > 1 then
 end
 local wd = tonumber(redis.call('HGET', lock, ':wd'))
 redis.call('DEL', lock)
-if redis.call('EXISTS', q) == 1 then
-  promote(lock, fencekey, q, qd, qm, chanprefix, claim, now_us())
-end
+dequeue(lease)
+promote(now_us())
 return {0, wd}

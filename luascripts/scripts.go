@@ -6,12 +6,14 @@
 //
 //	P{N}        hash  <lease id> -> reentry count, plus metadata fields whose names start with ':'
 //	                  (:owner, :fence, :ttl, :wd, :until); PEXPIRE = the lease's TTL
-//	P{N}:fence  string, the last fence granted for N; never expires
-//	P{N}:q, P{N}:qd, P{N}:qm   the wait queue (see lib.lua); they exist only while someone waits
+//	P{N}:fence  string, the last fence granted for N; expires a configurable time (default a day)
+//	            after N's last grant, so Redis holds fences only for names in use
+//	P{N}:q, P{N}:qd, P{N}:qm   the wait queue (see lib.lua); they exist only while someone waits,
+//	            and expire ten liveness windows after the last enqueue or heartbeat
 //	Pwatchdog   zset "<N>\n<lease>" -> when its next renewal is due (ms, Redis time): the watchdog
-//	            duties every replica sweeps (see duties.lua and watchdog.lua)
+//	            schedule every replica sweeps (see watchdog_schedule.lua and watchdog_renew.lua)
 //
-// Scripts that grant or queue start with lib.lua's helpers: their exported source is lib + body.
+// Scripts that grant, queue or hint start with lib.lua's helpers: their exported source is lib + body.
 package luascripts
 
 import _ "embed"
@@ -37,21 +39,11 @@ var dequeue string
 // Dequeue takes a waiter that gave up out of the queue, passing on a grant that reached it.
 var Dequeue = lib + dequeue
 
-//go:embed tend.lua
-var tend string
+//go:embed heartbeat.lua
+var heartbeat string
 
-// Tend is a replica's periodic care of a lock it has waiters for.
-var Tend = lib + tend
-
-// Watchdog renews one watchdog lease for its duty.
-//
-//go:embed watchdog.lua
-var Watchdog string
-
-// Duties enrolls and claims watchdog duties in the registry.
-//
-//go:embed duties.lua
-var Duties string
+// Heartbeat keeps one replica's waiters for a lock in line and notices the holder's expiry.
+var Heartbeat = lib + heartbeat
 
 //go:embed reenter.lua
 var reenter string
@@ -64,6 +56,16 @@ var renew string
 
 // Renew sets a held lease's TTL; it also confirms a lock handed to a waiter.
 var Renew = lib + renew
+
+// WatchdogRenew renews one watchdog lease when it is due.
+//
+//go:embed watchdog_renew.lua
+var WatchdogRenew string
+
+// WatchdogSchedule enrolls, reschedules and claims due watchdog renewals.
+//
+//go:embed watchdog_schedule.lua
+var WatchdogSchedule string
 
 // Inspect reads a lock's state without changing it.
 //

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +117,69 @@ func TestGoSDKIsGenerated(t *testing.T) {
 	require.NoError(t, err)
 	if !bytes.Equal(fresh, committed) {
 		t.Fatal(errors.New("sdk/go/client.gen.go is stale: run go generate ./sdk/go"))
+	}
+}
+
+// TestGoSDKSplitWaitKeepsItsPlace has the SDK split a wait into 200 ms long-polls while 20
+// newcomers queue behind it on another replica: with the queue tickets it passes from one poll to
+// the next, it is still first in line when the lock is released.
+func TestGoSDKSplitWaitKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sdk, err := leasegate.New(e.gw.URL)
+	require.NoError(t, err)
+	other, err := leasegate.New(gw2.URL)
+	require.NoError(t, err)
+	holder, err := sdk.Lock(ctx, "patient", leasegate.LockOptions{Owner: "holder", TTL: time.Minute})
+	require.NoError(t, err)
+
+	type result struct {
+		lease *leasegate.Lease
+		err   error
+	}
+	patient := make(chan result, 1)
+	go func() {
+		l, err := sdk.Lock(ctx, "patient", leasegate.LockOptions{Owner: "patient", TTL: time.Minute,
+			Wait: time.Minute, MaxWaitPerRequest: 200 * time.Millisecond})
+		patient <- result{l, err}
+	}()
+	waiters := func() int64 {
+		st, err := sdk.Inspect(ctx, "patient", "")
+		if err != nil {
+			return -1
+		}
+		return st.Waiters
+	}
+	eventually(t, 10*time.Second, "the patient waiter in line", func() bool { return waiters() == 1 })
+	const newcomers = 20
+	late := make(chan result, newcomers)
+	for range newcomers {
+		go func() {
+			l, err := other.Lock(ctx, "patient", leasegate.LockOptions{Owner: "newcomer", TTL: time.Minute, Wait: time.Minute})
+			late <- result{l, err}
+		}()
+	}
+	eventually(t, 10*time.Second, "the newcomers in line", func() bool { return waiters() >= newcomers })
+	// The patient waiter's polls run out every 200 ms (its gateway logs each 409); once three have
+	// since the newcomers queued, and it is back in line, release.
+	polls := func() int { return strings.Count(e.gw.Logs(), `"path":"/locks/patient","status":409`) }
+	since := polls()
+	eventually(t, 10*time.Second, "three more polls to run out", func() bool { return polls() >= since+3 })
+	eventually(t, 5*time.Second, "the patient waiter back in line", func() bool { return waiters() == newcomers+1 })
+	_, err = holder.Release(ctx)
+	require.NoError(t, err)
+	r := <-patient
+	require.NoError(t, r.err)
+	assert.Equal(t, "patient", r.lease.Owner, "the split wait kept its place ahead of the newcomers")
+	_, err = r.lease.Release(ctx)
+	require.NoError(t, err)
+	for range newcomers {
+		n := <-late
+		require.NoError(t, n.err)
+		_, err := n.lease.Release(ctx)
+		require.NoError(t, err)
 	}
 }

@@ -177,3 +177,30 @@ func startWaiterBody(c *harness.Client, lock, body string) <-chan *harness.Respo
 	go func() { out <- c.Do(http.MethodPost, "/locks/"+lock, nil, body) }()
 	return out
 }
+
+// TestWatchdogFollowsAShortenedTTL renews a 9 s watchdog lease down to 1 s and re-enters another
+// down to 900 ms: the watchdog's next renewal must come within the new TTL, not at a third of the
+// old one (3 s later, when the lease would long be gone).
+func TestWatchdogFollowsAShortenedTTL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.client.Do(http.MethodPost, "/locks/shrink", nil, watchdogBody("w1", 9000, ""))
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	rn := e.client.Do(http.MethodPost, "/locks/shrink/renew", tokenHeader(r.Str("token")), `{"ttl_ms":1000}`)
+	require.Equal(t, http.StatusOK, rn.Status, string(rn.Body))
+
+	r2 := e.client.Do(http.MethodPost, "/locks/shrink2", nil, watchdogBody("w2", 9000, ""))
+	require.Equal(t, http.StatusCreated, r2.Status, string(r2.Body))
+	re := e.client.Do(http.MethodPost, "/locks/shrink2", tokenHeader(r2.Str("token")), acquireBody("w2", 900))
+	require.Equal(t, http.StatusOK, re.Status, string(re.Body))
+
+	from := time.Now()
+	for time.Since(from) < 3500*time.Millisecond {
+		for lock, fence := range map[string]int64{"shrink": r.Int("fence"), "shrink2": r2.Int("fence")} {
+			st := e.client.Do(http.MethodGet, "/locks/"+lock, nil, "")
+			require.Equal(t, true, st.JSON()["held"], "lock %s lapsed %v after its TTL was shortened", lock, time.Since(from))
+			require.Equal(t, fence, st.Int("fence"))
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+}

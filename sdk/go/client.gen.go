@@ -49,6 +49,13 @@ type AcquireRequest struct {
 	// Example: billing-worker-7
 	Owner Owner `json:"owner"`
 
+	// QueueTicket Waiting requests only (400 otherwise): the `queue_ticket` of the 409 that ended an
+	// earlier wait for this lock by the same owner. Presented within 10 s of that answer,
+	// it queues this request at the earlier wait's original arrival; after that it is
+	// ignored (the request queues as a newcomer). A ticket for another lock or owner, or
+	// an altered one, is rejected with 400.
+	QueueTicket *string `json:"queue_ticket,omitempty"`
+
 	// TtlMs Lease time to live in milliseconds, from 1 to the configured maximum
 	// (`LEASEGATE_MAX_TTL`, 1 hour by default). On re-entry the TTL is reset to it.
 	//
@@ -67,7 +74,7 @@ type AcquireRequest struct {
 	WaitMs *int64 `json:"wait_ms,omitempty"`
 
 	// Watchdog If true, the gateway renews the lease itself every ttl/3 until it is released, for at
-	// most `max_hold_ms`. The renewal duty is kept in Redis and carried out by every replica,
+	// most `max_hold_ms`. The renewal schedule is kept in Redis and carried out by every replica,
 	// so the lease survives the death or restart of the replica that granted it. Release it
 	// when done: a client that crashes holds the lock until `max_hold_ms` plus one TTL.
 	//
@@ -204,7 +211,8 @@ type Owner = string
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Problem struct {
 	// Detail A human-readable explanation of this occurrence.
@@ -215,6 +223,10 @@ type Problem struct {
 
 	// Lock The lock name the problem concerns.
 	Lock *string `json:"lock,omitempty"`
+
+	// QueueTicket With lock-held after a wait: send it as `queue_ticket` in the next waiting acquire
+	// (same lock and owner, within 10 s) to keep this wait's place in the queue.
+	QueueTicket *string `json:"queue_ticket,omitempty"`
 
 	// RequestId The request's `X-Request-Id`.
 	RequestId *string `json:"request_id,omitempty"`
@@ -287,7 +299,8 @@ type LockNameParam = string
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type BackendUnavailable = Problem
 
@@ -304,7 +317,8 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type BadRequest = Problem
 
@@ -321,7 +335,8 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type BodyTooLarge = Problem
 
@@ -338,7 +353,8 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type ClientError = Problem
 
@@ -358,7 +374,8 @@ type Healthy = Health
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Internal = Problem
 
@@ -375,7 +392,8 @@ type Internal = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type LeaseGone = Problem
 
@@ -392,7 +410,8 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type LockHeld = Problem
 
@@ -409,7 +428,8 @@ type LockHeld = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Unexpected = Problem
 
@@ -575,7 +595,8 @@ type ClientInterface interface {
 	// Grants a new lease on the lock (201), or, with the `Lease-Token` header of a lease
 	// that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 	// reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
-	// until the lock is granted or `wait_ms` runs out.
+	// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
+	// an earlier wait.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -587,7 +608,8 @@ type ClientInterface interface {
 	// Grants a new lease on the lock (201), or, with the `Lease-Token` header of a lease
 	// that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 	// reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
-	// until the lock is granted or `wait_ms` runs out.
+	// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
+	// an earlier wait.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -691,7 +713,8 @@ func (c *Client) InspectLock(ctx context.Context, name LockNameParam, params *In
 // Grants a new lease on the lock (201), or, with the `Lease-Token` header of a lease
 // that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 // reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
-// until the lock is granted or `wait_ms` runs out.
+// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
+// an earlier wait.
 //
 // Takes any type of body and a specified content type.
 //
@@ -713,7 +736,8 @@ func (c *Client) AcquireLockWithBody(ctx context.Context, name LockNameParam, pa
 // Grants a new lease on the lock (201), or, with the `Lease-Token` header of a lease
 // that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 // reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
-// until the lock is granted or `wait_ms` runs out.
+// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
+// an earlier wait.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1185,7 +1209,8 @@ type ClientWithResponsesInterface interface {
 	// Grants a new lease on the lock (201), or, with the `Lease-Token` header of a lease
 	// that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 	// reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
-	// until the lock is granted or `wait_ms` runs out.
+	// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
+	// an earlier wait.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1197,7 +1222,8 @@ type ClientWithResponsesInterface interface {
 	// Grants a new lease on the lock (201), or, with the `Lease-Token` header of a lease
 	// that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 	// reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
-	// until the lock is granted or `wait_ms` runs out.
+	// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
+	// an earlier wait.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2074,7 +2100,8 @@ func (c *ClientWithResponses) InspectLockWithResponse(ctx context.Context, name 
 // Grants a new lease on the lock (201), or, with the `Lease-Token` header of a lease
 // that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 // reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
-// until the lock is granted or `wait_ms` runs out.
+// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
+// an earlier wait.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2092,7 +2119,8 @@ func (c *ClientWithResponses) AcquireLockWithBodyWithResponse(ctx context.Contex
 // Grants a new lease on the lock (201), or, with the `Lease-Token` header of a lease
 // that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 // reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
-// until the lock is granted or `wait_ms` runs out.
+// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
+// an earlier wait.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

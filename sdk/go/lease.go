@@ -73,22 +73,26 @@ type LockOptions struct {
 	Wait     time.Duration // how long to wait for a held lock; 0: try once
 	Watchdog bool          // let the gateway renew the lease until released
 	MaxHold  time.Duration // watchdog leases only: stop renewing this long after the grant
-	// MaxWaitPerRequest splits long waits into long-polls the server accepts. Default 30s.
+	// MaxWaitPerRequest splits long waits into long-polls the server accepts. Default 30s. Each
+	// long-poll after the first presents the queue ticket of the one before, so the split wait
+	// keeps its place in the lock's FIFO queue.
 	MaxWaitPerRequest time.Duration
 }
 
-// Lock acquires name, waiting up to o.Wait (in FIFO order with other waiters). It returns an
-// error matching ErrHeld when the wait ran out, or ctx's error when ctx ended first.
+// Lock acquires name, waiting up to o.Wait (in FIFO order with other waiters, keeping its place
+// across the long-polls a long wait is split into). It returns an error matching ErrHeld when the
+// wait ran out, or ctx's error when ctx ended first.
 func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease, error) {
 	deadline := time.Now().Add(o.Wait)
 	perRequest := o.MaxWaitPerRequest
 	if perRequest <= 0 {
 		perRequest = 30 * time.Second
 	}
+	var ticket *string
 	for {
 		body := AcquireRequest{Owner: o.Owner, TtlMs: millis(o.TTL), Watchdog: &o.Watchdog, MaxHoldMs: millis(o.MaxHold)}
 		if wait := min(time.Until(deadline), perRequest); wait > 0 {
-			body.WaitMs = millis(wait)
+			body.WaitMs, body.QueueTicket = millis(wait), ticket
 		}
 		resp, err := c.API.AcquireLockWithResponse(ctx, name, &AcquireLockParams{}, body)
 		if err != nil {
@@ -100,6 +104,10 @@ func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease,
 		err = problem(resp.HTTPResponse, resp.Body)
 		if !errors.Is(err, ErrHeld) || time.Until(deadline) <= 0 {
 			return nil, err
+		}
+		var p *ProblemError
+		if errors.As(err, &p) {
+			ticket = p.QueueTicket
 		}
 	}
 }

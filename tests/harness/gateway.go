@@ -42,7 +42,7 @@ func GatewayBinary() (string, error) {
 		}
 		binPath = filepath.Join(dir, "leasegate")
 		args := []string{"build", "-o", binPath}
-		if raceEnabled {
+		if RaceEnabled {
 			args = append(args, "-race")
 		}
 		cmd := exec.Command("go", append(args, ".")...)

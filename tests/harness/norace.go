@@ -2,4 +2,4 @@
 
 package harness
 
-const raceEnabled = false
+const RaceEnabled = false

@@ -2,5 +2,5 @@
 
 package harness
 
-// raceEnabled builds gateways with the race detector when the tests run with -race.
-const raceEnabled = true
+// RaceEnabled builds gateways with the race detector when the tests run with -race.
+const RaceEnabled = true

@@ -77,12 +77,15 @@ export class LockHeldError extends LeasegateProblemError {
   readonly retryAfterMs: number;
   /** How long the request waited, when it was sent with `waitMs` > 0. */
   readonly waitedMs: number | undefined;
+  /** After a wait: resumes this wait's place in the queue when sent with the next one (`lock()` does). */
+  readonly queueTicket: string | undefined;
 
   constructor(problem: Problem, retryAfterHeader?: string | null) {
     super(problem);
     const header = Number(retryAfterHeader);
     this.retryAfterMs = problem.retry_after_ms ?? (Number.isFinite(header) ? header * 1000 : 0);
     this.waitedMs = problem.waited_ms;
+    this.queueTicket = problem.queue_ticket;
   }
 }
 
@@ -126,10 +129,15 @@ export interface LockOptions {
   /** Lease time to live in milliseconds (gateway default: 30000). */
   ttlMs?: number;
   /**
-   * How long the gateway may hold the request open waiting for the lock, in FIFO order
-   * (0 or absent: try once). Capped by the gateway's `LEASEGATE_MAX_WAIT` (60 s by default).
+   * How long to wait for the lock, in FIFO order (0 or absent: try once). A wait longer than
+   * `maxWaitPerRequestMs` is split into successive long-polls that keep their place in line.
    */
   waitMs?: number;
+  /**
+   * The longest one long-poll may last (default 30000): keep it within the gateway's
+   * `LEASEGATE_MAX_WAIT` (60 s by default) and your HTTP stack's timeouts.
+   */
+  maxWaitPerRequestMs?: number;
   /** Have the gateway renew the lease every ttl/3 until it is released. */
   watchdog?: boolean;
   /** With `watchdog`: stop renewing this many milliseconds after the grant. */
@@ -140,19 +148,32 @@ export interface LockOptions {
 
 /**
  * Acquires the lock `name`. Resolves with the granted `Lease`; with `waitMs` > 0 the gateway
- * long-polls until the lock is handed over or `waitMs` runs out.
+ * long-polls until the lock is handed over or `waitMs` runs out. A long wait is a series of
+ * long-polls; each presents the queue ticket of the one before, so the wait keeps its place.
  *
  * @throws LockHeldError when the lock is held (after waiting `waitMs`, if given)
  * @throws LeasegateProblemError for any other problem (invalid name or body, 503, ...)
  */
 export async function lock(client: LeasegateClient, name: string, options: LockOptions): Promise<Lease> {
-  const { data, error, response } = await client.POST("/locks/{name}", {
-    params: { path: { name } },
-    body: acquireBody(options),
-    signal: options.signal,
-  });
-  if (error !== undefined || data === undefined) throw toLeasegateError(error, response);
-  return new Lease(client, name, data, response.status === 201);
+  const deadline = Date.now() + (options.waitMs ?? 0);
+  const perRequest = options.maxWaitPerRequestMs ?? 30_000;
+  let queueTicket: string | undefined;
+  for (;;) {
+    const body = acquireBody(options);
+    if (options.waitMs !== undefined && options.waitMs > 0) {
+      body.wait_ms = Math.max(1, Math.min(deadline - Date.now(), perRequest));
+      if (queueTicket !== undefined) body.queue_ticket = queueTicket;
+    }
+    const { data, error, response } = await client.POST("/locks/{name}", {
+      params: { path: { name } },
+      body,
+      signal: options.signal,
+    });
+    if (error === undefined && data !== undefined) return new Lease(client, name, data, response.status === 201);
+    const err = toLeasegateError(error, response);
+    if (!(err instanceof LockHeldError) || err.queueTicket === undefined || Date.now() >= deadline) throw err;
+    queueTicket = err.queueTicket;
+  }
 }
 
 function acquireBody(o: Omit<LockOptions, "signal">): AcquireRequest {

@@ -31,7 +31,8 @@ export interface paths {
          * @description Grants a new lease on the lock (201), or, with the `Lease-Token` header of a lease
          *     that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
          *     reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
-         *     until the lock is granted or `wait_ms` runs out.
+         *     until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
+         *     an earlier wait.
          */
         post: operations["acquireLock"];
         /**
@@ -172,7 +173,7 @@ export interface components {
             wait_ms?: number;
             /**
              * @description If true, the gateway renews the lease itself every ttl/3 until it is released, for at
-             *     most `max_hold_ms`. The renewal duty is kept in Redis and carried out by every replica,
+             *     most `max_hold_ms`. The renewal schedule is kept in Redis and carried out by every replica,
              *     so the lease survives the death or restart of the replica that granted it. Release it
              *     when done: a client that crashes holds the lock until `max_hold_ms` plus one TTL.
              * @default false
@@ -187,6 +188,14 @@ export interface components {
              * @example 600000
              */
             max_hold_ms?: number;
+            /**
+             * @description Waiting requests only (400 otherwise): the `queue_ticket` of the 409 that ended an
+             *     earlier wait for this lock by the same owner. Presented within 10 s of that answer,
+             *     it queues this request at the earlier wait's original arrival; after that it is
+             *     ignored (the request queues as a newcomer). A ticket for another lock or owner, or
+             *     an altered one, is rejected with 400.
+             */
+            queue_ticket?: string;
         };
         RenewRequest: {
             /**
@@ -301,7 +310,8 @@ export interface components {
          *     | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
          *     | `urn:leasegate:problem:not-found` | 404 | No such route. |
          *     | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-         *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. |
+         *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+         *     | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
          *     | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
          */
         Problem: {
@@ -337,6 +347,11 @@ export interface components {
              * @description With lock-held after a wait (`wait_ms` > 0), how long the request waited, in milliseconds.
              */
             waited_ms?: number;
+            /**
+             * @description With lock-held after a wait: send it as `queue_ticket` in the next waiting acquire
+             *     (same lock and owner, within 10 s) to keep this wait's place in the queue.
+             */
+            queue_ticket?: string;
             /** @description With invalid-request, every rejected input and why. */
             invalid_params?: components["schemas"]["InvalidParam"][];
         };
@@ -405,7 +420,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Redis does not answer. */
+        /** @description Redis does not answer, the replica is shutting down, or it holds its cap of waiting requests. */
         BackendUnavailable: {
             headers: {
                 "Retry-After": components["headers"]["Retry-After"];

@@ -154,6 +154,27 @@ test("a long-poll waiter is handed the lock when the holder releases", { timeout
   assert.equal((await b.release()).released, true);
 });
 
+test("a wait split into short long-polls keeps its place ahead of newcomers", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("patient");
+  const a = await lock(client, name, { owner: "holder", ttlMs: 30_000 });
+  const patientClient = createLeasegateClient(baseUrl);
+  const patient = lock(patientClient, name, { owner: "patient", ttlMs: 30_000, waitMs: 20_000, maxWaitPerRequestMs: 200 });
+  await eventually("the patient waiter to queue", 10_000, async () => (await inspect(name)).waiters === 1);
+  const newcomers = [];
+  for (let i = 0; i < 5; i++) {
+    newcomers.push(lock(createLeasegateClient(baseUrl), name, { owner: `newcomer-${i}`, ttlMs: 30_000, waitMs: 20_000 }));
+  }
+  await eventually("the newcomers to queue", 10_000, async () => (await inspect(name)).waiters >= 5);
+  await delay(700); // a few of the patient waiter's 200 ms polls run out and resume meanwhile
+  await eventually("the patient waiter back in line", 10_000, async () => (await inspect(name)).waiters === 6);
+  await a.release();
+  const p = await patient;
+  assert.equal(p.owner, "patient", "the patient waiter kept its place across its long-polls");
+  await p.release();
+  // Each newcomer releases as soon as it is granted, so the line drains in whatever order it has.
+  await Promise.all(newcomers.map(async (n) => (await n).release()));
+});
+
 test("renew extends the lease (new expires_at, same fence)", { timeout: TEST_TIMEOUT }, async () => {
   const name = lockName("renew");
   const lease = await lock(client, name, { owner: "worker-a", ttlMs: 5_000 });

@@ -1,4 +1,4 @@
--- watchdog.lua: renews one watchdog lease on behalf of its duty.
+-- watchdog_renew.lua: renews one watchdog lease when its schedule says it is due.
 --   KEYS = [lock]  ARGV = [lease]
 --   => {1, due_ms}  renewed to its TTL; the next renewal is due at due_ms (Redis time, ttl/3 on)
 --    | {0}          drop the duty: the lease no longer holds the lock, is no watchdog lease, or

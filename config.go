@@ -1,0 +1,69 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Config is read from LEASEGATE_* environment variables (see README's configuration table).
+type Config struct {
+	Listen          string        `default:"127.0.0.1:8080"`
+	RedisAddr       string        `split_words:"true" default:"127.0.0.1:6379"`
+	RedisPassword   string        `split_words:"true"`
+	TokenSecret     string        `split_words:"true"`
+	KeyPrefix       string        `split_words:"true" default:"leasegate:"`
+	DefaultTTL      time.Duration `split_words:"true" default:"30s"`
+	MaxTTL          time.Duration `split_words:"true" default:"1h"`
+	MaxWait         time.Duration `split_words:"true" default:"60s"`
+	MaxHold         time.Duration `split_words:"true" default:"1h"`
+	MaxWaiters      int           `split_words:"true" default:"10000"`
+	FenceTTL        time.Duration `split_words:"true" default:"24h"`
+	ShutdownTimeout time.Duration `split_words:"true" default:"30s"`
+	LogLevel        string        `split_words:"true" default:"info"`
+}
+
+// loadConfig reads the environment and rejects bad values, naming the variable.
+func loadConfig() (Config, error) {
+	var cfg Config
+	if err := envconfig.Process("leasegate", &cfg); err != nil {
+		return Config{}, err
+	}
+	// envconfig lets a set-but-empty variable bypass its default; an empty value is a mistake.
+	for _, name := range []string{"LISTEN", "REDIS_ADDR", "REDIS_PASSWORD", "TOKEN_SECRET", "KEY_PREFIX",
+		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL"} {
+		if v, ok := os.LookupEnv("LEASEGATE_" + name); ok && strings.TrimSpace(v) == "" {
+			return Config{}, fmt.Errorf("LEASEGATE_%s is set but empty; unset it to use the default", name)
+		}
+	}
+	check := func(ok bool, name, format string, a ...any) error {
+		if ok {
+			return nil
+		}
+		return fmt.Errorf("LEASEGATE_%s: "+format, append([]any{name}, a...)...)
+	}
+	_, _, listenErr := net.SplitHostPort(cfg.Listen)
+	_, _, redisErr := net.SplitHostPort(cfg.RedisAddr)
+	var level slog.Level
+	levelErr := level.UnmarshalText([]byte(cfg.LogLevel))
+	return cfg, errors.Join(
+		check(listenErr == nil, "LISTEN", "%q is not host:port", cfg.Listen),
+		check(redisErr == nil, "REDIS_ADDR", "%q is not host:port", cfg.RedisAddr),
+		check(cfg.TokenSecret == "" || len(cfg.TokenSecret) >= 16, "TOKEN_SECRET", "must be at least 16 bytes"),
+		check(!strings.ContainsAny(cfg.KeyPrefix, "{}"), "KEY_PREFIX", "%q must not contain '{' or '}'", cfg.KeyPrefix),
+		check(cfg.MaxTTL > 0, "MAX_TTL", "must be positive, got %v", cfg.MaxTTL),
+		check(cfg.DefaultTTL > 0 && cfg.DefaultTTL <= cfg.MaxTTL, "DEFAULT_TTL", "must be positive and at most LEASEGATE_MAX_TTL (%v), got %v", cfg.MaxTTL, cfg.DefaultTTL),
+		check(cfg.MaxWait > 0, "MAX_WAIT", "must be positive, got %v", cfg.MaxWait),
+		check(cfg.MaxHold > 0, "MAX_HOLD", "must be positive, got %v", cfg.MaxHold),
+		check(cfg.MaxWaiters > 0, "MAX_WAITERS", "must be positive, got %d", cfg.MaxWaiters),
+		check(cfg.FenceTTL >= time.Minute, "FENCE_TTL", "must be at least 1m, got %v", cfg.FenceTTL),
+		check(cfg.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT", "must be positive, got %v", cfg.ShutdownTimeout),
+		check(levelErr == nil, "LOG_LEVEL", "%q is not debug, info, warn or error", cfg.LogLevel),
+	)
+}

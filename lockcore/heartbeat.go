@@ -1,0 +1,114 @@
+package lockcore
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// heartbeat looks after one lock on behalf of this process's waiters for it: it keeps their queue
+// entries alive, notices the holder's expiry (which publishes nothing), and recovers grants and
+// queue entries lost to pub/sub gaps or a Redis restart. Its Redis cost is one heartbeat script
+// per beat (or expiry), whatever the number of waiters.
+type heartbeat struct {
+	lock   string
+	leases map[string]struct{} // guarded by waiters.mu
+
+	mu   sync.Mutex
+	due  time.Time // next beat
+	wake chan struct{}
+}
+
+func newHeartbeat(lock string) *heartbeat {
+	return &heartbeat{lock: lock, leases: map[string]struct{}{}, wake: make(chan struct{}, 1)}
+}
+
+// checkBy moves the next beat forward to at (never backward).
+func (hb *heartbeat) checkBy(at time.Time) {
+	hb.mu.Lock()
+	if hb.due.IsZero() || at.Before(hb.due) {
+		hb.due = at
+	}
+	hb.mu.Unlock()
+	select {
+	case hb.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (hb *heartbeat) next() time.Time {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.due
+}
+
+// beat runs hb until its lock has no local waiters or the Service closes.
+func (ws *waiters) beat(hb *heartbeat) {
+	defer ws.s.wg.Done()
+	hb.checkBy(time.Now().Add(ws.s.heartbeat))
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Reset(time.Until(hb.next()))
+		select {
+		case <-ws.s.ctx.Done():
+			return
+		case <-hb.wake:
+			if time.Now().Before(hb.next()) {
+				continue
+			}
+		case <-timer.C:
+		}
+		leases, ok := ws.leasesOf(hb)
+		if !ok {
+			return
+		}
+		hb.mu.Lock()
+		hb.due = time.Time{}
+		hb.mu.Unlock()
+		hb.checkBy(time.Now().Add(ws.runHeartbeat(hb.lock, leases)))
+	}
+}
+
+// leasesOf returns the leases hb looks after, or false (and forgets hb) when there are none left.
+func (ws *waiters) leasesOf(hb *heartbeat) ([]string, bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if len(hb.leases) == 0 {
+		delete(ws.heartbeats, hb.lock)
+		return nil, false
+	}
+	leases := make([]string, 0, len(hb.leases))
+	for l := range hb.leases {
+		leases = append(leases, l)
+	}
+	return leases, true
+}
+
+// runHeartbeat runs the heartbeat script for lock and acts on its reply; it returns when to beat
+// again.
+func (ws *waiters) runHeartbeat(lock string, leases []string) time.Duration {
+	reply, err := ws.s.runQueued(context.Background(), ws.s.heartbeatScript, lock, leases...)
+	if err == nil && len(reply) < 3 {
+		err = unexpectedReply("heartbeat", lock, len(reply), nil)
+	}
+	if err != nil {
+		ws.s.log.Warn("queue heartbeat failed; retrying", "lock", lock, "err", err)
+		return 100 * time.Millisecond
+	}
+	holder, _ := reply[0].ToString()
+	fence, _ := reply[1].AsInt64()
+	pttl, _ := reply[2].AsInt64()
+	if holder != "" {
+		ws.deliver(holder, event{fence: fence}) // a grant whose message was lost
+	}
+	for _, m := range reply[3:] {
+		lease, _ := m.ToString()
+		ws.deliver(lease, event{requeue: true})
+	}
+	next := ws.s.heartbeat
+	if expiry := time.Duration(pttl)*time.Millisecond + time.Millisecond; pttl >= 0 && expiry < next {
+		next = expiry
+	}
+	return next
+}

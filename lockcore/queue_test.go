@@ -1,0 +1,291 @@
+package lockcore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/lockcore"
+	"github.com/leasegate/leasegate/luascripts"
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+// evalQueued runs one of the scripts built on lib.lua on lock straight on Redis, as a replica
+// whose reply was lost (or a replica that then died) would have: all of lock's keys, the common
+// arguments (claim and liveness of 750 ms, fence TTL of a day), then args.
+func (w *waitWorld) evalQueued(t *testing.T, script, lock string, args ...string) string {
+	t.Helper()
+	cmd := []string{"EVAL", script, "5", w.key(lock, ""), w.key(lock, ":fence"), w.key(lock, ":q"),
+		w.key(lock, ":qd"), w.key(lock, ":qm"), w.prefix + "grants:", "750", "750", "86400000"}
+	return w.redis.MustDo(t, append(cmd, args...)...)
+}
+
+// TestHolderIsNeverQueuedBehindItself replays a waiting enqueue of the lease that holds the lock
+// (a retried call whose first reply was lost, or a requeue racing the grant). The lease must not
+// join its own queue: otherwise its release hands the lock straight back to it and the released
+// token works again.
+func TestHolderIsNeverQueuedBehindItself(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{})
+	ctx := context.Background()
+	const lock = "ghost"
+	g := w.hold(t, w.svc, lock, "holder", time.Minute)
+
+	reply := w.evalQueued(t, luascripts.Acquire, lock,
+		g.ID, "60000", "holder", "0", "wait", "some-replica", "0", "0", "0")
+	assert.Equal(t, "1\n"+strconv.FormatInt(g.Fence, 10), reply, "the holder is told it holds the lock, with its fence")
+	assert.Equal(t, "0", w.queueKeys(t, lock), "the holder is not in the queue")
+
+	rel, err := w.svc.Release(ctx, lock, g.Token)
+	require.NoError(t, err)
+	assert.True(t, rel.Released)
+	st, err := w.svc.Inspect(ctx, lock, "")
+	require.NoError(t, err)
+	assert.False(t, st.Held, "released means free: %+v", st)
+	_, err = w.svc.Release(ctx, lock, g.Token)
+	assert.ErrorIs(t, err, lockcore.ErrLeaseLost, "a released token never works again")
+	_, err = w.svc.Renew(ctx, lock, g.Token, time.Minute)
+	assert.ErrorIs(t, err, lockcore.ErrLeaseLost, "nor renews the lock back")
+}
+
+// TestReleaseDropsTheReleasingLeaseFromTheQueue puts the holder's lease into the queue by hand,
+// as a ghost entry from before the acquire fix would be, and releases: the lock must go to the
+// real waiter behind it, never back to the lease that released it.
+func TestReleaseDropsTheReleasingLeaseFromTheQueue(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{})
+	ctx := context.Background()
+	const lock = "ghost-entry"
+	g := w.hold(t, w.svc, lock, "holder", time.Minute)
+	res := acquireAsync(ctx, w.svc, lockcore.AcquireRequest{Lock: lock, Owner: "waiter", TTL: time.Minute, Wait: time.Minute})
+	w.awaitWaiters(t, lock, 1)
+	far := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	w.redis.MustDo(t, "ZADD", w.key(lock, ":q"), "1", g.ID) // ahead of everyone
+	w.redis.MustDo(t, "ZADD", w.key(lock, ":qd"), far, g.ID)
+	w.redis.MustDo(t, "HSET", w.key(lock, ":qm"), g.ID, `{"r":"x","o":"holder","t":"60000","w":"0","h":"0"}`)
+
+	_, err := w.svc.Release(ctx, lock, g.Token)
+	require.NoError(t, err)
+	_, err = w.svc.Release(ctx, lock, g.Token)
+	assert.ErrorIs(t, err, lockcore.ErrLeaseLost, "the released lease got nothing back")
+	r := receive(t, res, 10*time.Second, "the real waiter's grant")
+	require.NoError(t, r.err)
+	assert.Equal(t, "waiter", r.grant.Owner)
+}
+
+// TestManyWaitersOnOneLockStayInLine queues thousands of waiters for one lock on one replica (more
+// than one Lua call can unpack, so the heartbeat must chunk) and checks that every one of them is
+// still in line several liveness windows later, and that the lock then goes to them in arrival
+// order. The race detector caps live goroutines at 8128, so with -race the test uses 5,000
+// waiters (still past the ~4,000 where an unchunked heartbeat failed).
+func TestManyWaitersOnOneLockStayInLine(t *testing.T) {
+	t.Parallel()
+	n := 10000
+	if harness.RaceEnabled {
+		n = 5000
+	}
+	w := newWaitWorld(t, lockcore.Options{MaxWaiters: n})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const lock = "crowd"
+	holder := w.hold(t, w.svc, lock, "holder", time.Minute)
+	results := make(chan acquired, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			g, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: lock, Owner: "waiter", TTL: time.Minute, Wait: time.Minute})
+			results <- acquired{g, err}
+		}()
+	}
+	pollUntil(t, 60*time.Second, fmt.Sprintf("%d waiters queued", n), func() bool {
+		st, err := w.svc.Inspect(ctx, lock, "")
+		return err == nil && st.Waiters == int64(n)
+	})
+	// Four liveness windows: an entry whose heartbeat failed would have been pruned by now.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); <-time.After(250 * time.Millisecond) {
+		st, err := w.svc.Inspect(ctx, lock, "")
+		require.NoError(t, err)
+		require.Equal(t, int64(n), st.Waiters, "every waiter stays in line")
+	}
+	q := w.redis.MustDo(t, "ZCARD", w.key(lock, ":q"))
+	require.Equal(t, strconv.Itoa(n), q)
+
+	// FIFO: the first five in the queue get the lock in that order.
+	head := strings.Split(w.redis.MustDo(t, "ZRANGE", w.key(lock, ":q"), "0", "4"), "\n")
+	token := holder.Token
+	for i, want := range head {
+		_, err := w.svc.Release(ctx, lock, token)
+		require.NoError(t, err)
+		r := receive(t, results, 10*time.Second, fmt.Sprintf("grant %d", i))
+		require.NoError(t, r.err)
+		assert.Equal(t, want, r.grant.ID, "grant %d goes to the queue's head", i)
+		token = r.grant.Token
+	}
+	cancel()
+	for i := len(head); i < n; i++ {
+		r := receive(t, results, 30*time.Second, "the cancelled waiters")
+		if r.err == nil {
+			t.Fatalf("a cancelled waiter was granted")
+		}
+	}
+}
+
+// TestDeadReplicasQueueExpires queues a waiter the way a replica does and never refreshes it, as
+// when that replica dies: the queue keys must leave Redis by themselves (ten liveness windows
+// after the last enqueue or heartbeat), even though nobody touches the lock again.
+func TestDeadReplicasQueueExpires(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{})
+	const lock = "orphan"
+	w.hold(t, w.svc, lock, "holder", time.Minute)
+	reply := w.evalQueued(t, luascripts.Acquire, lock,
+		"3f0c7d0e-3f8e-4a57-9a3c-2f4e8f9b1c11", "60000", "waiter", "0", "wait", "dead-replica", "0", "0", "0")
+	require.True(t, strings.HasPrefix(reply, "2\n"), "queued: %q", reply)
+	require.Equal(t, "3", w.queueKeys(t, lock))
+	pollUntil(t, 15*time.Second, "the dead replica's queue keys to expire", func() bool {
+		return w.queueKeys(t, lock) == "0"
+	})
+	assert.Equal(t, "holder", w.redis.MustDo(t, "HGET", w.key(lock, ""), ":owner"), "the lock itself is untouched")
+}
+
+// TestFenceKeysExpireAndFencesStillRise grants and releases a name, lets its fence key expire, and
+// grants it again: Redis keeps no key for the name in between, and the new fence is still greater.
+func TestFenceKeysExpireAndFencesStillRise(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{FenceTTL: 300 * time.Millisecond})
+	ctx := context.Background()
+	const lock = "once"
+	var last int64
+	for round := range 3 {
+		g := w.hold(t, w.svc, lock, "owner", time.Minute)
+		assert.Greater(t, g.Fence, last, "round %d", round)
+		last = g.Fence
+		_, err := w.svc.Release(ctx, lock, g.Token)
+		require.NoError(t, err)
+		pollUntil(t, 5*time.Second, "the fence key to expire", func() bool {
+			return w.redis.MustDo(t, "EXISTS", w.key(lock, ":fence")) == "0"
+		})
+		keys := w.redis.MustDo(t, "KEYS", w.prefix+"{"+lock+"}*")
+		assert.Empty(t, keys, "round %d: nothing left in Redis for the name", round)
+	}
+}
+
+// TestTooManyWaitersIsRefused fills a replica's cap of waiting requests.
+func TestTooManyWaitersIsRefused(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{MaxWaiters: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const lock = "capped"
+	w.hold(t, w.svc, lock, "holder", time.Minute)
+	req := lockcore.AcquireRequest{Lock: lock, Owner: "waiter", TTL: time.Minute, Wait: time.Minute}
+	a, b := acquireAsync(ctx, w.svc, req), acquireAsync(ctx, w.svc, req)
+	w.awaitWaiters(t, lock, 2)
+	_, err := w.svc.Acquire(ctx, req)
+	assert.ErrorIs(t, err, lockcore.ErrTooManyWaiters)
+	_, err = w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: lock, Owner: "try-once", TTL: time.Minute})
+	assert.ErrorIs(t, err, lockcore.ErrHeld, "try-once requests are not capped")
+	cancel()
+	for _, ch := range []<-chan acquired{a, b} {
+		assert.ErrorIs(t, receive(t, ch, 5*time.Second, "a cancelled waiter").err, context.Canceled)
+	}
+	w.awaitWaiters(t, lock, 0)
+	_, err = w.svc.Acquire(context.Background(), lockcore.AcquireRequest{Lock: lock, Owner: "waiter", TTL: time.Minute, Wait: 10 * time.Millisecond})
+	assert.ErrorIs(t, err, lockcore.ErrHeld, "below the cap again, waiting is allowed")
+}
+
+// TestQueueTicketKeepsThePlace has a patient waiter whose long-polls run out every 200 ms while
+// newcomers keep arriving: with its queue ticket each new poll resumes its original arrival, so it
+// is granted the lock before all of them.
+func TestQueueTicketKeepsThePlace(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{})
+	other := w.replica(t, lockcore.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const lock = "patient"
+	holder := w.hold(t, w.svc, lock, "holder", time.Minute)
+
+	patient := make(chan acquired, 1)
+	polls := make(chan struct{}, 100)
+	go func() {
+		ticket := ""
+		for ctx.Err() == nil {
+			g, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: lock, Owner: "patient", TTL: time.Minute,
+				Wait: 200 * time.Millisecond, QueueTicket: ticket})
+			var held *lockcore.HeldError
+			if errors.As(err, &held) && held.Waited > 0 {
+				ticket = held.QueueTicket
+				polls <- struct{}{}
+				continue
+			}
+			patient <- acquired{g, err}
+			return
+		}
+	}()
+	w.awaitWaiters(t, lock, 1)
+
+	const newcomers = 20
+	late := make(chan acquired, newcomers)
+	for i := range newcomers {
+		go func() {
+			g, err := other.Acquire(ctx, lockcore.AcquireRequest{Lock: lock, Owner: fmt.Sprintf("newcomer-%d", i), TTL: time.Minute, Wait: time.Minute})
+			late <- acquired{g, err}
+		}()
+	}
+	pollUntil(t, 10*time.Second, "the newcomers to queue", func() bool {
+		st, err := w.svc.Inspect(ctx, lock, "")
+		return err == nil && st.Waiters >= newcomers
+	})
+	// Let the patient waiter re-poll a few times behind the newcomers' arrival, then release right
+	// after it is back in line (well within its next 200 ms poll).
+	for range 3 {
+		receive(t, polls, 5*time.Second, "a re-poll")
+	}
+	pollUntil(t, 5*time.Second, "the patient waiter back in line", func() bool {
+		st, err := w.svc.Inspect(ctx, lock, "")
+		return err == nil && st.Waiters == newcomers+1
+	})
+	_, err := w.svc.Release(ctx, lock, holder.Token)
+	require.NoError(t, err)
+	r := receive(t, patient, 10*time.Second, "the patient waiter's grant")
+	require.NoError(t, r.err, "the patient waiter is granted first")
+	assert.Equal(t, "patient", r.grant.Owner)
+	select {
+	case l := <-late:
+		t.Fatalf("a newcomer was granted before the patient waiter released: %+v", l)
+	default:
+	}
+	_, err = w.svc.Release(ctx, lock, r.grant.Token)
+	require.NoError(t, err)
+	first := receive(t, late, 10*time.Second, "the first newcomer's grant")
+	require.NoError(t, first.err)
+}
+
+// TestQueueTicketIsCheckedBeforeRedis rejects altered tickets and tickets for another lock or owner.
+func TestQueueTicketIsCheckedBeforeRedis(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{})
+	ctx := context.Background()
+	w.hold(t, w.svc, "a", "holder", time.Minute)
+	_, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: "a", Owner: "me", TTL: time.Minute, Wait: 10 * time.Millisecond})
+	var held *lockcore.HeldError
+	require.ErrorAs(t, err, &held)
+	require.NotEmpty(t, held.QueueTicket)
+	for name, req := range map[string]lockcore.AcquireRequest{
+		"other lock":  {Lock: "b", Owner: "me", QueueTicket: held.QueueTicket},
+		"other owner": {Lock: "a", Owner: "you", QueueTicket: held.QueueTicket},
+		"altered":     {Lock: "a", Owner: "me", QueueTicket: harness.AlterSignature(held.QueueTicket)},
+		"lease token": {Lock: "a", Owner: "me", QueueTicket: w.hold(t, w.svc, "c", "me", time.Minute).Token},
+	} {
+		req.TTL, req.Wait = time.Minute, time.Second
+		_, err := w.svc.Acquire(ctx, req)
+		assert.ErrorIs(t, err, lockcore.ErrInvalidTicket, name)
+	}
+}

@@ -1,0 +1,161 @@
+package lockcore
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// waiters are this process's waiting acquires. They share one pub/sub subscription to the
+// process's own channel, on which the scripts that hand a lock on address the waiter they picked,
+// and one heartbeat per lock that has local waiters (heartbeat.go). A waiter registers here before
+// it enqueues in Redis, so a grant published at any moment after the enqueue finds it.
+type waiters struct {
+	s       *Service
+	replica string // this process's ID in queue entries
+	channel string // chanPrefix + replica
+	max     int    // cap on byLease
+
+	mu         sync.Mutex
+	byLease    map[string]*waiter
+	heartbeats map[string]*heartbeat // by lock name
+}
+
+// waiter is one waiting Acquire. Its events channel receives grants addressed to it and requests
+// to queue again; sends never block (a full channel already holds something to act on).
+type waiter struct {
+	lock   string
+	lease  string
+	events chan event
+}
+
+type event struct {
+	fence   int64 // > 0: the lock was handed to this waiter with this fence
+	requeue bool  // Redis lost this waiter's queue entry: queue again at the original arrival
+}
+
+// newWaiters starts the process's subscriber; it and the heartbeats stop when s.ctx ends.
+func newWaiters(s *Service, replica string, max int) *waiters {
+	ws := &waiters{
+		s: s, replica: replica, channel: s.chanPrefix + replica, max: max,
+		byLease: map[string]*waiter{}, heartbeats: map[string]*heartbeat{},
+	}
+	s.wg.Add(1)
+	go ws.subscribe()
+	return ws
+}
+
+// subscribe keeps the process's subscription alive until the Service closes. rueidis re-subscribes
+// by itself after a lost connection; messages published during the gap are lost, so every
+// (re)subscription makes each heartbeat check its lock at once.
+func (ws *waiters) subscribe() {
+	defer ws.s.wg.Done()
+	for ws.s.ctx.Err() == nil {
+		ctx := rueidis.WithOnSubscriptionHook(ws.s.ctx, func(s rueidis.PubSubSubscription) {
+			if s.Kind == "subscribe" {
+				ws.checkAll()
+			}
+		})
+		_ = ws.s.client.Receive(ctx, ws.s.client.B().Subscribe().Channel(ws.channel).Build(), ws.onMessage)
+		select { // Receive returned: Redis unreachable, or unsubscribed; try again shortly
+		case <-ws.s.ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// onMessage runs on the connection's reader goroutine: it must never block. Messages are
+// "g <lease> <fence>" (the lock was handed to that waiter) and "e <lock key> <pttl>" (the lock's
+// lease runs out in pttl ms; this process has its first waiter).
+func (ws *waiters) onMessage(m rueidis.PubSubMessage) {
+	f := strings.Fields(m.Message)
+	if len(f) != 3 {
+		return
+	}
+	n, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		return
+	}
+	switch f[0] {
+	case "g":
+		ws.deliver(f[1], event{fence: n})
+	case "e":
+		_, name, _ := strings.Cut(f[1], "{")
+		name, _, _ = strings.Cut(name, "}")
+		if n >= 0 {
+			ws.checkBy(name, time.Now().Add(time.Duration(n)*time.Millisecond+time.Millisecond))
+		}
+	}
+}
+
+// deliver hands ev to the waiter of lease, if it is still here. It never blocks.
+func (ws *waiters) deliver(lease string, ev event) {
+	ws.mu.Lock()
+	w := ws.byLease[lease]
+	ws.mu.Unlock()
+	if w != nil {
+		select {
+		case w.events <- ev:
+		default:
+		}
+	}
+}
+
+// join registers a waiter and makes sure its lock has a heartbeat. It counts the wait in the
+// Service's WaitGroup (leave calls Done), so Close waits for every wait. It fails with
+// ErrTooManyWaiters at the cap and with ErrUnavailable once the Service is closing.
+func (ws *waiters) join(lock, lease string) (*waiter, error) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.s.ctx.Err() != nil {
+		return nil, errShuttingDown
+	}
+	if len(ws.byLease) >= ws.max {
+		return nil, ErrTooManyWaiters
+	}
+	w := &waiter{lock: lock, lease: lease, events: make(chan event, 1)}
+	ws.s.wg.Add(1)
+	ws.byLease[lease] = w
+	hb := ws.heartbeats[lock]
+	if hb == nil {
+		hb = newHeartbeat(lock)
+		ws.heartbeats[lock] = hb
+		ws.s.wg.Add(1)
+		go ws.beat(hb)
+	}
+	hb.leases[lease] = struct{}{}
+	return w, nil
+}
+
+// leave unregisters w; its lock's heartbeat ends by itself once it has no waiters.
+func (ws *waiters) leave(w *waiter) {
+	ws.mu.Lock()
+	delete(ws.byLease, w.lease)
+	if hb := ws.heartbeats[w.lock]; hb != nil {
+		delete(hb.leases, w.lease)
+	}
+	ws.mu.Unlock()
+	ws.s.wg.Done()
+}
+
+// checkBy makes lock's heartbeat check the lock by at, e.g. when its holder's lease runs out.
+func (ws *waiters) checkBy(lock string, at time.Time) {
+	ws.mu.Lock()
+	hb := ws.heartbeats[lock]
+	ws.mu.Unlock()
+	if hb != nil {
+		hb.checkBy(at)
+	}
+}
+
+func (ws *waiters) checkAll() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	now := time.Now()
+	for _, hb := range ws.heartbeats {
+		hb.checkBy(now)
+	}
+}

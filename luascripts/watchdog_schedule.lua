@@ -1,0 +1,35 @@
+-- watchdog_schedule.lua: the watchdog's schedule. KEYS = [schedule]  (zset "<lock name>\n<lease>"
+-- -> when its next renewal is due, ms of Redis time). Every due time is Redis time, so gateway
+-- clocks play no part.
+--   ARGV = ['enroll', member, delay_ms]      => 1: member is due delay_ms from now
+--   ARGV = ['reschedule', member, delay_ms]  => 1: an enrolled member is due delay_ms from now at
+--                                               the latest (its TTL was shortened); 0: not enrolled
+--   ARGV = ['claim', hold_ms, limit]         => up to limit due members; each is pushed hold_ms
+--                                               forward, so other replicas skip it meanwhile and a
+--                                               claimer that fails is retried after hold_ms
+local schedule, op = KEYS[1], ARGV[1]
+
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if op == 'enroll' then
+  redis.call('ZADD', schedule, string.format('%d', now_ms + tonumber(ARGV[3])), ARGV[2])
+  return 1
+end
+if op == 'reschedule' then
+  if not redis.call('ZSCORE', schedule, ARGV[2]) then
+    return 0
+  end
+  redis.call('ZADD', schedule, 'XX', 'LT', string.format('%d', now_ms + tonumber(ARGV[3])), ARGV[2])
+  return 1
+end
+local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', now_ms, 'LIMIT', 0, tonumber(ARGV[3]))
+if #due > 0 then
+  local args = {'XX'}
+  local later = string.format('%d', now_ms + tonumber(ARGV[2]))
+  for i = 1, #due do
+    args[#args + 1] = later
+    args[#args + 1] = due[i]
+  end
+  redis.call('ZADD', schedule, unpack(args))
+end
+return due
