@@ -15,6 +15,7 @@ const (
 	TypeMethodNotAllowed   = "urn:leasegate:problem:method-not-allowed"
 	TypeBackendUnavailable = "urn:leasegate:problem:backend-unavailable"
 	TypeTooManyWaiters     = "urn:leasegate:problem:too-many-waiters"
+	TypeShuttingDown       = "urn:leasegate:problem:shutting-down"
 	TypeInternal           = "urn:leasegate:problem:internal"
 )
 

@@ -27,29 +27,23 @@ import (
 )
 
 var (
-	only          = flag.String("only", "", "run one scenario: throughput, handoff, parked")
-	duration      = flag.Duration("duration", 3*time.Second, "length of one measured round")
-	rounds        = flag.Int("rounds", 3, "rounds per side; the median is reported")
-	clients       = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
-	flush         = flag.Duration("flush-delay", 0, "rueidis MaxFlushDelay for the gateway's Redis client")
-	parkedWaiters = flag.Int("parked-waiters", 10000, "long-polls to park for the resource scenario")
-	parkedLocks   = flag.Int("parked-locks", 1000, "lock names the parked long-polls spread over")
-	gwEnv         = flag.String("gateway-env", "", "extra environment for the parked scenario's gateway process, e.g. GOGC=50,GODEBUG=gctrace=1")
-	multiplex     = flag.Int("pipeline-multiplex", 0, "rueidis PipelineMultiplex for the in-process gateway (0: lockcore's default)")
-	noPipe        = flag.Bool("no-auto-pipelining", false, "rueidis DisableAutoPipelining for the in-process gateway")
-	serveFloor    = flag.String("serve-floor", "", "internal: serve the HTTP floor on this address (used by the parked scenario)")
-	cpuprof       = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	only      = flag.String("only", "", "run one scenario: throughput, handoff, waiting")
+	duration  = flag.Duration("duration", 3*time.Second, "length of one measured round")
+	rounds    = flag.Int("rounds", 3, "rounds per side; the median is reported")
+	clients   = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
+	flush     = flag.Duration("flush-delay", 0, "rueidis MaxFlushDelay for the gateway's Redis client")
+	waiters   = flag.Int("waiters", 10000, "long-polls held at once in the waiting scenario")
+	waitLocks = flag.Int("wait-locks", 1000, "lock names the waiting scenario's long-polls spread over")
+	baseline  = flag.String("baseline", "", "waiting scenario: other gateway builds to measure side by side, as name=path[,name=path] (e.g. builds of earlier commits)")
+	gwEnv     = flag.String("gateway-env", "", "waiting scenario: extra environment for this tree's gateway in an extra row, e.g. GOMEMLIMIT=300MiB")
+	lgbench   = flag.String("lgbench", "", "waiting scenario: the outside load generator's binary (build ../shared/lgbench), for hand-offs")
+	multiplex = flag.Int("pipeline-multiplex", 0, "rueidis PipelineMultiplex for the in-process gateway (0: lockcore's default)")
+	noPipe    = flag.Bool("no-auto-pipelining", false, "rueidis DisableAutoPipelining for the in-process gateway")
+	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
 
 func main() {
 	flag.Parse()
-	if *serveFloor != "" {
-		if err := serveFloorProcess(*serveFloor); err != nil {
-			fmt.Fprintln(os.Stderr, "bench floor:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	if *cpuprof != "" {
 		f, err := os.Create(*cpuprof)
 		if err == nil && pprof.StartCPUProfile(f) == nil {
@@ -89,8 +83,8 @@ func run() error {
 			}
 		}
 	}
-	if *only == "" || *only == "parked" {
-		if err := parked(dir, redis, *parkedWaiters, *parkedLocks); err != nil {
+	if *only == "" || *only == "waiting" {
+		if err := waiting(dir, redis); err != nil {
 			return err
 		}
 	}
@@ -162,16 +156,4 @@ func with(o rueidis.ClientOption, flush time.Duration) rueidis.ClientOption {
 		o.PipelineMultiplex = *multiplex
 	}
 	return o
-}
-
-// serveFloorProcess serves the HTTP floor until killed: the parked scenario measures its memory in
-// a process of its own, as it does the gateway's.
-func serveFloorProcess(addr string) error {
-	tokens, _ := lockcore.NewTokens([]byte(harness.TestTokenSecret))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	newServer(floorLocker{tokens: tokens}, ln)
-	select {} // until killed
 }

@@ -170,8 +170,6 @@ type floorLocker struct{ tokens *lockcore.Tokens }
 // Acquire answers at once, except waits, which block until their client leaves.
 func (f floorLocker) Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error) {
 	if req.Wait > 0 {
-		floorParked.Add(1)
-		defer floorParked.Add(-1)
 		<-ctx.Done()
 		return lockcore.Grant{}, ctx.Err()
 	}
@@ -191,11 +189,8 @@ func (f floorLocker) Renew(_ context.Context, lock, token string, ttl time.Durat
 }
 
 func (f floorLocker) Inspect(_ context.Context, lock, token string) (lockcore.State, error) {
-	return lockcore.State{Lock: lock, Waiters: floorParked.Load()}, nil
+	return lockcore.State{Lock: lock}, nil
 }
-
-// floorParked counts the floor's blocked waits (in the -serve-floor process).
-var floorParked atomic.Int64
 
 func (f floorLocker) Ping(context.Context) error { return nil }
 

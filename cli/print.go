@@ -40,10 +40,24 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 		if err != nil {
 			return c.fail(err)
 		}
-		// A wait longer than one long-poll goes on with the next, at the same place in line.
-		if p := resp.ApplicationproblemJSON409; p != nil && p.QueueTicket != nil && time.Until(deadline) > 0 {
-			body.QueueTicket = p.QueueTicket
-			continue
+		// A wait longer than one long-poll goes on with the next, at the same place in line; a
+		// replica that is shutting down (or full) is retried within the wait.
+		if *wait > 0 && *token == "" && time.Until(deadline) > 0 {
+			if p := resp.ApplicationproblemJSON409; p != nil && p.QueueTicket != nil {
+				body.QueueTicket = p.QueueTicket
+				continue
+			}
+			if p := resp.ApplicationproblemJSON503; p != nil {
+				if p.QueueTicket != nil {
+					body.QueueTicket = p.QueueTicket
+				}
+				select {
+				case <-ctx.Done():
+					return c.fail(ctx.Err())
+				case <-time.After(min(time.Second, time.Until(deadline))):
+				}
+				continue
+			}
 		}
 		return c.print(resp.HTTPResponse, resp.Body)
 	}

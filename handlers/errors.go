@@ -46,8 +46,9 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, err error) {
 	p := api.Problem{Detail: err.Error(), RequestID: requestIDFrom(ctx)}
 	var (
-		reqErr  *requestError
-		heldErr *lockcore.HeldError
+		reqErr      *requestError
+		heldErr     *lockcore.HeldError
+		shutdownErr *lockcore.ShutdownError
 	)
 	switch {
 	case errors.As(err, &reqErr):
@@ -69,6 +70,14 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		p.InvalidParams = []api.InvalidParam{{Name: "queue_ticket", Reason: err.Error()}}
 	case errors.Is(err, lockcore.ErrInvalid):
 		p.Status, p.Type, p.Title = http.StatusBadRequest, api.TypeInvalidRequest, "Invalid request"
+	case errors.As(err, &shutdownErr), errors.Is(err, lockcore.ErrShuttingDown):
+		p.Status, p.Type, p.Title = http.StatusServiceUnavailable, api.TypeShuttingDown, "Shutting down"
+		p.Detail = "this gateway replica is shutting down; retry on another"
+		if shutdownErr != nil {
+			p.QueueTicket = shutdownErr.QueueTicket
+		}
+		w.Header().Set("Retry-After", "1")
+		log.Info("request ended by shutdown", "request_id", p.RequestID)
 	case errors.Is(err, lockcore.ErrTooManyWaiters):
 		p.Status, p.Type, p.Title = http.StatusServiceUnavailable, api.TypeTooManyWaiters, "Too many waiting requests"
 		w.Header().Set("Retry-After", "1")

@@ -53,6 +53,21 @@ func TestWriteError(t *testing.T) {
 				}
 				assert.Nil(t, p.Waitedms, "no waited_ms for a try-once")
 			}},
+		{name: "held after a wait, with a queue ticket", err: &lockcore.HeldError{Lock: "x", RetryAfter: time.Second,
+			Waited: 2 * time.Second, QueueTicket: "tk"}, status: 409, typ: api.TypeLockHeld, retryAfter: "1",
+			check: func(t *testing.T, p api.Problem) { assert.Equal(t, "tk", p.QueueTicket) }},
+		{name: "shutting down, with a queue ticket", err: &lockcore.ShutdownError{QueueTicket: "tk"},
+			status: 503, typ: api.TypeShuttingDown, retryAfter: "1",
+			check: func(t *testing.T, p api.Problem) { assert.Equal(t, "tk", p.QueueTicket) }},
+		{name: "shutting down, wrapped", err: fmt.Errorf("joining: %w", lockcore.ErrShuttingDown),
+			status: 503, typ: api.TypeShuttingDown, retryAfter: "1"},
+		{name: "too many waiters", err: lockcore.ErrTooManyWaiters, status: 503, typ: api.TypeTooManyWaiters, retryAfter: "1"},
+		{name: "invalid ticket", err: fmt.Errorf("%w: for lock y", lockcore.ErrInvalidTicket), status: 400, typ: api.TypeInvalidRequest,
+			check: func(t *testing.T, p api.Problem) {
+				if assert.Len(t, p.InvalidParams, 1) {
+					assert.Equal(t, "queue_ticket", p.InvalidParams[0].Name)
+				}
+			}},
 		{name: "held, 10 ms left", err: &lockcore.HeldError{Lock: "x", RetryAfter: 10 * time.Millisecond},
 			status: 409, typ: api.TypeLockHeld, retryAfter: "1"},
 		{name: "held, no time left", err: &lockcore.HeldError{Lock: "x"},

@@ -85,7 +85,7 @@ func (s *Service) settle(ctx context.Context, g Grant) (Grant, error) {
 func (s *Service) acquireNew(ctx context.Context, req AcquireRequest) (Grant, error) {
 	lease := uuid.NewString()
 	start := time.Now()
-	r, err := s.runAcquire(ctx, req, lease, "try", arrival{})
+	r, err := s.runAcquire(ctx, req, lease, "try", 0, "")
 	if err != nil {
 		return Grant{}, err
 	}
@@ -98,12 +98,6 @@ func (s *Service) acquireNew(ctx context.Context, req AcquireRequest) (Grant, er
 func (s *Service) newGrant(req AcquireRequest, lease string, fence int64, start time.Time) Grant {
 	l := Lease{Lock: req.Lock, Owner: req.Owner, ID: lease, Fence: fence}
 	return Grant{Lease: l, Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: 1, Watchdog: req.Watchdog}
-}
-
-// arrival is a waiter's place in a queue: its arrival time (µs, Redis time; 0 = now), which counts
-// until the Redis time until (ms; 0 = always).
-type arrival struct {
-	at, until int64
 }
 
 // acquireReply is acquire.lua's reply.
@@ -120,11 +114,12 @@ const (
 	acquireQueued  = 2
 )
 
-// runAcquire runs acquire.lua in mode "try" or "wait", queueing at arr.
-func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mode string, arr arrival) (acquireReply, error) {
-	reply, err := s.runQueued(ctx, s.acquire, req.Lock,
+// runAcquire runs acquire.lua in mode "try" or "wait". A waiter queues at arrival (µs, Redis
+// time) when it is not 0, else at the place queue ticket ticketID keeps (taken once), else now.
+func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mode string, arrival int64, ticketID string) (acquireReply, error) {
+	reply, err := s.runTicketed(ctx, s.acquire, req.Lock, ticketID,
 		lease, ms(req.TTL), req.Owner, flag(req.Watchdog), mode, s.waiters.replica,
-		strconv.FormatInt(arr.at, 10), strconv.FormatInt(arr.until, 10), ms(req.MaxHold))
+		strconv.FormatInt(arrival, 10), ms(req.MaxHold))
 	if err != nil {
 		return acquireReply{}, err
 	}

@@ -26,8 +26,27 @@ var (
 	ErrTooManyWaiters = errors.New("too many waiting requests on this gateway")
 )
 
-// errShuttingDown ends waits when the Service closes; callers should retry on another replica.
-var errShuttingDown = fmt.Errorf("%w: gateway shutting down", ErrUnavailable)
+// ErrShuttingDown: the Service is closing; it ends waits and refuses new ones. Retry on another
+// replica. It matches ErrUnavailable too; a wait it ended returns a *ShutdownError.
+var ErrShuttingDown = fmt.Errorf("%w: gateway shutting down", ErrUnavailable)
+
+// errShuttingDown is ErrShuttingDown for a wait that never joined a queue.
+var errShuttingDown = &ShutdownError{}
+
+// errBadTicketSignature: a queue ticket did not verify; the waiter queues as a newcomer.
+var errBadTicketSignature = errors.New("queue ticket ignored")
+
+// ShutdownError ends a wait when its Service closes. It matches ErrShuttingDown and ErrUnavailable.
+type ShutdownError struct {
+	// QueueTicket lets the waiter resume its place on another replica (see
+	// AcquireRequest.QueueTicket); empty when the wait had no place in the queue to keep.
+	QueueTicket string
+}
+
+func (e *ShutdownError) Error() string { return ErrShuttingDown.Error() }
+
+// Unwrap makes errors.Is(err, ErrShuttingDown) and errors.Is(err, ErrUnavailable) true.
+func (e *ShutdownError) Unwrap() error { return ErrShuttingDown }
 
 // HeldError reports a lock held by someone else and how long until its current lease expires.
 type HeldError struct {

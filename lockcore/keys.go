@@ -12,3 +12,8 @@ func (s *Service) keys(name string) keys {
 
 // all returns the keys the granting scripts take, in their KEYS order.
 func (k keys) all() []string { return []string{k.lock, k.fence, k.q, k.qd, k.qm} }
+
+// withTicket returns all() and the key of the queue ticket id ("" names no ticket).
+func (k keys) withTicket(id string) []string {
+	return []string{k.lock, k.fence, k.q, k.qd, k.qm, k.lock + ":ticket:" + id}
+}

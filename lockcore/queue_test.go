@@ -17,13 +17,13 @@ import (
 	"github.com/leasegate/leasegate/tests/harness"
 )
 
-// evalQueued runs one of the scripts built on lib.lua on lock straight on Redis, as a replica
-// whose reply was lost (or a replica that then died) would have: all of lock's keys, the common
-// arguments (claim and liveness of 750 ms, fence TTL of a day), then args.
+// evalQueued runs acquire.lua on lock straight on Redis, as a replica whose reply was lost (or a
+// replica that then died) would have: all of lock's keys and no queue ticket, the common arguments
+// (claim and liveness of 750 ms, fence TTL of a day), then args.
 func (w *waitWorld) evalQueued(t *testing.T, script, lock string, args ...string) string {
 	t.Helper()
-	cmd := []string{"EVAL", script, "5", w.key(lock, ""), w.key(lock, ":fence"), w.key(lock, ":q"),
-		w.key(lock, ":qd"), w.key(lock, ":qm"), w.prefix + "grants:", "750", "750", "86400000"}
+	cmd := []string{"EVAL", script, "6", w.key(lock, ""), w.key(lock, ":fence"), w.key(lock, ":q"),
+		w.key(lock, ":qd"), w.key(lock, ":qm"), w.key(lock, ":ticket:"), w.prefix + "grants:", "750", "750", "86400000"}
 	return w.redis.MustDo(t, append(cmd, args...)...)
 }
 
@@ -39,7 +39,7 @@ func TestHolderIsNeverQueuedBehindItself(t *testing.T) {
 	g := w.hold(t, w.svc, lock, "holder", time.Minute)
 
 	reply := w.evalQueued(t, luascripts.Acquire, lock,
-		g.ID, "60000", "holder", "0", "wait", "some-replica", "0", "0", "0")
+		g.ID, "60000", "holder", "0", "wait", "some-replica", "0", "0")
 	assert.Equal(t, "1\n"+strconv.FormatInt(g.Fence, 10), reply, "the holder is told it holds the lock, with its fence")
 	assert.Equal(t, "0", w.queueKeys(t, lock), "the holder is not in the queue")
 
@@ -145,7 +145,7 @@ func TestDeadReplicasQueueExpires(t *testing.T) {
 	const lock = "orphan"
 	w.hold(t, w.svc, lock, "holder", time.Minute)
 	reply := w.evalQueued(t, luascripts.Acquire, lock,
-		"3f0c7d0e-3f8e-4a57-9a3c-2f4e8f9b1c11", "60000", "waiter", "0", "wait", "dead-replica", "0", "0", "0")
+		"3f0c7d0e-3f8e-4a57-9a3c-2f4e8f9b1c11", "60000", "waiter", "0", "wait", "dead-replica", "0", "0")
 	require.True(t, strings.HasPrefix(reply, "2\n"), "queued: %q", reply)
 	require.Equal(t, "3", w.queueKeys(t, lock))
 	pollUntil(t, 15*time.Second, "the dead replica's queue keys to expire", func() bool {
@@ -268,24 +268,92 @@ func TestQueueTicketKeepsThePlace(t *testing.T) {
 	require.NoError(t, first.err)
 }
 
-// TestQueueTicketIsCheckedBeforeRedis rejects altered tickets and tickets for another lock or owner.
-func TestQueueTicketIsCheckedBeforeRedis(t *testing.T) {
+// TestQueueTicketChecks rejects tickets handed to another lock or owner, and ignores (queues as a
+// newcomer) one that does not verify: altered, or signed by a replica with another secret.
+func TestQueueTicketChecks(t *testing.T) {
 	t.Parallel()
 	w := newWaitWorld(t, lockcore.Options{})
 	ctx := context.Background()
 	w.hold(t, w.svc, "a", "holder", time.Minute)
-	_, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: "a", Owner: "me", TTL: time.Minute, Wait: 10 * time.Millisecond})
-	var held *lockcore.HeldError
-	require.ErrorAs(t, err, &held)
-	require.NotEmpty(t, held.QueueTicket)
+	ticketFor := func() string {
+		_, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: "a", Owner: "me", TTL: time.Minute, Wait: 10 * time.Millisecond})
+		var held *lockcore.HeldError
+		require.ErrorAs(t, err, &held)
+		require.NotEmpty(t, held.QueueTicket)
+		return held.QueueTicket
+	}
 	for name, req := range map[string]lockcore.AcquireRequest{
-		"other lock":  {Lock: "b", Owner: "me", QueueTicket: held.QueueTicket},
-		"other owner": {Lock: "a", Owner: "you", QueueTicket: held.QueueTicket},
-		"altered":     {Lock: "a", Owner: "me", QueueTicket: harness.AlterSignature(held.QueueTicket)},
-		"lease token": {Lock: "a", Owner: "me", QueueTicket: w.hold(t, w.svc, "c", "me", time.Minute).Token},
+		"other lock":  {Lock: "b", Owner: "me", QueueTicket: ticketFor()},
+		"other owner": {Lock: "a", Owner: "you", QueueTicket: ticketFor()},
 	} {
 		req.TTL, req.Wait = time.Minute, time.Second
 		_, err := w.svc.Acquire(ctx, req)
 		assert.ErrorIs(t, err, lockcore.ErrInvalidTicket, name)
 	}
+	for name, tk := range map[string]string{
+		"altered":     harness.AlterSignature(ticketFor()),
+		"lease token": w.hold(t, w.svc, "c", "me", time.Minute).Token,
+	} {
+		_, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: "a", Owner: "me", TTL: time.Minute, Wait: 10 * time.Millisecond, QueueTicket: tk})
+		var held *lockcore.HeldError
+		assert.ErrorAs(t, err, &held, "%s: ignored, the request waits as a newcomer", name)
+	}
+}
+
+// TestQueueTicketWorksOnce presents one ticket twice: the first request resumes the ticket's early
+// place, ahead of a waiter that came after it; the second (a copy) queues as a newcomer, behind.
+func TestQueueTicketWorksOnce(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const lock = "once"
+	holder := w.hold(t, w.svc, lock, "holder", time.Minute)
+	_, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: lock, Owner: "me", TTL: time.Minute, Wait: 10 * time.Millisecond})
+	var held *lockcore.HeldError
+	require.ErrorAs(t, err, &held)
+
+	later := acquireAsync(ctx, w.svc, lockcore.AcquireRequest{Lock: lock, Owner: "later", TTL: time.Minute, Wait: time.Minute})
+	w.awaitWaiters(t, lock, 1)
+	resumed := acquireAsync(ctx, w.svc, lockcore.AcquireRequest{Lock: lock, Owner: "me", TTL: time.Minute, Wait: time.Minute, QueueTicket: held.QueueTicket})
+	w.awaitWaiters(t, lock, 2)
+	copied := acquireAsync(ctx, w.svc, lockcore.AcquireRequest{Lock: lock, Owner: "me", TTL: time.Minute, Wait: time.Minute, QueueTicket: held.QueueTicket})
+	w.awaitWaiters(t, lock, 3)
+
+	token := holder.Token
+	for i, ch := range []<-chan acquired{resumed, later, copied} {
+		_, err := w.svc.Release(ctx, lock, token)
+		require.NoError(t, err)
+		r := receive(t, ch, 10*time.Second, fmt.Sprintf("grant %d in order resumed, later, copy", i))
+		require.NoError(t, r.err)
+		token = r.grant.Token
+	}
+}
+
+// TestDeadWaitersAheadAreSkipped puts 150 dead entries (their replica's heartbeat stopped) ahead of
+// a live waiter, ordered so that pruning by deadline (a hundred at a time) leaves dead ones at the
+// head. A release must still hand the lock to the live waiter at once, not to a dead head whose
+// unconfirmed claim would stall the lock for the claim TTL.
+func TestDeadWaitersAheadAreSkipped(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{ClaimTTL: 5 * time.Second})
+	ctx := context.Background()
+	const lock = "dead-ahead"
+	holder := w.hold(t, w.svc, lock, "holder", time.Minute)
+	past := time.Now().Add(-time.Minute).UnixMilli()
+	for i := range 150 {
+		id := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+		// Earliest arrivals get the latest (still past) deadlines, so they survive the first prune.
+		w.redis.MustDo(t, "ZADD", w.key(lock, ":q"), strconv.Itoa(1+i), id)
+		w.redis.MustDo(t, "ZADD", w.key(lock, ":qd"), strconv.FormatInt(past-int64(i), 10), id)
+		w.redis.MustDo(t, "HSET", w.key(lock, ":qm"), id, `{"r":"dead","o":"dead","t":"60000","w":"0","h":"0"}`)
+	}
+	res := acquireAsync(ctx, w.svc, lockcore.AcquireRequest{Lock: lock, Owner: "live", TTL: time.Minute, Wait: time.Minute})
+	w.awaitWaiters(t, lock, 1) // live entries only
+	released := time.Now()
+	_, err := w.svc.Release(ctx, lock, holder.Token)
+	require.NoError(t, err)
+	r := receive(t, res, 10*time.Second, "the live waiter's grant")
+	require.NoError(t, r.err)
+	assert.Less(t, time.Since(released), 2*time.Second, "granted without waiting out a 5 s claim on a dead head")
 }

@@ -204,6 +204,11 @@ func (s *Service) runQueued(ctx context.Context, script *rueidis.Lua, lock strin
 	return s.exec(ctx, script, s.keys(lock).all(), append(slices.Clip(s.queueArgs), args...))
 }
 
+// runTicketed is runQueued for the scripts that also take the key of queue ticket id.
+func (s *Service) runTicketed(ctx context.Context, script *rueidis.Lua, lock, id string, args ...string) ([]rueidis.RedisMessage, error) {
+	return s.exec(ctx, script, s.keys(lock).withTicket(id), append(slices.Clip(s.queueArgs), args...))
+}
+
 // ints reads the integer elements of a script reply.
 func ints(reply []rueidis.RedisMessage) ([]int64, error) {
 	out := make([]int64, len(reply))

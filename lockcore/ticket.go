@@ -4,20 +4,23 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+
+	"github.com/google/uuid"
 )
 
 // A queue ticket lets a waiter keep its place in a lock's FIFO queue across successive long-polls.
-// A wait that runs out leaves the queue and is handed a ticket: its arrival time in the queue and
-// the Redis time until which that arrival counts (TicketGrace after the wait ended). A waiting
-// acquire that presents the ticket before then queues at that arrival, ahead of everyone who came
-// later. Tickets are signed like lease tokens (in a domain of their own), so no one can forge an
-// earlier arrival; a ticket that has run out is not an error, the waiter just queues as a newcomer.
+// A wait that runs out (or is ended by a gateway shutting down) leaves the queue and keeps its
+// arrival time in Redis under a fresh ticket ID for TicketGrace; the answer carries the ticket, a
+// signed reference to that record. The next waiting acquire that presents it queues at that
+// arrival, ahead of everyone who came later. The record is taken when presented, so a ticket works
+// once: a copy, or a ticket presented again after its wait was granted, queues as a newcomer, as
+// does one presented after the grace. Tickets are signed like lease tokens (in a domain of their
+// own), so nobody can forge a reference to another waiter's place.
 type ticket struct {
-	V       int    `json:"v"`
-	Lock    string `json:"lock"`
-	Owner   string `json:"owner"`
-	Arrival int64  `json:"arrival_us"` // Redis time
-	Until   int64  `json:"until_ms"`   // Redis time
+	V     int    `json:"v"`
+	Lock  string `json:"lock"`
+	Owner string `json:"owner"`
+	ID    string `json:"id"`
 }
 
 func (t *Tokens) mintTicket(tk ticket) string {
@@ -27,25 +30,27 @@ func (t *Tokens) mintTicket(tk ticket) string {
 	return p + "." + base64.RawURLEncoding.EncodeToString(t.sign(ticketDomain, p))
 }
 
-// parseTicket verifies value and returns its ticket. It returns ErrInvalidTicket when value is
-// malformed or forged, or was handed to another lock or owner.
-func (t *Tokens) parseTicket(value, lock, owner string) (ticket, error) {
+// parseTicket returns the ID of the queue ticket value. A ticket that does not verify (signed with
+// another secret, say by a replica configured differently or before a restart with a random
+// secret, or altered) yields "" and errBadTicketSignature: the caller queues as a newcomer. It
+// returns ErrInvalidTicket for a verified ticket handed to another lock or owner, or too long.
+func (t *Tokens) parseTicket(value, lock, owner string) (string, error) {
 	if len(value) > maxTokenLen {
-		return ticket{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalidTicket, maxTokenLen)
+		return "", fmt.Errorf("%w: longer than %d bytes", ErrInvalidTicket, maxTokenLen)
 	}
 	raw, err := t.verify(ticketDomain, value)
 	if err != nil {
-		return ticket{}, fmt.Errorf("%w: %v", ErrInvalidTicket, err)
+		return "", fmt.Errorf("%w: %v", errBadTicketSignature, err)
 	}
 	var tk ticket
-	if err := json.Unmarshal(raw, &tk); err != nil || tk.V != 1 || tk.Arrival <= 0 || tk.Until <= 0 {
-		return ticket{}, fmt.Errorf("%w: payload is not a version 1 queue ticket", ErrInvalidTicket)
+	if err := json.Unmarshal(raw, &tk); err != nil || tk.V != 1 || uuid.Validate(tk.ID) != nil {
+		return "", fmt.Errorf("%w: payload is not a version 1 queue ticket", ErrInvalidTicket)
 	}
 	if tk.Lock != lock {
-		return ticket{}, fmt.Errorf("%w: handed out for lock %q, not %q", ErrInvalidTicket, tk.Lock, lock)
+		return "", fmt.Errorf("%w: handed out for lock %q, not %q", ErrInvalidTicket, tk.Lock, lock)
 	}
 	if tk.Owner != owner {
-		return ticket{}, fmt.Errorf("%w: handed out to owner %q, not %q", ErrInvalidTicket, tk.Owner, owner)
+		return "", fmt.Errorf("%w: handed out to owner %q, not %q", ErrInvalidTicket, tk.Owner, owner)
 	}
-	return tk, nil
+	return tk.ID, nil
 }

@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -22,18 +23,22 @@ const retryPause = 50 * time.Millisecond
 // waiter rides out Redis errors until its wait ends, queueing again at its original arrival.
 //
 // On timeout it returns a *HeldError with Waited and a QueueTicket; when ctx ends, ctx's error;
-// when the Service closes, or Redis is still failing as the wait ends, ErrUnavailable. Whenever it
+// when the Service closes, a *ShutdownError with a QueueTicket; when Redis is still failing as the
+// wait ends, ErrUnavailable. Whenever it
 // returns without a grant the waiter has left the queue, and a grant that reached it meanwhile has
 // been passed on.
 func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant, error) {
 	start := time.Now()
-	var place arrival
+	var ticketID string
 	if req.QueueTicket != "" {
-		tk, err := s.tokens.parseTicket(req.QueueTicket, req.Lock, req.Owner)
-		if err != nil {
+		id, err := s.tokens.parseTicket(req.QueueTicket, req.Lock, req.Owner)
+		switch {
+		case errors.Is(err, errBadTicketSignature):
+			s.log.Warn("queue ticket ignored: the waiter queues as a newcomer", "lock", req.Lock, "err", err)
+		case err != nil:
 			return Grant{}, err
 		}
-		place = arrival{at: tk.Arrival, until: tk.Until}
+		ticketID = id
 	}
 	if err := ctx.Err(); err != nil {
 		return Grant{}, err
@@ -49,7 +54,7 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 	stop := context.AfterFunc(s.ctx, cancel) // Close ends every wait
 	defer stop()
 
-	wt := &wait{s: s, req: req, lease: lease, start: start, place: place}
+	wt := &wait{s: s, req: req, lease: lease, start: start, ticketID: ticketID}
 	queue := true
 	for {
 		if queue {
@@ -94,7 +99,10 @@ type wait struct {
 	req   AcquireRequest
 	lease string
 	start time.Time
-	place arrival // where the waiter stands in the queue, kept when it queues again
+	// arrival is where the waiter stands in the queue (µs, Redis time; 0 until it first queued),
+	// kept when it queues again; until then ticketID names the place a queue ticket kept.
+	arrival  int64
+	ticketID string
 }
 
 // enqueue tries for the lock and joins its queue when it is held, retrying Redis errors until
@@ -103,12 +111,12 @@ type wait struct {
 func (wt *wait) enqueue(waitCtx context.Context) (g Grant, queued bool, err error) {
 	for {
 		callStart := time.Now()
-		r, err := wt.s.runAcquire(waitCtx, wt.req, wt.lease, "wait", wt.place)
+		r, err := wt.s.runAcquire(waitCtx, wt.req, wt.lease, "wait", wt.arrival, wt.ticketID)
 		switch {
 		case err == nil && r.status == acquireGranted:
 			return wt.s.newGrant(wt.req, wt.lease, r.fence, callStart), false, nil
 		case err == nil:
-			wt.place = arrival{at: r.arrival}
+			wt.arrival = r.arrival
 			wt.s.waiters.checkBy(wt.req.Lock, time.Now().Add(r.pttl+time.Millisecond))
 			return Grant{}, true, nil
 		case !errors.Is(err, ErrUnavailable) || !pause(waitCtx):
@@ -149,11 +157,17 @@ func pause(ctx context.Context) bool {
 }
 
 // end takes a waiter that is done waiting out of the queue, on a context of its own, and says why
-// it got no grant: cause if not nil, else the caller left (ctx's error), the Service closed, or
-// the wait ran out (a *HeldError with a queue ticket).
+// it got no grant: cause if not nil; else the caller left (ctx's error); else the Service closed (a
+// *ShutdownError) or the wait ran out (a *HeldError), both with a queue ticket that keeps the
+// waiter's place for TicketGrace.
 func (wt *wait) end(ctx context.Context, cause error) error {
 	s := wt.s
-	reply, err := s.runQueued(context.WithoutCancel(ctx), s.dequeue, wt.req.Lock, wt.lease)
+	ticketMs, ticketID := "0", ""
+	if cause == nil && ctx.Err() == nil {
+		ticketMs, ticketID = ms(s.ticketGrace), uuid.NewString()
+	}
+	reply, err := s.runTicketed(context.WithoutCancel(ctx), s.dequeue, wt.req.Lock, ticketID,
+		wt.lease, ticketMs, strconv.FormatInt(wt.arrival, 10))
 	var r []int64
 	if err == nil {
 		if r, err = ints(reply); err == nil && (len(r) < 2 || (r[0] == 0 && len(r) != 3)) {
@@ -164,24 +178,23 @@ func (wt *wait) end(ctx context.Context, cause error) error {
 		// The entry ages out of the queue within the liveness window once no heartbeat refreshes it.
 		s.log.Warn("leaving the wait queue failed", "lock", wt.req.Lock, "err", err)
 	}
+	var queueTicket string
+	if err == nil && r[len(r)-1] == 1 {
+		queueTicket = s.tokens.mintTicket(ticket{Lock: wt.req.Lock, Owner: wt.req.Owner, ID: ticketID})
+	}
 	switch {
 	case cause != nil:
 		return cause
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case s.ctx.Err() != nil:
-		return errShuttingDown
+		return &ShutdownError{QueueTicket: queueTicket}
 	case err != nil:
 		return err
 	}
-	held := &HeldError{Lock: wt.req.Lock, RetryAfter: s.claimTTL, Waited: time.Since(wt.start)}
-	nowMs := r[1]
+	held := &HeldError{Lock: wt.req.Lock, RetryAfter: s.claimTTL, Waited: time.Since(wt.start), QueueTicket: queueTicket}
 	if r[0] == 0 {
-		held.RetryAfter, nowMs = time.Duration(max(r[1], 0))*time.Millisecond, r[2]
-	}
-	if wt.place.at > 0 {
-		held.QueueTicket = s.tokens.mintTicket(ticket{Lock: wt.req.Lock, Owner: wt.req.Owner,
-			Arrival: wt.place.at, Until: nowMs + s.ticketGrace.Milliseconds()})
+		held.RetryAfter = time.Duration(max(r[1], 0)) * time.Millisecond
 	}
 	return held
 }

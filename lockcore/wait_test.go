@@ -125,6 +125,11 @@ func TestCloseEndsWaitingAcquire(t *testing.T) {
 	// "Promptly": well within the minute the waiter would otherwise wait.
 	r := receive(t, res, 5*time.Second, "the waiting Acquire to end after Close")
 	assert.ErrorIs(t, r.err, lockcore.ErrUnavailable)
+	assert.ErrorIs(t, r.err, lockcore.ErrShuttingDown)
+	var shutdown *lockcore.ShutdownError
+	if assert.ErrorAs(t, r.err, &shutdown) {
+		assert.NotEmpty(t, shutdown.QueueTicket, "the waiter can resume its place on another replica")
+	}
 	assert.Equal(t, lockcore.Grant{}, r.grant)
 	assert.Equal(t, "0", w.queueKeys(t, lock), "the waiter left the queue (q, qd and qm are gone)")
 	assert.Equal(t, "holder", w.redis.MustDo(t, "HGET", w.key(lock, ""), ":owner"), "Close releases nobody's lease")

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // The watchdog's schedule lives in Redis, not in the process that granted the lease: a zset maps
@@ -32,9 +30,9 @@ func (s *Service) enroll(ctx context.Context, g Grant) error {
 	return nil
 }
 
-// reschedule brings a watchdog lease's next renewal forward to a third of its new TTL from now,
-// after a renewal or re-entry that may have shortened it (a renewal due at the old TTL's third
-// would come too late). A failure is logged: the lease then keeps its old schedule.
+// reschedule sets a watchdog lease's next renewal to a third of its new TTL from now, after a
+// renewal or re-entry that may have shortened it (a renewal due at the old TTL's third would come
+// too late). A failure is logged: the lease then keeps its old schedule.
 func (s *Service) reschedule(ctx context.Context, g Grant) {
 	err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.schedule},
 		[]string{"reschedule", scheduleMember(g.Lock, g.ID), ms(g.TTL / 3)}).Error()
@@ -71,55 +69,46 @@ func (s *Service) sweep() {
 }
 
 // sweepOnce claims a batch of due renewals, renews them concurrently (rueidis pipelines the calls)
-// and records the outcome in two commands. It returns how many it claimed.
+// and records the outcome in one script. It returns how many it claimed.
 func (s *Service) sweepOnce() int {
 	ctx := s.ctx
 	if !s.anyDue(ctx) {
 		return 0
 	}
-	due, err := s.watchdogSchedule.Exec(ctx, s.client, []string{s.schedule},
+	claimed, err := s.watchdogSchedule.Exec(ctx, s.client, []string{s.schedule},
 		[]string{"claim", ms(claimHold), strconv.Itoa(sweepBatch)}).AsStrSlice()
+	if err == nil && len(claimed) == 0 {
+		err = unexpectedReply("watchdog claim", "", claimed, nil)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("watchdog sweep failed; retrying", "err", err)
 		}
 		return 0
 	}
-	type outcome struct {
-		member string
-		due    int64 // > 0: renewed, next due then; 0: drop; < 0: failed, retry after claimHold
-	}
-	outcomes := make([]outcome, len(due))
+	later, due := claimed[0], claimed[1:]
+	next := make([]int64, len(due)) // > 0: renewed, next due then; 0: done; < 0: failed, retry after claimHold
 	var wg sync.WaitGroup
 	for i, member := range due {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outcomes[i] = outcome{member: member, due: s.renewDue(ctx, member)}
+			next[i] = s.renewDue(ctx, member)
 		}()
 	}
 	wg.Wait()
 
-	zadd := s.client.B().Zadd().Key(s.schedule).Xx().ScoreMember()
-	var renewed, dropped []string
-	for _, o := range outcomes {
-		switch {
-		case o.due > 0:
-			zadd = zadd.ScoreMember(float64(o.due), o.member)
-			renewed = append(renewed, o.member)
-		case o.due == 0:
-			dropped = append(dropped, o.member)
+	// The outcome goes back in one script, which keeps a renewal a renew or re-entry brought
+	// forward meanwhile (see reschedule) rather than overwrite it.
+	args := []string{"settle", later}
+	for i, member := range due {
+		if next[i] >= 0 {
+			args = append(args, member, strconv.FormatInt(next[i], 10))
 		}
 	}
-	var cmds rueidis.Commands
-	if len(renewed) > 0 {
-		cmds = append(cmds, zadd.Build())
-	}
-	if len(dropped) > 0 {
-		cmds = append(cmds, s.client.B().Zrem().Key(s.schedule).Member(dropped...).Build())
-	}
-	for _, res := range s.client.DoMulti(ctx, cmds...) {
-		if err := res.Error(); err != nil && ctx.Err() == nil {
+	if len(args) > 2 {
+		err := s.watchdogSchedule.Exec(ctx, s.client, []string{s.schedule}, args).Error()
+		if err != nil && ctx.Err() == nil {
 			s.log.Warn("watchdog schedule update failed; the renewals are retried", "err", err)
 		}
 	}

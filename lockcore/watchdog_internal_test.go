@@ -40,3 +40,41 @@ func TestSweepComparesDueTimesWithTheRedisClock(t *testing.T) {
 	r.MustDo(t, "ZADD", s.schedule, strconv.FormatInt(redisNowMs()-1, 10), "now\nlease")
 	assert.True(t, s.anyDue(ctx), "a renewal due by Redis time is due")
 }
+
+// TestSweepKeepsARenewalBroughtForward replays the race of a sweep with a renew that shortens a
+// watchdog lease's TTL: the sweep claims the lease, the renew reschedules it sooner, then the
+// sweep writes back the due time it computed from the old TTL. The earlier, rescheduled time
+// must survive, or the lease would lapse before its next renewal.
+func TestSweepKeepsARenewalBroughtForward(t *testing.T) {
+	r := harness.NewRedis(t, harness.RedisOptions{})
+	client, err := rueidis.NewClient(ClientOption(r.Addr, ""))
+	require.NoError(t, err)
+	tokens, err := NewTokens([]byte("0123456789abcdef0123"))
+	require.NoError(t, err)
+	s, err := New(client, tokens, Options{KeyPrefix: harness.RandomPrefix()})
+	require.NoError(t, err)
+	s.Close() // no sweeps of its own: this test plays the sweep
+	t.Cleanup(client.Close)
+	ctx := context.Background()
+	schedule := func(args ...string) []string {
+		v, err := s.watchdogSchedule.Exec(ctx, client, []string{s.schedule}, args).AsStrSlice()
+		require.NoError(t, err)
+		return v
+	}
+	score := func(member string) int64 {
+		v, err := client.Do(ctx, client.B().Zscore().Key(s.schedule).Member(member).Build()).AsInt64()
+		require.NoError(t, err)
+		return v
+	}
+	s.client.Do(ctx, s.client.B().Zadd().Key(s.schedule).ScoreMember().ScoreMember(1, "l\nraced").ScoreMember(1, "l\nplain").Build())
+	claimed := schedule("claim", "250", "10")
+	require.ElementsMatch(t, []string{"l\nraced", "l\nplain"}, claimed[1:])
+	_, err = s.watchdogSchedule.Exec(ctx, client, []string{s.schedule}, []string{"reschedule", "l\nraced", "1000"}).ToInt64()
+	require.NoError(t, err)
+	rescheduled := score("l\nraced")
+	far := strconv.FormatInt(rescheduled+60000, 10)
+	require.NoError(t, s.watchdogSchedule.Exec(ctx, client, []string{s.schedule},
+		[]string{"settle", claimed[0], "l\nraced", far, "l\nplain", far}).Error())
+	assert.Equal(t, rescheduled, score("l\nraced"), "the renewal brought forward is kept")
+	assert.Equal(t, rescheduled+60000, score("l\nplain"), "an untouched claim gets the sweep's due time")
+}

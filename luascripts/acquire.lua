@@ -1,7 +1,8 @@
--- acquire.lua (+ lib.lua): KEYS and ARGV[1..4] as in lib.lua, then
+-- acquire.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[6] = a queue ticket's key (wait mode:
+--   taken once; a missing key is a newcomer), ARGV[1..4] as in lib.lua, then
 --   ARGV[5..] = [lease, ttl_ms, owner, watchdog (0|1), mode ('try'|'wait'), replica,
---                arrival_us (to keep when queueing again; 0 = now), arrival_until_ms (Redis time
---                after which arrival_us no longer counts; 0 = always counts), max_hold_ms]
+--                arrival_us (to keep when queueing again within one wait; 0 = the ticket's, else
+--                now), max_hold_ms]
 --   => {1, fence}           granted to lease: the lock was free and nobody live was queued ahead
 --    | {0, pttl}            held (by another lease, or just handed to the queue head); try mode
 --    | {2, pttl, arrival}   queued behind the holder (wait mode); arrival is the one to keep
@@ -9,7 +10,7 @@
 -- A lease that already holds the lock (a retried call whose reply was lost, or a waiter queueing
 -- again just as the lock reached it) is granted, never queued behind itself.
 local lease, ttl, owner, wd, mode, replica = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local arrival, arrival_until, hold = tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
+local arrival, hold = tonumber(ARGV[11]), ARGV[12]
 
 if redis.call('HEXISTS', lock, lease) == 1 then
   dequeue(lease)
@@ -33,8 +34,8 @@ end
 
 -- Wait: join the queue first (an earlier arrival is kept), so that a waiter coming back to its
 -- place is considered with everyone else when the lock is free.
-if arrival == 0 or (arrival_until > 0 and math.floor(now / 1000) > arrival_until) then
-  arrival = now
+if arrival == 0 then
+  arrival = tonumber(redis.call('GETDEL', KEYS[6]) or now)
 end
 redis.call('ZADD', q, 'NX', string.format('%d', arrival), lease)
 redis.call('ZADD', qd, string.format('%d', math.floor(now / 1000) + liveness_ms), lease)

@@ -12,6 +12,8 @@
 --   qm  hash  lease id -> JSON {r: replica, o: owner, t: ttl_ms, w: watchdog, h: max_hold_ms}
 -- The three expire queue_ttl_ms after the last enqueue or heartbeat (see keep_queue), so the queue
 -- of a lock whose waiters' replicas all died does not stay in Redis forever.
+--   ticket:<id>  string, arrival µs: a queue ticket's place, kept TicketGrace after a wait ended
+--             (written by dequeue.lua, taken once by acquire.lua)
 -- The fence key expires fence_ttl_ms after the lock's last grant (see grant).
 local lock, fencekey, q, qd, qm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local chanprefix, claim_ms, liveness_ms, fence_ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -71,13 +73,27 @@ local function prune(now)
   end
 end
 
--- first_live returns the queue head after pruning dead entries, or nil when nobody waits.
+-- first_live returns the first live waiter, or nil when nobody live waits. Dead entries are
+-- pruned a hundred at a time by deadline, and any still found at the head (the queue is in arrival
+-- order, not deadline order) are dropped one by one.
 local function first_live(now)
   if redis.call('EXISTS', q) == 0 then
     return nil
   end
   prune(now)
-  return redis.call('ZRANGE', q, 0, 0)[1]
+  local now_ms = math.floor(now / 1000)
+  for _ = 1, 100 do
+    local head = redis.call('ZRANGE', q, 0, 0)[1]
+    if not head then
+      return nil
+    end
+    local deadline = tonumber(redis.call('ZSCORE', qd, head))
+    if deadline and deadline >= now_ms then
+      return head
+    end
+    dequeue(head)
+  end
+  return nil
 end
 
 -- hint tells the replica of the first waiter when the lock's lease runs out ("e <lock key> <pttl>"),
@@ -96,11 +112,8 @@ end
 -- The waiter's replica extends the claim to the waiter's TTL, or passes it on if the waiter left.
 -- Returns the grantee's lease and fence, or nil when nobody waits.
 local function promote(now)
-  if not first_live(now) then
-    return nil
-  end
   for _ = 1, 10 do
-    local head = redis.call('ZRANGE', q, 0, 0)[1]
+    local head = first_live(now)
     if not head then
       return nil
     end

@@ -49,11 +49,12 @@ type AcquireRequest struct {
 	// Example: billing-worker-7
 	Owner Owner `json:"owner"`
 
-	// QueueTicket Waiting requests only (400 otherwise): the `queue_ticket` of the 409 that ended an
-	// earlier wait for this lock by the same owner. Presented within 10 s of that answer,
-	// it queues this request at the earlier wait's original arrival; after that it is
-	// ignored (the request queues as a newcomer). A ticket for another lock or owner, or
-	// an altered one, is rejected with 400.
+	// QueueTicket Waiting requests only (400 otherwise): the `queue_ticket` of the answer (409
+	// `lock-held`, or 503 `shutting-down`) that ended an earlier wait for this lock by the
+	// same owner. Presented within 10 s of that answer, it queues this request at the
+	// earlier wait's original arrival. A ticket works once; one that has run out, was used
+	// already, or does not verify is ignored (the request queues as a newcomer). A ticket
+	// for another lock or owner is rejected with 400.
 	QueueTicket *string `json:"queue_ticket,omitempty"`
 
 	// TtlMs Lease time to live in milliseconds, from 1 to the configured maximum
@@ -211,7 +212,8 @@ type Owner = string
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Problem struct {
@@ -224,8 +226,9 @@ type Problem struct {
 	// Lock The lock name the problem concerns.
 	Lock *string `json:"lock,omitempty"`
 
-	// QueueTicket With lock-held after a wait: send it as `queue_ticket` in the next waiting acquire
-	// (same lock and owner, within 10 s) to keep this wait's place in the queue.
+	// QueueTicket With lock-held after a wait, or shutting-down: send it as `queue_ticket` in the next
+	// waiting acquire (same lock and owner, within 10 s, once) to keep this wait's place in
+	// the queue.
 	QueueTicket *string `json:"queue_ticket,omitempty"`
 
 	// RequestId The request's `X-Request-Id`.
@@ -299,7 +302,8 @@ type LockNameParam = string
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type BackendUnavailable = Problem
@@ -317,7 +321,8 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type BadRequest = Problem
@@ -335,7 +340,8 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type BodyTooLarge = Problem
@@ -353,7 +359,8 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type ClientError = Problem
@@ -374,7 +381,8 @@ type Healthy = Health
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Internal = Problem
@@ -392,7 +400,8 @@ type Internal = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type LeaseGone = Problem
@@ -410,7 +419,8 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type LockHeld = Problem
@@ -428,7 +438,8 @@ type LockHeld = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Unexpected = Problem

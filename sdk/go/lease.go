@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -80,7 +81,8 @@ type LockOptions struct {
 }
 
 // Lock acquires name, waiting up to o.Wait (in FIFO order with other waiters, keeping its place
-// across the long-polls a long wait is split into). It returns an error matching ErrHeld when the
+// across the long-polls a long wait is split into, and across a 503 from a replica that is shutting
+// down or full, which it retries within the wait). It returns an error matching ErrHeld when the
 // wait ran out, or ctx's error when ctx ended first.
 func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease, error) {
 	deadline := time.Now().Add(o.Wait)
@@ -102,13 +104,42 @@ func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease,
 			return &Lease{client: c, Grant: *g}, nil
 		}
 		err = problem(resp.HTTPResponse, resp.Body)
-		if !errors.Is(err, ErrHeld) || time.Until(deadline) <= 0 {
+		var p *ProblemError
+		if !errors.As(err, &p) || time.Until(deadline) <= 0 {
 			return nil, err
 		}
-		var p *ProblemError
-		if errors.As(err, &p) {
+		switch {
+		case p.Status == http.StatusConflict:
 			ticket = p.QueueTicket
+		case p.Status == http.StatusServiceUnavailable:
+			if p.QueueTicket != nil {
+				ticket = p.QueueTicket
+			}
+			if err := sleep(ctx, min(retryPause(resp.HTTPResponse), time.Until(deadline))); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, err
 		}
+	}
+}
+
+// retryPause is how long to wait before retrying a 503: its Retry-After, at most a second.
+func retryPause(resp *http.Response) time.Duration {
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		return min(time.Duration(s)*time.Second, time.Second)
+	}
+	return time.Second
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

@@ -71,6 +71,9 @@ type GatewayOptions struct {
 	KeyPrefix string
 	// Env adds or overrides LEASEGATE_* variables, e.g. {"LEASEGATE_MAX_TTL": "10s"}.
 	Env map[string]string
+	// Binary is the gateway executable; default this module's, built by GatewayBinary. The
+	// benchmarks set it to compare against another build.
+	Binary string
 }
 
 // Gateway is one leasegate process listening on a loopback port.
@@ -104,9 +107,12 @@ func NewGateway(t testing.TB, opts GatewayOptions) *Gateway {
 
 // StartGateway starts a gateway writing its log into dir. The caller must Stop it.
 func StartGateway(dir string, opts GatewayOptions) (*Gateway, error) {
-	bin, err := GatewayBinary()
-	if err != nil {
-		return nil, err
+	bin := opts.Binary
+	if bin == "" {
+		var err error
+		if bin, err = GatewayBinary(); err != nil {
+			return nil, err
+		}
 	}
 	if opts.KeyPrefix == "" {
 		opts.KeyPrefix = RandomPrefix()

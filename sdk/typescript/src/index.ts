@@ -157,10 +157,11 @@ export interface LockOptions {
 export async function lock(client: LeasegateClient, name: string, options: LockOptions): Promise<Lease> {
   const deadline = Date.now() + (options.waitMs ?? 0);
   const perRequest = options.maxWaitPerRequestMs ?? 30_000;
+  const waiting = options.waitMs !== undefined && options.waitMs > 0;
   let queueTicket: string | undefined;
   for (;;) {
     const body = acquireBody(options);
-    if (options.waitMs !== undefined && options.waitMs > 0) {
+    if (waiting) {
       body.wait_ms = Math.max(1, Math.min(deadline - Date.now(), perRequest));
       if (queueTicket !== undefined) body.queue_ticket = queueTicket;
     }
@@ -171,9 +172,29 @@ export async function lock(client: LeasegateClient, name: string, options: LockO
     });
     if (error === undefined && data !== undefined) return new Lease(client, name, data, response.status === 201);
     const err = toLeasegateError(error, response);
-    if (!(err instanceof LockHeldError) || err.queueTicket === undefined || Date.now() >= deadline) throw err;
-    queueTicket = err.queueTicket;
+    if (!waiting || Date.now() >= deadline) throw err;
+    if (err.status === 409) {
+      if (err.problem.queue_ticket === undefined) throw err;
+      queueTicket = err.problem.queue_ticket;
+    } else if (err.status === 503) {
+      // A replica shutting down (or full, or without Redis): retry within the wait, keeping the place.
+      if (err.problem.queue_ticket !== undefined) queueTicket = err.problem.queue_ticket;
+      await delay(Math.min(1000, Math.max(0, deadline - Date.now())), options.signal);
+    } else {
+      throw err;
+    }
   }
+}
+
+function delay(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    }, { once: true });
+  });
 }
 
 function acquireBody(o: Omit<LockOptions, "signal">): AcquireRequest {

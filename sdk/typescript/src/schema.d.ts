@@ -189,11 +189,12 @@ export interface components {
              */
             max_hold_ms?: number;
             /**
-             * @description Waiting requests only (400 otherwise): the `queue_ticket` of the 409 that ended an
-             *     earlier wait for this lock by the same owner. Presented within 10 s of that answer,
-             *     it queues this request at the earlier wait's original arrival; after that it is
-             *     ignored (the request queues as a newcomer). A ticket for another lock or owner, or
-             *     an altered one, is rejected with 400.
+             * @description Waiting requests only (400 otherwise): the `queue_ticket` of the answer (409
+             *     `lock-held`, or 503 `shutting-down`) that ended an earlier wait for this lock by the
+             *     same owner. Presented within 10 s of that answer, it queues this request at the
+             *     earlier wait's original arrival. A ticket works once; one that has run out, was used
+             *     already, or does not verify is ignored (the request queues as a newcomer). A ticket
+             *     for another lock or owner is rejected with 400.
              */
             queue_ticket?: string;
         };
@@ -310,7 +311,8 @@ export interface components {
          *     | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
          *     | `urn:leasegate:problem:not-found` | 404 | No such route. |
          *     | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-         *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer, or the replica is shutting down (waiting requests). Retry after `Retry-After`. |
+         *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+         *     | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
          *     | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
          *     | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
          */
@@ -348,8 +350,9 @@ export interface components {
              */
             waited_ms?: number;
             /**
-             * @description With lock-held after a wait: send it as `queue_ticket` in the next waiting acquire
-             *     (same lock and owner, within 10 s) to keep this wait's place in the queue.
+             * @description With lock-held after a wait, or shutting-down: send it as `queue_ticket` in the next
+             *     waiting acquire (same lock and owner, within 10 s, once) to keep this wait's place in
+             *     the queue.
              */
             queue_ticket?: string;
             /** @description With invalid-request, every rejected input and why. */
