@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,15 +16,20 @@ import (
 )
 
 // run acquires a lock, runs a command while renewing the lease every TTL/3, releases the lock
-// when the command exits, and exits with the command's code. If the lease is lost (a renewal
-// answered 410, or the gateway could not be reached for longer than the TTL), the command gets
-// SIGTERM, then SIGKILL after --grace, and run exits with ExitLeaseLost.
+// when the command exits, and exits with the command's code.
+//
+// The command never outlives the lease. run knows when the lease lapses at the earliest (its last
+// grant or renewal's TTL, counted from when that request was sent) and, unless a renewal pushes
+// that moment back first, sends the command's process group SIGTERM at lapse - grace - margin and
+// SIGKILL at lapse - margin, where grace is at most a third of the TTL. Renewals that fail are
+// retried every margin until then. A renewal
+// answered 410 (the lease is gone) sends SIGTERM at once. After a loss run exits ExitLeaseLost.
 func (c *command) run(ctx context.Context, args []string) int {
 	f := c.flags("run", "--lock NAME [--owner O] [--ttl D] [--wait D] [--grace D] [--server URL] -- COMMAND [ARGS...]")
 	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock")
 	ttl := durationFlag(f.fs, "ttl", 30*time.Second, "lease time to live; renewed every ttl/3")
 	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock")
-	grace := durationFlag(f.fs, "grace", 10*time.Second, "after SIGTERM, how long before SIGKILL")
+	grace := durationFlag(f.fs, "grace", 10*time.Second, "how long the command may take to stop after SIGTERM; clipped to fit the TTL")
 	gw, ok := c.parse(f, args)
 	if !ok {
 		return ExitUsage
@@ -37,6 +43,21 @@ func (c *command) run(ctx context.Context, args []string) int {
 	if *ttl < 300*time.Millisecond {
 		fmt.Fprintln(c.stderr, "leasegate: --ttl must be at least 300ms")
 		return ExitUsage
+	}
+	margin := safetyMargin(*ttl)
+	graceSet := false
+	f.fs.Visit(func(fl *flag.Flag) { graceSet = graceSet || fl.Name == "grace" })
+	if graceSet && *grace+margin >= *ttl {
+		fmt.Fprintf(c.stderr, "leasegate: --grace %v does not fit in --ttl %v: the command must be gone %v before the lease can lapse\n", *grace, *ttl, margin)
+		return ExitUsage
+	}
+	// Stopping starts grace + margin before the lease can lapse; a grace of at most a third of the
+	// TTL leaves the renewal due at ttl/3 and its retries a third of the TTL to succeed first.
+	if *grace > *ttl/3 {
+		if graceSet {
+			fmt.Fprintf(c.stderr, "leasegate: --grace clipped to %v (a third of --ttl) so that renewals have time to succeed\n", *ttl/3)
+		}
+		*grace = *ttl / 3
 	}
 
 	lease, err := gw.Lock(ctx, *f.lock, leasegate.LockOptions{Owner: *owner, TTL: *ttl, Wait: *wait})
@@ -72,45 +93,68 @@ func (c *command) run(ctx context.Context, args []string) int {
 	// The lease must outlive a signal to this process for as long as the command runs.
 	keepCtx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopKeeping()
-	lost := make(chan error, 1)
-	go func() { lost <- keepAlive(keepCtx, lease, *ttl) }()
+	renewed := make(chan time.Time, 1) // the lease's new ValidUntil after each renewal
+	lost := make(chan error, 1)        // a renewal answered 410
+	go keepAlive(keepCtx, lease, *ttl, margin, renewed, lost)
 
-	var killAt <-chan time.Time
-	lostLease := false
+	validUntil := lease.ValidUntil()
+	termTimer := time.NewTimer(time.Until(validUntil.Add(-*grace - margin)))
+	killTimer := time.NewTimer(time.Until(validUntil.Add(-margin)))
+	defer termTimer.Stop()
+	defer killTimer.Stop()
+	stopping := false // SIGTERM was sent because the lease is lost or about to lapse
+	stop := func(why string) {
+		if !stopping {
+			stopping = true
+			fmt.Fprintf(c.stderr, "leasegate: %s on lock %q; stopping the command\n", why, lease.Lock)
+			signalGroup(cmd, syscall.SIGTERM)
+		}
+	}
 	for {
 		select {
 		case err := <-exited:
 			stopKeeping()
-			if lostLease {
+			if stopping {
 				return ExitLeaseLost
 			}
 			return exitCode(err)
 		case sig := <-signals:
 			signalGroup(cmd, sig.(syscall.Signal))
-		case err := <-lost:
-			if err == nil { // keepAlive ended because ctx did
-				continue
+		case v := <-renewed:
+			validUntil = v
+			if !stopping {
+				termTimer.Reset(time.Until(validUntil.Add(-*grace - margin)))
 			}
-			lostLease = true
-			fmt.Fprintf(c.stderr, "leasegate: lost the lease on lock %q (%v); stopping the command\n", lease.Lock, err)
-			signalGroup(cmd, syscall.SIGTERM)
-			killAt = time.After(*grace)
-		case <-killAt:
-			fmt.Fprintf(c.stderr, "leasegate: the command outlived --grace %v; killing it\n", *grace)
+			killTimer.Reset(time.Until(validUntil.Add(-margin)))
+		case err := <-lost:
+			stop(fmt.Sprintf("lost the lease (%v)", err))
+			killTimer.Reset(min(*grace, time.Until(validUntil.Add(-margin))))
+		case <-termTimer.C:
+			stop(fmt.Sprintf("lost the lease: no renewal succeeded, and it lapses in %v", time.Until(validUntil).Round(time.Millisecond)))
+		case <-killTimer.C:
+			stop("lost the lease")
+			fmt.Fprintf(c.stderr, "leasegate: the command is still running %v before the lease can lapse; killing it\n", margin)
 			signalGroup(cmd, syscall.SIGKILL)
 		}
 	}
 }
 
-// keepAlive renews lease every ttl/3 until ctx ends (then it returns nil) or the lease is lost:
-// a renewal answered 410, or no renewal succeeded for a whole TTL.
-func keepAlive(ctx context.Context, lease *leasegate.Lease, ttl time.Duration) error {
-	lastOK := time.Now()
+// safetyMargin is how long before its lease can lapse a command must be gone: a tenth of the TTL,
+// between 50 ms and 1 s (scheduling, signal delivery and clock-rate slack).
+func safetyMargin(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 50*time.Millisecond), time.Second)
+}
+
+// keepAlive renews lease every ttl/3 until ctx ends, sending each new ValidUntil on renewed. A
+// renewal that fails is retried every retry: the lease is still ours until it lapses, and any
+// success before then keeps the command running. A renewal answered 410 ends it with the error on
+// lost.
+func keepAlive(ctx context.Context, lease *leasegate.Lease, ttl, retry time.Duration, renewed chan<- time.Time, lost chan<- error) {
 	next := ttl / 3
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-time.After(next):
 		}
 		rctx, cancel := context.WithTimeout(ctx, ttl/3)
@@ -118,15 +162,19 @@ func keepAlive(ctx context.Context, lease *leasegate.Lease, ttl time.Duration) e
 		cancel()
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return
 		case err == nil:
-			lastOK, next = time.Now(), ttl/3
+			next = ttl / 3
+			select {
+			case renewed <- lease.ValidUntil():
+			case <-ctx.Done():
+				return
+			}
 		case errors.Is(err, leasegate.ErrLeaseGone):
-			return err
-		case time.Since(lastOK) >= ttl:
-			return fmt.Errorf("no renewal succeeded for %v: %w", ttl, err)
+			lost <- err // buffered: run reads it at most once
+			return
 		default:
-			next = ttl / 10 // retry soon: the lease is still ours for a while
+			next = retry
 		}
 	}
 }

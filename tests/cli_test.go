@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,7 +120,7 @@ func TestCLIRunStopsTheCommandWhenTheLeaseIsLost(t *testing.T) {
 			tokenFile, termFile := filepath.Join(dir, "token"), filepath.Join(dir, "terminated")
 			// The command records its token, then waits; on SIGTERM it notes it and exits.
 			script := `echo "$LEASEGATE_TOKEN" > "$0.tmp" && mv "$0.tmp" "$0"; trap 'touch "$1"; exit 0' TERM; while true; do sleep 0.05; done`
-			done := e.startCLI(t, "run", "--lock", "lost", "--ttl", "1s", "--grace", "5s", "--", "sh", "-c", script, tokenFile, termFile)
+			done := e.startCLI(t, "run", "--lock", "lost", "--ttl", "1s", "--grace", "300ms", "--", "sh", "-c", script, tokenFile, termFile)
 			var token []byte
 			eventually(t, 10*time.Second, "the command to start", func() bool {
 				var err error
@@ -138,6 +140,15 @@ func TestCLIRunStopsTheCommandWhenTheLeaseIsLost(t *testing.T) {
 			assert.NoError(t, err, "the command got SIGTERM")
 		})
 	}
+}
+
+func TestCLIRunRefusesAGraceThatCannotFit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	r := e.cli(t, "run", "--lock", "g", "--ttl", "1s", "--grace", "1s", "--", "true")
+	assert.Equal(t, 2, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "does not fit")
+	assert.False(t, e.held("g"), "nothing was acquired")
 }
 
 func TestCLIScriptCommands(t *testing.T) {
@@ -175,4 +186,52 @@ func TestCLIScriptCommands(t *testing.T) {
 	r = e.cli(t, "run", "--", "true")
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, "--lock is required")
+}
+
+// TestCLIRunStopsTheCommandBeforeTheLeaseCanLapse kills (kill -9) the gateway replica through
+// which `leasegate run` holds a lock, while another client waits for the lock on a second replica.
+// The command ignores SIGTERM, so run must SIGKILL it, and it must be gone before the waiter's
+// 201: a command still running when someone else holds the lock is two holders at once.
+func TestCLIRunStopsTheCommandBeforeTheLeaseCanLapse(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	c2 := harness.NewClient(t, gw2.URL)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	script := `echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; trap '' TERM; while true; do sleep 0.05; done`
+	done := e.startCLI(t, "run", "--lock", "lapse", "--ttl", "2s", "--", "sh", "-c", script, pidFile)
+	var pid int
+	eventually(t, 10*time.Second, "the command to start", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	granted := make(chan time.Time, 1)
+	go func() {
+		r := c2.Do(http.MethodPost, "/locks/lapse", nil, `{"owner":"next","ttl_ms":30000,"wait_ms":20000}`)
+		if r.Status == http.StatusCreated {
+			granted <- time.Now()
+		}
+		close(granted)
+	}()
+	eventually(t, 10*time.Second, "the next holder in line", func() bool { return e.waiters(t, "lapse") == 1 })
+	require.NoError(t, e.gw.Kill())
+
+	var gone time.Time
+	eventually(t, 15*time.Second, "the command to be gone", func() bool {
+		if syscall.Kill(pid, 0) == nil {
+			return false
+		}
+		gone = time.Now()
+		return true
+	})
+	next, ok := <-granted
+	require.True(t, ok, "the next holder was granted the lock")
+	assert.True(t, gone.Before(next), "the command was gone (%v) before the next holder's 201 (%v)", gone.Format("15:04:05.000"), next.Format("15:04:05.000"))
+	r := <-done
+	assert.Equal(t, 76, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "killing it")
 }

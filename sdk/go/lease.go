@@ -96,12 +96,13 @@ func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease,
 		if wait := min(time.Until(deadline), perRequest); wait > 0 {
 			body.WaitMs, body.QueueTicket = millis(wait), ticket
 		}
+		sent := time.Now()
 		resp, err := c.API.AcquireLockWithResponse(ctx, name, &AcquireLockParams{}, body)
 		if err != nil {
 			return nil, err
 		}
 		if g := resp.JSON201; g != nil {
-			return &Lease{client: c, Grant: *g}, nil
+			return &Lease{client: c, Grant: *g, validUntil: validUntil(sent, g)}, nil
 		}
 		err = problem(resp.HTTPResponse, resp.Body)
 		var p *ProblemError
@@ -163,11 +164,23 @@ func (c *Gateway) Inspect(ctx context.Context, name, token string) (*LockState, 
 type Lease struct {
 	client *Gateway
 	Grant
+	validUntil time.Time
+}
+
+// ValidUntil is when the lease lapses at the earliest unless renewed: the TTL of its last grant,
+// renewal or re-entry, counted on this process's monotonic clock from when that request was sent
+// (not from when its answer arrived, which may be later). Work under the lease must be over by then.
+func (l *Lease) ValidUntil() time.Time { return l.validUntil }
+
+// validUntil is sent + the grant's TTL, keeping sent's monotonic clock reading.
+func validUntil(sent time.Time, g *Grant) time.Time {
+	return sent.Add(time.Duration(g.TtlMs) * time.Millisecond)
 }
 
 // Renew sets the lease's TTL (0: keep its own) and updates Grant. It returns an error matching
 // ErrLeaseGone once the lease is lost.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
+	sent := time.Now()
 	resp, err := l.client.API.RenewLockWithResponse(ctx, l.Lock, &RenewLockParams{LeaseToken: l.Token}, RenewRequest{TtlMs: millis(ttl)})
 	if err != nil {
 		return err
@@ -175,12 +188,13 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	if resp.JSON200 == nil {
 		return problem(resp.HTTPResponse, resp.Body)
 	}
-	l.Grant = *resp.JSON200
+	l.Grant, l.validUntil = *resp.JSON200, validUntil(sent, resp.JSON200)
 	return nil
 }
 
 // Reenter takes the lock once more with the same lease (reentrant), resetting its TTL to ttl.
 func (l *Lease) Reenter(ctx context.Context, ttl time.Duration) error {
+	sent := time.Now()
 	resp, err := l.client.API.AcquireLockWithResponse(ctx, l.Lock, &AcquireLockParams{LeaseToken: &l.Token},
 		AcquireRequest{Owner: l.Owner, TtlMs: millis(ttl)})
 	if err != nil {
@@ -189,7 +203,7 @@ func (l *Lease) Reenter(ctx context.Context, ttl time.Duration) error {
 	if resp.JSON200 == nil {
 		return problem(resp.HTTPResponse, resp.Body)
 	}
-	l.Grant = *resp.JSON200
+	l.Grant, l.validUntil = *resp.JSON200, validUntil(sent, resp.JSON200)
 	return nil
 }
 
