@@ -90,11 +90,11 @@ func (l roundTripLocker) Acquire(ctx context.Context, req lockcore.AcquireReques
 	return l.floorLocker.Acquire(ctx, req)
 }
 
-func (l roundTripLocker) Release(ctx context.Context, lock, token string) (lockcore.Released, error) {
+func (l roundTripLocker) Release(ctx context.Context, lock, token, key string) (lockcore.Released, error) {
 	if err := l.script.Exec(ctx, l.client, []string{lock}, nil).Error(); err != nil {
 		return lockcore.Released{}, err
 	}
-	return l.floorLocker.Release(ctx, lock, token)
+	return l.floorLocker.Release(ctx, lock, token, key)
 }
 
 // cycles runs n clients, each acquiring and releasing its own lock name in a loop, for d, and
@@ -177,14 +177,14 @@ func (f floorLocker) Acquire(ctx context.Context, req lockcore.AcquireRequest) (
 	return lockcore.Grant{Lease: l, Token: f.tokens.Mint(l), TTL: req.TTL, ExpiresAt: time.Now().Add(req.TTL), Holds: 1}, nil
 }
 
-func (f floorLocker) Release(_ context.Context, lock, token string) (lockcore.Released, error) {
+func (f floorLocker) Release(_ context.Context, lock, token, _ string) (lockcore.Released, error) {
 	if _, err := f.tokens.Parse(token, lock); err != nil {
 		return lockcore.Released{}, err
 	}
 	return lockcore.Released{Released: true}, nil
 }
 
-func (f floorLocker) Renew(_ context.Context, lock, token string, ttl time.Duration) (lockcore.Grant, error) {
+func (f floorLocker) Renew(_ context.Context, lock, token string, ttl time.Duration, _ string) (lockcore.Grant, error) {
 	return lockcore.Grant{}, nil
 }
 

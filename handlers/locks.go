@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/leasegate/leasegate/api"
 	"github.com/leasegate/leasegate/lockcore"
@@ -11,6 +12,23 @@ import (
 
 // leaseTokenHeader carries a lease token on re-entry, release, renew and inspect.
 const leaseTokenHeader = "Lease-Token"
+
+// idempotencyKeyHeader makes a retried acquire, release or renew answer as the first try did.
+const idempotencyKeyHeader = "Idempotency-Key"
+
+// idempotencyKey returns the request's Idempotency-Key ("" when absent): 1-255 visible ASCII
+// characters, so that it can be part of a Redis key name and never forges a log line.
+func idempotencyKey(r *http.Request) (string, error) {
+	key := r.Header.Get(idempotencyKeyHeader)
+	if key == "" {
+		return "", nil
+	}
+	if len(key) > 255 || strings.IndexFunc(key, func(c rune) bool { return c <= ' ' || c > '~' }) >= 0 {
+		return "", invalidRequest("the Idempotency-Key header is not valid",
+			[]api.InvalidParam{{Name: idempotencyKeyHeader, Reason: "must be 1-255 visible ASCII characters (a UUID is a good choice)"}})
+	}
+	return key, nil
+}
 
 type lockHandlers struct {
 	locker Locker
@@ -21,6 +39,11 @@ type lockHandlers struct {
 // acquire handles POST /locks/{name}: 201 for a new grant, 200 for a re-entry.
 func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 	name, err := lockName(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	idem, err := idempotencyKey(r)
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return
@@ -39,7 +62,7 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 	// client leaves (which ends r.Context()).
 	g, err := h.locker.Acquire(r.Context(), lockcore.AcquireRequest{
 		Lock: name, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold,
-		Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket,
+		Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket, IdempotencyKey: idem,
 	})
 	if err != nil {
 		writeError(w, r, h.log, err)
@@ -55,7 +78,7 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 	// A grant whose answer cannot reach its client would stay held for its whole TTL (or max hold,
 	// with the watchdog): push the answer out now, and give the hold back if it did not go.
 	if err := http.NewResponseController(w).Flush(); err != nil {
-		if _, rerr := h.locker.Release(context.WithoutCancel(r.Context()), name, g.Token); rerr != nil {
+		if _, rerr := h.locker.Release(context.WithoutCancel(r.Context()), name, g.Token, ""); rerr != nil {
 			h.log.Warn("giving back a grant whose answer was not delivered failed", "request_id", requestIDFrom(r.Context()), "lock", name, "err", rerr)
 		}
 		h.log.Info("grant not delivered: client gone; hold given back", "request_id", requestIDFrom(r.Context()), "lock", name, "err", err)
@@ -70,7 +93,12 @@ func (h *lockHandlers) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
-	rel, err := h.locker.Release(r.Context(), name, r.Header.Get(leaseTokenHeader))
+	idem, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	rel, err := h.locker.Release(r.Context(), name, r.Header.Get(leaseTokenHeader), idem)
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return
@@ -85,6 +113,11 @@ func (h *lockHandlers) renew(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
+	idem, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
 	var body api.RenewRequest
 	if err := decodeBody(w, r, &body, true); err != nil {
 		writeError(w, r, h.log, err)
@@ -95,7 +128,7 @@ func (h *lockHandlers) renew(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
 		return
 	}
-	g, err := h.locker.Renew(r.Context(), name, r.Header.Get(leaseTokenHeader), ttl)
+	g, err := h.locker.Renew(r.Context(), name, r.Header.Get(leaseTokenHeader), ttl, idem)
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return

@@ -17,8 +17,8 @@ import (
 // Locker is the lock engine the handlers drive; *lockcore.Service implements it.
 type Locker interface {
 	Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error)
-	Release(ctx context.Context, lock, token string) (lockcore.Released, error)
-	Renew(ctx context.Context, lock, token string, ttl time.Duration) (lockcore.Grant, error)
+	Release(ctx context.Context, lock, token, idempotencyKey string) (lockcore.Released, error)
+	Renew(ctx context.Context, lock, token string, ttl time.Duration, idempotencyKey string) (lockcore.Grant, error)
 	Inspect(ctx context.Context, lock, token string) (lockcore.State, error)
 	Ping(ctx context.Context) error
 }

@@ -2,6 +2,7 @@ package lockcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -24,6 +25,11 @@ type AcquireRequest struct {
 	// QueueTicket, when set on a waiting request, resumes the place in the queue of the wait that
 	// was handed it (HeldError.QueueTicket), if that wait ended less than TicketGrace ago.
 	QueueTicket string
+	// IdempotencyKey, when set, makes a retry of this request (same key, same owner or token)
+	// within IdempotencyWindow answer as the first did and change nothing: a retried new acquire
+	// gets the same lease while it holds the lock (ErrLeaseLost after), a retried re-entry adds no
+	// second hold.
+	IdempotencyKey string
 }
 
 // Grant is a held lease as the caller should see it.
@@ -89,10 +95,30 @@ func (s *Service) acquireNew(ctx context.Context, req AcquireRequest) (Grant, er
 	if err != nil {
 		return Grant{}, err
 	}
-	if r.status == acquireHeld {
+	switch r.status {
+	case acquireHeld:
 		return Grant{}, &HeldError{Lock: req.Lock, RetryAfter: r.pttl}
+	case acquireReplayed:
+		lease = r.lease
+	case acquireReplayedLost:
+		return Grant{}, fmt.Errorf("%w: lock %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, req.Lock)
 	}
 	return s.newGrant(req, lease, r.fence, start), nil
+}
+
+// rememberGrant keeps a waiter's grant for retries of its request with the same Idempotency-Key
+// (a grant acquire.lua made keeps itself). A failure only costs a retry its idempotency.
+func (s *Service) rememberGrant(ctx context.Context, req AcquireRequest, g Grant) {
+	if req.IdempotencyKey == "" {
+		return
+	}
+	k := s.keys(req.Lock)
+	window := max(s.idemWindow(), g.TTL)
+	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Set().Key(k.latch("acquire", "", req.IdempotencyKey)).
+		Value(g.ID+" "+req.Owner).Px(window).Build()).Error()
+	if err != nil {
+		s.log.Warn("remembering a grant for its idempotent retries failed", "lock", req.Lock, "err", err)
+	}
 }
 
 func (s *Service) newGrant(req AcquireRequest, lease string, fence int64, start time.Time) Grant {
@@ -102,29 +128,44 @@ func (s *Service) newGrant(req AcquireRequest, lease string, fence int64, start 
 
 // acquireReply is acquire.lua's reply.
 type acquireReply struct {
-	status  int64 // acquireHeld, acquireGranted or acquireQueued
+	status  int64 // acquireHeld, acquireGranted, acquireQueued, acquireReplayed or acquireReplayedLost
 	fence   int64
 	pttl    time.Duration // the holder's remaining TTL (held, queued)
 	arrival int64         // the arrival to keep when queueing again (queued)
+	lease   string        // the lease a replayed grant went to
 }
 
 const (
 	acquireHeld    = 0
 	acquireGranted = 1
 	acquireQueued  = 2
+	// acquireReplayed: a retry with the same Idempotency-Key of a granted request, whose lease
+	// still holds the lock; acquireReplayedLost: whose lease no longer does.
+	acquireReplayed     = 3
+	acquireReplayedLost = 4
 )
 
 // runAcquire runs acquire.lua in mode "try" or "wait". A waiter queues at arrival (µs, Redis
 // time) when it is not 0, else at the place queue ticket ticketID keeps (taken once), else now.
 func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mode string, arrival int64, ticketID string) (acquireReply, error) {
-	reply, err := s.runTicketed(ctx, s.acquire, req.Lock, ticketID,
+	k := s.keys(req.Lock)
+	reply, err := s.runWithKeys(ctx, s.acquire, req.Lock, []string{k.ticket(ticketID), k.latch("acquire", "", req.IdempotencyKey)},
 		lease, ms(req.TTL), req.Owner, flag(req.Watchdog), mode, s.waiters.replica,
-		strconv.FormatInt(arrival, 10), ms(req.MaxHold))
+		strconv.FormatInt(arrival, 10), ms(req.MaxHold), s.idemMs(req.IdempotencyKey))
 	if err != nil {
 		return acquireReply{}, err
 	}
+	if len(reply) == 3 && reply[2].IsString() { // {acquireReplayed, fence, lease}
+		fence, err := reply[1].AsInt64()
+		lease, err2 := reply[2].ToString()
+		if err != nil || err2 != nil {
+			return acquireReply{}, unexpectedReply("acquire", req.Lock, reply, errors.Join(err, err2))
+		}
+		return acquireReply{status: acquireReplayed, fence: fence, lease: lease}, nil
+	}
 	r, err := ints(reply)
-	if err != nil || len(r) < 2 || (r[0] == acquireQueued && len(r) != 3) {
+	if err != nil || len(r) < 1 || r[0] < acquireHeld || r[0] > acquireReplayedLost ||
+		(r[0] != acquireReplayedLost && len(r) < 2) || (r[0] == acquireQueued && len(r) != 3) {
 		return acquireReply{}, unexpectedReply("acquire", req.Lock, r, err)
 	}
 	out := acquireReply{status: r[0]}
@@ -133,7 +174,7 @@ func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mod
 		out.fence = r[1]
 	case acquireQueued:
 		out.pttl, out.arrival = time.Duration(max(r[1], 0))*time.Millisecond, r[2]
-	default:
+	case acquireHeld:
 		out.pttl = time.Duration(max(r[1], 0)) * time.Millisecond
 	}
 	return out, nil
@@ -148,7 +189,8 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 		return Grant{}, fmt.Errorf("%w: owner %q does not match the lease token's owner %q", ErrInvalid, req.Owner, l.Owner)
 	}
 	start := time.Now()
-	reply, err := s.runQueued(ctx, s.reenter, req.Lock, l.ID, ms(req.TTL))
+	reply, err := s.runWithKeys(ctx, s.reenter, req.Lock, []string{s.keys(req.Lock).latch("reenter", l.ID, req.IdempotencyKey)},
+		l.ID, ms(req.TTL), s.idemMs(req.IdempotencyKey))
 	if err != nil {
 		return Grant{}, err
 	}
@@ -169,7 +211,7 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 
 // undo gives back one hold of g, on a context of its own: the caller's may have ended.
 func (s *Service) undo(ctx context.Context, g Grant) {
-	_, _ = s.releaseLease(context.WithoutCancel(ctx), g.Lease)
+	_, _ = s.releaseLease(context.WithoutCancel(ctx), g.Lease, "")
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -13,7 +13,18 @@ func (s *Service) keys(name string) keys {
 // all returns the keys the granting scripts take, in their KEYS order.
 func (k keys) all() []string { return []string{k.lock, k.fence, k.q, k.qd, k.qm} }
 
-// withTicket returns all() and the key of the queue ticket id ("" names no ticket).
-func (k keys) withTicket(id string) []string {
-	return []string{k.lock, k.fence, k.q, k.qd, k.qm, k.lock + ":ticket:" + id}
+// ticket is the key of queue ticket id ("": a key that never exists).
+func (k keys) ticket(id string) string { return k.lock + ":ticket:" + id }
+
+// latch is the key under which the first answer to a request with Idempotency-Key key is kept:
+// op names the operation, lease the token's lease ("" for a new acquire). Without a key it names a
+// key that is never written.
+func (k keys) latch(op, lease, key string) string {
+	if key == "" {
+		return k.lock + ":idem:"
+	}
+	return k.lock + ":idem:" + op + ":" + lease + ":" + key
 }
+
+// with returns all() followed by extra keys.
+func (k keys) with(extra ...string) []string { return append(k.all(), extra...) }

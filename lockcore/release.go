@@ -11,19 +11,21 @@ type Released struct {
 	Holds    int64 // remaining reentry count
 }
 
-// Release gives back one hold of the lease token names on lock. It returns ErrInvalidToken for a
-// bad token, ErrLeaseLost when the lease no longer holds the lock, and ErrUnavailable when Redis
-// does not answer.
-func (s *Service) Release(ctx context.Context, lock, token string) (Released, error) {
+// Release gives back one hold of the lease token names on lock. With an idempotencyKey, a retry
+// (same key and token) within IdempotencyWindow answers as the first release did and gives back
+// nothing more. It returns ErrInvalidToken for a bad token, ErrLeaseLost when the lease no longer
+// holds the lock, and ErrUnavailable when Redis does not answer.
+func (s *Service) Release(ctx context.Context, lock, token, idempotencyKey string) (Released, error) {
 	l, err := s.tokens.Parse(token, lock)
 	if err != nil {
 		return Released{}, err
 	}
-	return s.releaseLease(ctx, l)
+	return s.releaseLease(ctx, l, idempotencyKey)
 }
 
-func (s *Service) releaseLease(ctx context.Context, l Lease) (Released, error) {
-	reply, err := s.runQueued(ctx, s.release, l.Lock, l.ID)
+func (s *Service) releaseLease(ctx context.Context, l Lease, idempotencyKey string) (Released, error) {
+	reply, err := s.runWithKeys(ctx, s.release, l.Lock, []string{s.keys(l.Lock).latch("release", l.ID, idempotencyKey)},
+		l.ID, s.idemMs(idempotencyKey))
 	if err != nil {
 		return Released{}, err
 	}

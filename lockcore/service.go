@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,9 @@ type Options struct {
 	// TicketGrace is how long after a wait ends its queue ticket still resumes the waiter's place
 	// (default 10s).
 	TicketGrace time.Duration
+	// IdempotencyWindow is how long the first answer to a request with an Idempotency-Key is kept
+	// for its retries: this, or the lease's TTL if longer (default 10m).
+	IdempotencyWindow time.Duration
 }
 
 // Service runs lock operations against one Redis deployment. Safe for concurrent use. Close it to
@@ -64,6 +68,7 @@ type Service struct {
 	pingTimeout time.Duration
 
 	heartbeat, claimTTL, ticketGrace time.Duration
+	idemWindowMs                     string
 	// queueArgs start the ARGV of every script built on lib.lua, formatted once.
 	queueArgs []string
 
@@ -95,6 +100,7 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 	opts.ClaimTTL = cmp.Or(opts.ClaimTTL, 750*time.Millisecond)
 	opts.MaxWaiters = cmp.Or(opts.MaxWaiters, 10000)
 	opts.TicketGrace = cmp.Or(opts.TicketGrace, 10*time.Second)
+	opts.IdempotencyWindow = cmp.Or(opts.IdempotencyWindow, 10*time.Minute)
 	if opts.Liveness <= opts.Heartbeat {
 		return nil, fmt.Errorf("%w: liveness %v must exceed the heartbeat %v", ErrInvalid, opts.Liveness, opts.Heartbeat)
 	}
@@ -109,6 +115,7 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 		heartbeat:        opts.Heartbeat,
 		claimTTL:         opts.ClaimTTL,
 		ticketGrace:      opts.TicketGrace,
+		idemWindowMs:     ms(opts.IdempotencyWindow),
 		queueArgs:        []string{chanPrefix, ms(opts.ClaimTTL), ms(opts.Liveness), ms(opts.FenceTTL)},
 		acquire:          rueidis.NewLuaScript(luascripts.Acquire),
 		reenter:          rueidis.NewLuaScript(luascripts.Reenter),
@@ -204,9 +211,22 @@ func (s *Service) runQueued(ctx context.Context, script *rueidis.Lua, lock strin
 	return s.exec(ctx, script, s.keys(lock).all(), append(slices.Clip(s.queueArgs), args...))
 }
 
-// runTicketed is runQueued for the scripts that also take the key of queue ticket id.
-func (s *Service) runTicketed(ctx context.Context, script *rueidis.Lua, lock, id string, args ...string) ([]rueidis.RedisMessage, error) {
-	return s.exec(ctx, script, s.keys(lock).withTicket(id), append(slices.Clip(s.queueArgs), args...))
+// runWithKeys is runQueued for the scripts that take more keys after the lock's own.
+func (s *Service) runWithKeys(ctx context.Context, script *rueidis.Lua, lock string, extra []string, args ...string) ([]rueidis.RedisMessage, error) {
+	return s.exec(ctx, script, s.keys(lock).with(extra...), append(slices.Clip(s.queueArgs), args...))
+}
+
+func (s *Service) idemWindow() time.Duration {
+	n, _ := strconv.ParseInt(s.idemWindowMs, 10, 64)
+	return time.Duration(n) * time.Millisecond
+}
+
+// idemMs is the Idempotency-Key window argument of the scripts: "0" without a key.
+func (s *Service) idemMs(key string) string {
+	if key == "" {
+		return "0"
+	}
+	return s.idemWindowMs
 }
 
 // ints reads the integer elements of a script reply.

@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -117,6 +118,10 @@ func (wt *wait) enqueue(waitCtx context.Context) (g Grant, queued bool, err erro
 		switch {
 		case err == nil && r.status == acquireGranted:
 			return wt.s.newGrant(wt.req, wt.lease, r.fence, callStart), false, nil
+		case err == nil && r.status == acquireReplayed: // a retry of a request that was granted
+			return wt.s.newGrant(wt.req, r.lease, r.fence, callStart), false, nil
+		case err == nil && r.status == acquireReplayedLost:
+			return Grant{}, false, fmt.Errorf("%w: lock %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, wt.req.Lock)
 		case err == nil:
 			wt.arrival = r.arrival
 			wt.s.waiters.checkBy(wt.req.Lock, time.Now().Add(r.pttl+time.Millisecond))
@@ -151,10 +156,11 @@ func (wt *wait) confirm(waitCtx context.Context) (g Grant, lost bool, err error)
 	for {
 		start := time.Now()
 		l := Lease{Lock: wt.req.Lock, Owner: wt.req.Owner, ID: wt.lease}
-		g, err := wt.s.renewLease(waitCtx, l, wt.req.TTL, start)
+		g, err := wt.s.renewLease(waitCtx, l, wt.req.TTL, start, "")
 		switch {
 		case err == nil:
 			g.Token = wt.s.tokens.Mint(g.Lease)
+			wt.s.rememberGrant(waitCtx, wt.req, g)
 			return g, false, nil
 		case errors.Is(err, ErrLeaseLost):
 			return Grant{}, true, nil
@@ -186,7 +192,7 @@ func (wt *wait) end(ctx context.Context, cause error) error {
 	if cause == nil && ctx.Err() == nil {
 		ticketMs, ticketID = ms(s.ticketGrace), uuid.NewString()
 	}
-	reply, err := s.runTicketed(context.WithoutCancel(ctx), s.dequeue, wt.req.Lock, ticketID,
+	reply, err := s.runWithKeys(context.WithoutCancel(ctx), s.dequeue, wt.req.Lock, []string{s.keys(wt.req.Lock).ticket(ticketID)},
 		wt.lease, ticketMs, strconv.FormatInt(wt.arrival, 10))
 	var r []int64
 	if err == nil {

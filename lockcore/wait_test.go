@@ -152,7 +152,7 @@ func TestCancelledWaitLeavesQueueAndIsNeverGranted(t *testing.T) {
 	assert.Equal(t, lockcore.Grant{}, r.grant)
 	assert.Equal(t, "0", w.queueKeys(t, lock), "the waiter left the queue")
 
-	rel, err := w.svc.Release(ctx, lock, holder.Token)
+	rel, err := w.svc.Release(ctx, lock, holder.Token, "")
 	require.NoError(t, err)
 	assert.True(t, rel.Released)
 	st, err := w.svc.Inspect(ctx, lock, "")
@@ -200,7 +200,7 @@ func TestWaiterIsGrantedAfterRedisRestart(t *testing.T) {
 		assert.Equal(t, r.grant.Fence, st.Fence)
 		var rel lockcore.Released
 		require.NoError(t, retryUnavailable(func() (err error) {
-			rel, err = svc.Release(ctx, lock, r.grant.Token)
+			rel, err = svc.Release(ctx, lock, r.grant.Token, "")
 			return err
 		}))
 		assert.True(t, rel.Released)
@@ -240,7 +240,7 @@ func TestWaiterIsGrantedAfterPubSubConnectionIsKilled(t *testing.T) {
 	// The holder's replica notices its dead connection on first use: an ErrUnavailable here means
 	// the release never reached Redis, so it is retried.
 	require.NoError(t, retryUnavailable(func() error {
-		_, err := other.Release(ctx, lock, holder.Token)
+		_, err := other.Release(ctx, lock, holder.Token, "")
 		return err
 	}))
 
@@ -251,7 +251,7 @@ func TestWaiterIsGrantedAfterPubSubConnectionIsKilled(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, st.Yours)
 	assert.True(t, *st.Yours, "Redis has the waiter as holder: %+v", st)
-	_, err = w.svc.Release(ctx, lock, r.grant.Token)
+	_, err = w.svc.Release(ctx, lock, r.grant.Token, "")
 	assert.NoError(t, err)
 }
 
@@ -287,7 +287,7 @@ func TestWaitEndingAsItIsGrantedStrandsNothing(t *testing.T) {
 		}()
 		go func() {
 			<-start
-			_, err := w.svc.Release(ctx, lock, holder.Token)
+			_, err := w.svc.Release(ctx, lock, holder.Token, "")
 			released <- err
 		}()
 		close(start)
@@ -298,7 +298,7 @@ func TestWaitEndingAsItIsGrantedStrandsNothing(t *testing.T) {
 		switch {
 		case r.err == nil:
 			outcomes["granted"]++
-			rel, err := w.svc.Release(ctx, lock, r.grant.Token)
+			rel, err := w.svc.Release(ctx, lock, r.grant.Token, "")
 			assert.NoError(t, err, "iteration %d: a waiter that returned a grant holds the lock", i)
 			assert.True(t, rel.Released, "iteration %d", i)
 		case errors.Is(r.err, context.Canceled):

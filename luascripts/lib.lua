@@ -14,6 +14,9 @@
 -- of a lock whose waiters' replicas all died does not stay in Redis forever.
 --   ticket:<id>  string, arrival µs: a queue ticket's place, kept TicketGrace after a wait ended
 --             (written by dequeue.lua, taken once by acquire.lua)
+--   idem:<key>, idem:<lease>:<key>  string, JSON: the first answer to a request sent with an
+--             Idempotency-Key (a new acquire; a call with a lease's token), replayed to its retries
+--             (see remember and replay)
 -- The fence key expires fence_ttl_ms after the lock's last grant (see grant).
 local lock, fencekey, q, qd, qm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local chanprefix, claim_ms, liveness_ms, fence_ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -48,6 +51,36 @@ local function grant(lease, owner, ttl, wd, hold_ms, pexpire_ms, now)
     ':until', string.format('%d', hold_until))
   redis.call('PEXPIRE', lock, pexpire_ms)
   return fence
+end
+
+-- replay returns the integer reply remembered under latch (nil if none), for a retried request;
+-- idem_ms is 0 when the request carries no Idempotency-Key.
+local function replay(latch, idem_ms)
+  if idem_ms == 0 then
+    return nil
+  end
+  local prev = redis.call('GET', latch)
+  if not prev then
+    return nil
+  end
+  local reply = {}
+  for n in string.gmatch(prev, '%S+') do
+    reply[#reply + 1] = tonumber(n)
+  end
+  return reply
+end
+
+-- remember keeps the integer reply under latch for max(idem_ms, ttl_ms) and returns it. (Numbers
+-- are written with %d: cjson would round fences, which exceed its 14 significant digits.)
+local function remember(latch, idem_ms, ttl_ms, reply)
+  if idem_ms > 0 then
+    local parts = {}
+    for i = 1, #reply do
+      parts[i] = string.format('%d', reply[i])
+    end
+    redis.call('SET', latch, table.concat(parts, ' '), 'PX', math.max(idem_ms, tonumber(ttl_ms) or 0))
+  end
+  return reply
 end
 
 local function dequeue(lease)

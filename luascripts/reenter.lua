@@ -1,9 +1,15 @@
--- reenter.lua (+ lib.lua): KEYS and ARGV[1..4] as in lib.lua, then ARGV[5..6] = [lease, ttl_ms]
+-- reenter.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[6] = the Idempotency-Key latch;
+--   ARGV[1..4] as in lib.lua, then ARGV[5..7] = [lease, ttl_ms, idem_ms (0: no key)]
 --   => {holds, fence, watchdog}  lease held: count incremented, TTL reset to ttl_ms
 --    | {0}                       lease does not hold the lock (expired or released); nothing changed
--- With others waiting, the first one's replica is told when the lease now runs out.
-local lease, ttl = ARGV[5], ARGV[6]
+-- With others waiting, the first one's replica is told when the lease now runs out. A retry of a
+-- re-entry that was applied (same Idempotency-Key) gets the first answer and adds no hold.
+local lease, ttl, idem_ms, latch = ARGV[5], ARGV[6], tonumber(ARGV[7]), KEYS[6]
 
+local prev = replay(latch, idem_ms)
+if prev then
+  return prev
+end
 if redis.call('HEXISTS', lock, lease) == 0 then
   return {0}
 end
@@ -14,4 +20,4 @@ if redis.call('EXISTS', q) == 1 then
   hint()
 end
 local meta = redis.call('HMGET', lock, ':fence', ':wd')
-return {holds, tonumber(meta[1]), tonumber(meta[2])}
+return remember(latch, idem_ms, ttl, {holds, tonumber(meta[1]), tonumber(meta[2])})

@@ -16,10 +16,15 @@ import (
 // not FIN) at once, without reading the answer: a client killed right after sending.
 func resetAfterSending(t *testing.T, base, method, path, body string) {
 	t.Helper()
+	resetAfterSendingRaw(t, base, fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		method, path, len(body), body))
+}
+
+// resetAfterSendingRaw is resetAfterSending for a request written out in full.
+func resetAfterSendingRaw(t *testing.T, base, req string) {
+	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	require.NoError(t, err)
-	req := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		method, path, len(body), body)
 	require.NoError(t, conn.(*net.TCPConn).SetLinger(0))
 	_, err = conn.Write([]byte(req))
 	require.NoError(t, err)

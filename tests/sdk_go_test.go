@@ -29,7 +29,7 @@ func TestGoSDKEndToEnd(t *testing.T) {
 	lease, err := a.Lock(ctx, "sdk", leasegate.LockOptions{Owner: "a", TTL: 30 * time.Second})
 	require.NoError(t, err)
 	assert.Positive(t, lease.Fence)
-	assert.Equal(t, int64(1), lease.Holds)
+	assert.Equal(t, int64(1), lease.Holds())
 
 	// 409 contention
 	_, err = a.Lock(ctx, "sdk", leasegate.LockOptions{Owner: "b"})
@@ -59,14 +59,14 @@ func TestGoSDKEndToEnd(t *testing.T) {
 	assert.Greater(t, b.Fence, lease.Fence)
 
 	// renew
-	before := time.Time(b.ExpiresAt)
+	before := time.Time(b.Grant().ExpiresAt)
 	require.NoError(t, b.Renew(ctx, 60*time.Second))
-	assert.True(t, time.Time(b.ExpiresAt).After(before))
-	assert.Equal(t, int64(60000), b.TtlMs)
+	assert.True(t, time.Time(b.Grant().ExpiresAt).After(before))
+	assert.Equal(t, int64(60000), b.Grant().TtlMs)
 
 	// re-entry
 	require.NoError(t, b.Reenter(ctx, 60*time.Second))
-	assert.Equal(t, int64(2), b.Holds)
+	assert.Equal(t, int64(2), b.Holds())
 	released, err = b.Release(ctx)
 	require.NoError(t, err)
 	assert.False(t, released)
@@ -182,4 +182,60 @@ func TestGoSDKSplitWaitKeepsItsPlace(t *testing.T) {
 		_, err := n.lease.Release(ctx)
 		require.NoError(t, err)
 	}
+}
+
+// TestGoSDKKeepAliveAndDone checks the SDK's before-expiry rule: a kept-alive lease stays held
+// while work reads it concurrently (the race detector watches), Done closes with ErrLeaseGone once
+// a renewal finds the lease gone, and a lease nobody renews closes Done before it can lapse.
+func TestGoSDKKeepAliveAndDone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	sdk, err := leasegate.New(e.gw.URL)
+	require.NoError(t, err)
+
+	kept, err := sdk.Lock(ctx, "kept", leasegate.LockOptions{Owner: "k", TTL: 900 * time.Millisecond})
+	require.NoError(t, err)
+	kept.KeepAlive()
+	readers := make(chan struct{})
+	go func() { // work reading the lease while it is renewed
+		defer close(readers)
+		for kept.Err() == nil {
+			_ = kept.Fence + kept.Grant().TtlMs + kept.Holds()
+			_ = kept.ValidUntil()
+			<-time.After(time.Millisecond)
+		}
+	}()
+	for start := time.Now(); time.Since(start) < 2500*time.Millisecond; <-time.After(100 * time.Millisecond) {
+		st, err := sdk.Inspect(ctx, "kept", kept.Token)
+		require.NoError(t, err)
+		require.True(t, *st.Yours, "kept alive")
+		require.NoError(t, kept.Err())
+	}
+	// Someone releases it behind its back: the next renewal finds it gone.
+	r := e.client.Do("DELETE", "/locks/kept", tokenHeader(kept.Token), "")
+	require.Equal(t, 200, r.Status)
+	select {
+	case <-kept.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done did not close after the lease was lost")
+	}
+	assert.ErrorIs(t, kept.Err(), leasegate.ErrLeaseGone)
+	assert.ErrorIs(t, context.Cause(kept.Context()), leasegate.ErrLeaseGone)
+	<-readers
+
+	// Nobody renews this one: Done closes a margin before it can lapse, while Redis still has it.
+	idle, err := sdk.Lock(ctx, "idle", leasegate.LockOptions{Owner: "i", TTL: 2 * time.Second})
+	require.NoError(t, err)
+	<-idle.Done()
+	assert.ErrorIs(t, idle.Err(), leasegate.ErrLeaseLapsing)
+	assert.True(t, time.Now().Before(idle.ValidUntil()), "Done closed before the lease can lapse")
+	st, err := sdk.Inspect(ctx, "idle", idle.Token)
+	require.NoError(t, err)
+	assert.True(t, *st.Yours, "the lease was still held when Done closed")
+
+	// Errors show the problem's detail and every rejected input.
+	_, err = sdk.Lock(ctx, "bad", leasegate.LockOptions{Owner: "b", TTL: 2 * time.Hour})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ttl_ms: must be between")
 }

@@ -280,6 +280,9 @@ type RenewRequest struct {
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
 }
 
+// IdempotencyKey Example: 4f9c6a0e-8d2b-4c1e-9f3a-2b7d5e6c8a10
+type IdempotencyKey = string
+
 // LeaseTokenOptional defines model for LeaseTokenOptional.
 type LeaseTokenOptional = string
 
@@ -455,6 +458,15 @@ type ReleaseLockParams struct {
 	// the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
 	// `yours: false`).
 	LeaseToken LeaseTokenRequired `json:"Lease-Token"`
+
+	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+	// answers as the first call did and changes nothing. A retried release never gives back a
+	// second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
+	// (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
+	// (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
+	// characters, else 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // InspectLockParams defines parameters for InspectLock.
@@ -481,6 +493,15 @@ type AcquireLockParams struct {
 	// the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
 	// `yours: false`).
 	LeaseToken *LeaseTokenOptional `json:"Lease-Token,omitempty"`
+
+	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+	// answers as the first call did and changes nothing. A retried release never gives back a
+	// second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
+	// (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
+	// (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
+	// characters, else 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // RenewLockParams defines parameters for RenewLock.
@@ -494,6 +515,15 @@ type RenewLockParams struct {
 	// the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
 	// `yours: false`).
 	LeaseToken LeaseTokenRequired `json:"Lease-Token"`
+
+	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+	// answers as the first call did and changes nothing. A retried release never gives back a
+	// second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
+	// (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
+	// (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
+	// characters, else 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // AcquireLockJSONRequestBody defines body for AcquireLock for application/json ContentType.
@@ -910,6 +940,17 @@ func NewReleaseLockRequest(server string, name LockNameParam, params *ReleaseLoc
 
 		req.Header.Set("Lease-Token", headerParam0)
 
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -1021,6 +1062,17 @@ func NewAcquireLockRequestWithBody(server string, name LockNameParam, params *Ac
 			req.Header.Set("Lease-Token", headerParam0)
 		}
 
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -1080,6 +1132,17 @@ func NewRenewLockRequestWithBody(server string, name LockNameParam, params *Rene
 		}
 
 		req.Header.Set("Lease-Token", headerParam0)
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
 
 	}
 

@@ -1,13 +1,22 @@
-// Package leasegate is the Go client of the leasegate lock gateway.
+// Package leasegate is the Go client of the leasegate lock gateway: take a lock, keep its lease
+// alive, and stop work before the lease can lapse.
 //
-// client.gen.go is generated from openapi.yaml by oapi-codegen (go generate ./sdk/go); a test fails
-// when it is stale. This file's neighbours add only what generation cannot express: Lock, which
-// long-polls for as long as asked (in chunks the server accepts), a Lease with Renew and Release,
-// and errors that match with errors.Is (ErrHeld, ErrLeaseGone) and errors.As (*ProblemError).
-//
-//	c, _ := leasegate.New("http://127.0.0.1:8080")
-//	lease, err := c.Lock(ctx, "nightly-report", leasegate.LockOptions{Owner: "cron-7", TTL: 30 * time.Second, Wait: time.Minute})
-//	if err != nil { ... }
+//	gw, _ := leasegate.New("http://127.0.0.1:8080")
+//	lease, err := gw.Lock(ctx, "nightly-report", leasegate.LockOptions{Owner: "cron-7", TTL: 30 * time.Second, Wait: 10 * time.Minute})
+//	if errors.Is(err, leasegate.ErrHeld) { ... } // still held after 10 minutes
 //	defer lease.Release(context.Background())
-//	storage.Write(data, lease.Fence) // let the storage reject stale fences
+//	lease.KeepAlive()                          // renew every TTL/3 until released or lost
+//	err = writeReport(lease.Context(), lease.Fence) // cancelled before the lease can lapse
+//
+// Lock waits in the lock's FIFO queue, splitting a long wait into long-polls that keep their
+// place, and retries a 503 within the wait. A Lease is safe for concurrent use; its Done, Context
+// and Err tell when work under it must stop: a renewal found it gone (ErrLeaseGone), it was
+// released (ErrReleased), or no renewal succeeded and it would lapse within its safety margin
+// (ErrLeaseLapsing), measured from when the request that last extended it was sent. Renew,
+// Reenter and Release carry an Idempotency-Key and retry a lost answer or a 503 with it, so a
+// retry never takes or gives back a hold twice. Errors from the gateway are *ProblemError, whose
+// message includes the problem's detail and every rejected input.
+//
+// client.gen.go is the generated client (oapi-codegen, from openapi.yaml: go generate ./sdk/go; a
+// test fails when it is stale); Gateway.API exposes it for calls this layer does not wrap.
 package leasegate

@@ -2,228 +2,254 @@ package leasegate
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
+	"io"
+	"net"
 	"net/http"
-	"strconv"
+	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
-// Errors a call can be matched against with errors.Is.
-var (
-	ErrHeld      = errors.New("lock is held by another lease")  // 409 lock-held
-	ErrLeaseGone = errors.New("lease no longer holds the lock") // 410 lease-gone
-)
-
-// ProblemError is a problem+json answer from the gateway.
-type ProblemError struct {
-	Problem
-}
-
-func (e *ProblemError) Error() string {
-	return fmt.Sprintf("leasegate: %d %s: %s", e.Status, e.Title, e.Detail)
-}
-
-// Is matches ErrHeld and ErrLeaseGone by problem type.
-func (e *ProblemError) Is(target error) bool {
-	switch target {
-	case ErrHeld:
-		return e.Type == "urn:leasegate:problem:lock-held"
-	case ErrLeaseGone:
-		return e.Type == "urn:leasegate:problem:lease-gone"
-	}
-	return false
-}
-
-// RetryAfter is how long until the holder's lease runs out, for lock-held problems.
-func (e *ProblemError) RetryAfter() time.Duration {
-	if e.RetryAfterMs == nil {
-		return 0
-	}
-	return time.Duration(*e.RetryAfterMs) * time.Millisecond
-}
-
-// problem turns a non-2xx answer into a *ProblemError.
-func problem(resp *http.Response, body []byte) error {
-	p := &ProblemError{}
-	if err := json.Unmarshal(body, &p.Problem); err != nil || p.Type == "" {
-		return fmt.Errorf("leasegate: unexpected answer %s: %.200s", resp.Status, body)
-	}
-	return p
-}
-
-// Gateway is a client of one leasegate deployment: the generated client (API), plus Lock.
-type Gateway struct {
-	API *ClientWithResponses
-}
-
-// New returns a client for the gateway at server, e.g. "http://127.0.0.1:8080".
-func New(server string, opts ...ClientOption) (*Gateway, error) {
-	api, err := NewClientWithResponses(server, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Gateway{API: api}, nil
-}
-
-// LockOptions describe a lock request. Zero values mean the server's defaults (TTL) or none.
-type LockOptions struct {
-	Owner    string        // required: who holds the lock
-	TTL      time.Duration // lease time to live; 0: the server's default
-	Wait     time.Duration // how long to wait for a held lock; 0: try once
-	Watchdog bool          // let the gateway renew the lease until released
-	MaxHold  time.Duration // watchdog leases only: stop renewing this long after the grant
-	// MaxWaitPerRequest splits long waits into long-polls the server accepts. Default 30s. Each
-	// long-poll after the first presents the queue ticket of the one before, so the split wait
-	// keeps its place in the lock's FIFO queue.
-	MaxWaitPerRequest time.Duration
-}
-
-// Lock acquires name, waiting up to o.Wait (in FIFO order with other waiters, keeping its place
-// across the long-polls a long wait is split into, and across a 503 from a replica that is shutting
-// down or full, which it retries within the wait). It returns an error matching ErrHeld when the
-// wait ran out, or ctx's error when ctx ended first.
-func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease, error) {
-	deadline := time.Now().Add(o.Wait)
-	perRequest := o.MaxWaitPerRequest
-	if perRequest <= 0 {
-		perRequest = 30 * time.Second
-	}
-	var ticket *string
-	for {
-		body := AcquireRequest{Owner: o.Owner, TtlMs: millis(o.TTL), Watchdog: &o.Watchdog, MaxHoldMs: millis(o.MaxHold)}
-		if wait := min(time.Until(deadline), perRequest); wait > 0 {
-			body.WaitMs, body.QueueTicket = millis(wait), ticket
-		}
-		sent := time.Now()
-		resp, err := c.API.AcquireLockWithResponse(ctx, name, &AcquireLockParams{}, body)
-		if err != nil {
-			return nil, err
-		}
-		if g := resp.JSON201; g != nil {
-			return &Lease{client: c, Grant: *g, validUntil: validUntil(sent, g)}, nil
-		}
-		err = problem(resp.HTTPResponse, resp.Body)
-		var p *ProblemError
-		if !errors.As(err, &p) || time.Until(deadline) <= 0 {
-			return nil, err
-		}
-		switch {
-		case p.Status == http.StatusConflict:
-			ticket = p.QueueTicket
-		case p.Status == http.StatusServiceUnavailable:
-			if p.QueueTicket != nil {
-				ticket = p.QueueTicket
-			}
-			if err := sleep(ctx, min(retryPause(resp.HTTPResponse), time.Until(deadline))); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, err
-		}
-	}
-}
-
-// retryPause is how long to wait before retrying a 503: its Retry-After, at most a second.
-func retryPause(resp *http.Response) time.Duration {
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-		return min(time.Duration(s)*time.Second, time.Second)
-	}
-	return time.Second
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// Inspect reads the state of name; with a token, State.Yours says whether it holds the lock.
-func (c *Gateway) Inspect(ctx context.Context, name, token string) (*LockState, error) {
-	params := &InspectLockParams{}
-	if token != "" {
-		params.LeaseToken = &token
-	}
-	resp, err := c.API.InspectLockWithResponse(ctx, name, params)
-	if err != nil {
-		return nil, err
-	}
-	if resp.JSON200 == nil {
-		return nil, problem(resp.HTTPResponse, resp.Body)
-	}
-	return resp.JSON200, nil
-}
-
-// Lease is a held lock. Its Grant carries the token and the fence.
+// Lease is a held lock. Its identity (Lock, Owner, Token, Fence) never changes; the rest follows
+// its latest grant, renewal, re-entry and release. A Lease is safe for concurrent use: work may
+// read it while KeepAlive renews it.
+//
+// Done, Context and Err say when work under the lease must stop: when a renewal answers that the
+// lease is gone, when it is released, or a safety margin before it can lapse (ValidUntil) with no
+// renewal having pushed that back. Call KeepAlive to have it renewed for you. (A watchdog lease is
+// renewed by the gateway, so only a 410 or its release end it here.)
 type Lease struct {
+	Lock, Owner, Token string
+	Fence              int64
+	Watchdog           bool // the gateway renews it (see LockOptions.Watchdog)
+
 	client *Gateway
-	Grant
+	ctx    context.Context // ends when work must stop; its cause is Err
+	stop   context.CancelCauseFunc
+
+	mu         sync.Mutex
+	grant      Grant
 	validUntil time.Time
+	lapse      *time.Timer // stops the lease margin before validUntil
+	keeping    bool        // KeepAlive's goroutine runs
+}
+
+func newLease(c *Gateway, g *Grant, sent time.Time) *Lease {
+	l := &Lease{Lock: g.Lock, Owner: g.Owner, Token: g.Token, Fence: g.Fence, Watchdog: g.Watchdog, client: c, grant: *g}
+	l.ctx, l.stop = context.WithCancelCause(context.Background())
+	l.validUntil = validUntil(sent, g)
+	l.lapse = time.AfterFunc(l.untilStop(), func() { l.stop(ErrLeaseLapsing) })
+	if g.Watchdog {
+		l.lapse.Stop() // the gateway renews it: only a 410 or the release end it here
+	}
+	return l
+}
+
+// Grant returns the latest grant body (TTL, expiry, holds).
+func (l *Lease) Grant() Grant {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.grant
+}
+
+// Holds returns how many holds the lease has: 1 after the grant, +1 per re-entry, -1 per release.
+func (l *Lease) Holds() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.grant.Holds
 }
 
 // ValidUntil is when the lease lapses at the earliest unless renewed: the TTL of its last grant,
 // renewal or re-entry, counted on this process's monotonic clock from when that request was sent
-// (not from when its answer arrived, which may be later). Work under the lease must be over by then.
-func (l *Lease) ValidUntil() time.Time { return l.validUntil }
+// (not from when its answer arrived, which may be later).
+func (l *Lease) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Done is closed when work under the lease must stop (see Err).
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context is cancelled when work under the lease must stop; context.Cause gives Err. Derive the
+// contexts of the work the lease protects from it.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err is nil while the lease may be used, then why not: an error matching ErrLeaseGone (a renewal
+// answered 410), ErrLeaseLapsing (margin before ValidUntil, no renewal succeeded) or ErrReleased.
+func (l *Lease) Err() error { return context.Cause(l.ctx) }
+
+// SafetyMargin is how long before ValidUntil a lease counts as lost: a tenth of its TTL, between
+// 50 ms and 1 s (scheduling, network and clock-rate slack).
+func SafetyMargin(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 50*time.Millisecond), time.Second)
+}
+
+func (l *Lease) ttl() time.Duration { return time.Duration(l.grant.TtlMs) * time.Millisecond }
+
+// untilStop is how long until the lease counts as lost; l.mu held or l not shared yet.
+func (l *Lease) untilStop() time.Duration {
+	return time.Until(l.validUntil.Add(-SafetyMargin(l.ttl())))
+}
+
+// update records a new grant body, whose request was sent at sent.
+func (l *Lease) update(g *Grant, sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.grant, l.validUntil = *g, validUntil(sent, g)
+	if l.ctx.Err() == nil && !l.Watchdog {
+		l.lapse.Reset(l.untilStop())
+	}
+}
 
 // validUntil is sent + the grant's TTL, keeping sent's monotonic clock reading.
 func validUntil(sent time.Time, g *Grant) time.Time {
 	return sent.Add(time.Duration(g.TtlMs) * time.Millisecond)
 }
 
-// Renew sets the lease's TTL (0: keep its own) and updates Grant. It returns an error matching
-// ErrLeaseGone once the lease is lost.
+// Renew sets the lease's TTL (0: keep its own). It returns an error matching ErrLeaseGone once the
+// lease is lost (and ends its Context). A lost answer is retried with the same Idempotency-Key.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
-	sent := time.Now()
-	resp, err := l.client.API.RenewLockWithResponse(ctx, l.Lock, &RenewLockParams{LeaseToken: l.Token}, RenewRequest{TtlMs: millis(ttl)})
+	var sent time.Time
+	var resp *RenewLockResponse
+	err := l.retry(ctx, func(key *string) (err error) {
+		sent = time.Now()
+		resp, err = l.client.API.RenewLockWithResponse(ctx, l.Lock, &RenewLockParams{LeaseToken: l.Token, IdempotencyKey: key}, RenewRequest{TtlMs: millis(ttl)})
+		if err == nil && resp.JSON200 == nil {
+			err = problem(resp.HTTPResponse, resp.Body)
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	if resp.JSON200 == nil {
-		return problem(resp.HTTPResponse, resp.Body)
-	}
-	l.Grant, l.validUntil = *resp.JSON200, validUntil(sent, resp.JSON200)
+	l.update(resp.JSON200, sent)
 	return nil
 }
 
 // Reenter takes the lock once more with the same lease (reentrant), resetting its TTL to ttl.
 func (l *Lease) Reenter(ctx context.Context, ttl time.Duration) error {
-	sent := time.Now()
-	resp, err := l.client.API.AcquireLockWithResponse(ctx, l.Lock, &AcquireLockParams{LeaseToken: &l.Token},
-		AcquireRequest{Owner: l.Owner, TtlMs: millis(ttl)})
+	var sent time.Time
+	var resp *AcquireLockResponse
+	err := l.retry(ctx, func(key *string) (err error) {
+		sent = time.Now()
+		resp, err = l.client.API.AcquireLockWithResponse(ctx, l.Lock, &AcquireLockParams{LeaseToken: &l.Token, IdempotencyKey: key},
+			AcquireRequest{Owner: l.Owner, TtlMs: millis(ttl)})
+		if err == nil && resp.JSON200 == nil {
+			err = problem(resp.HTTPResponse, resp.Body)
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	if resp.JSON200 == nil {
-		return problem(resp.HTTPResponse, resp.Body)
-	}
-	l.Grant, l.validUntil = *resp.JSON200, validUntil(sent, resp.JSON200)
+	l.update(resp.JSON200, sent)
 	return nil
 }
 
-// Release gives back one hold; released reports whether the lock is now free of this lease.
+// Release gives back one hold; released reports whether the lock is now free of this lease, which
+// then ends its keep-alive and its Context (ErrReleased). A lost answer is retried with the same
+// Idempotency-Key, so a retry never gives back a second hold.
 func (l *Lease) Release(ctx context.Context) (released bool, err error) {
-	resp, err := l.client.API.ReleaseLockWithResponse(ctx, l.Lock, &ReleaseLockParams{LeaseToken: l.Token})
+	var resp *ReleaseLockResponse
+	err = l.retry(ctx, func(key *string) (err error) {
+		resp, err = l.client.API.ReleaseLockWithResponse(ctx, l.Lock, &ReleaseLockParams{LeaseToken: l.Token, IdempotencyKey: key})
+		if err == nil && resp.JSON200 == nil {
+			err = problem(resp.HTTPResponse, resp.Body)
+		}
+		return err
+	})
 	if err != nil {
 		return false, err
 	}
-	if resp.JSON200 == nil {
-		return false, problem(resp.HTTPResponse, resp.Body)
+	l.mu.Lock()
+	l.grant.Holds = resp.JSON200.Holds
+	l.mu.Unlock()
+	if resp.JSON200.Released {
+		l.end(ErrReleased)
 	}
-	l.Holds = resp.JSON200.Holds
 	return resp.JSON200.Released, nil
 }
 
-func millis(d time.Duration) *int64 {
-	if d <= 0 {
-		return nil
+// end stops the lease's work with cause.
+func (l *Lease) end(cause error) {
+	l.mu.Lock()
+	l.lapse.Stop()
+	l.mu.Unlock()
+	l.stop(cause)
+}
+
+// retry runs one logical call with a fresh Idempotency-Key, retrying it (same key) after a lost
+// answer or a 503, up to 3 tries within ctx. A 410 ends the lease's Context.
+func (l *Lease) retry(ctx context.Context, call func(key *string) error) error {
+	key := newKey()
+	var err error
+	for try := range 3 {
+		if try > 0 {
+			if serr := sleep(ctx, time.Duration(try)*100*time.Millisecond); serr != nil {
+				return err
+			}
+		}
+		err = call(&key)
+		if errors.Is(err, ErrLeaseGone) {
+			l.end(err)
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return err
+		}
 	}
-	ms := d.Milliseconds()
-	return &ms
+	return err
+}
+
+// retryable reports whether err may be a lost answer or a passing outage worth retrying: a
+// transport error (not the caller's context) or a 503.
+func retryable(err error) bool {
+	var p *ProblemError
+	if errors.As(err, &p) {
+		return p.Status == http.StatusServiceUnavailable
+	}
+	var ne net.Error
+	return err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+		(errors.As(err, &ne) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
+}
+
+func newKey() string { return uuid.NewString() }
+
+// KeepAlive renews the lease every third of its TTL until it is released or lost, retrying a failed
+// renewal every SafetyMargin: any success before the margin keeps the lease (and Done open). It
+// returns at once; calling it again does nothing.
+func (l *Lease) KeepAlive() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.keeping || l.ctx.Err() != nil {
+		return
+	}
+	l.keeping = true
+	go l.keepAlive()
+}
+
+func (l *Lease) keepAlive() {
+	l.mu.Lock()
+	ttl := l.ttl()
+	l.mu.Unlock()
+	next := ttl / 3
+	for {
+		t := time.NewTimer(next)
+		select {
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(l.ctx, ttl/3)
+		err := l.Renew(rctx, 0)
+		cancel()
+		if err == nil {
+			next = ttl / 3
+		} else {
+			next = SafetyMargin(ttl)
+		}
+	}
 }

@@ -473,6 +473,16 @@ export interface components {
          */
         LockNameParam: string;
         /**
+         * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+         *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+         *     answers as the first call did and changes nothing. A retried release never gives back a
+         *     second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
+         *     (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
+         *     (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
+         *     characters, else 400.
+         */
+        IdempotencyKey: string;
+        /**
          * @description The lease token from a grant (`token`). Opaque to clients, but self-describing:
          *     `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
          *     `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
@@ -580,6 +590,16 @@ export interface operations {
                  * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
                  */
                 "Lease-Token"?: components["parameters"]["LeaseTokenOptional"];
+                /**
+                 * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+                 *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+                 *     answers as the first call did and changes nothing. A retried release never gives back a
+                 *     second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
+                 *     (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
+                 *     characters, else 400.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
                 /**
@@ -643,6 +663,16 @@ export interface operations {
                  * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
                  */
                 "Lease-Token": components["parameters"]["LeaseTokenRequired"];
+                /**
+                 * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+                 *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+                 *     answers as the first call did and changes nothing. A retried release never gives back a
+                 *     second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
+                 *     (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
+                 *     characters, else 400.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
                 /**
@@ -689,6 +719,16 @@ export interface operations {
                  * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
                  */
                 "Lease-Token": components["parameters"]["LeaseTokenRequired"];
+                /**
+                 * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+                 *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+                 *     answers as the first call did and changes nothing. A retried release never gives back a
+                 *     second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
+                 *     (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
+                 *     characters, else 400.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
                 /**

@@ -1,0 +1,65 @@
+package leasegate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Errors a call can be matched against with errors.Is.
+var (
+	ErrHeld      = errors.New("lock is held by another lease")  // 409 lock-held
+	ErrLeaseGone = errors.New("lease no longer holds the lock") // 410 lease-gone
+	// ErrLeaseLapsing: the lease was not renewed and is about to lapse (Lease.Err, Lease.Context).
+	ErrLeaseLapsing = errors.New("lease about to lapse: no renewal succeeded in time")
+	// ErrReleased: the lease was released (Lease.Err, Lease.Context).
+	ErrReleased = errors.New("lease released")
+)
+
+// ProblemError is a problem+json answer from the gateway.
+type ProblemError struct {
+	Problem
+}
+
+// Error shows the status, title, detail and every rejected input.
+func (e *ProblemError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "leasegate: %d %s: %s", e.Status, e.Title, e.Detail)
+	if e.InvalidParams != nil {
+		for _, p := range *e.InvalidParams {
+			fmt.Fprintf(&b, "; %s: %s", p.Name, p.Reason)
+		}
+	}
+	return b.String()
+}
+
+// Is matches ErrHeld and ErrLeaseGone by problem type.
+func (e *ProblemError) Is(target error) bool {
+	switch target {
+	case ErrHeld:
+		return e.Type == "urn:leasegate:problem:lock-held"
+	case ErrLeaseGone:
+		return e.Type == "urn:leasegate:problem:lease-gone"
+	}
+	return false
+}
+
+// RetryAfter is how long until the holder's lease runs out, for lock-held problems.
+func (e *ProblemError) RetryAfter() time.Duration {
+	if e.RetryAfterMs == nil {
+		return 0
+	}
+	return time.Duration(*e.RetryAfterMs) * time.Millisecond
+}
+
+// problem turns a non-2xx answer into a *ProblemError.
+func problem(resp *http.Response, body []byte) error {
+	p := &ProblemError{}
+	if err := json.Unmarshal(body, &p.Problem); err != nil || p.Type == "" {
+		return fmt.Errorf("leasegate: unexpected answer %s: %.200s", resp.Status, body)
+	}
+	return p
+}

@@ -1,0 +1,118 @@
+package tests
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+func idem(key string, h harness.Headers) harness.Headers {
+	out := harness.Headers{"Idempotency-Key": key}
+	for k, v := range h {
+		out[k] = v
+	}
+	return out
+}
+
+// TestRetriedReleaseDecrementsOnce holds a lease twice (reentrant) and sends a release whose
+// client resets the connection right after sending, as a client killed mid-call would. Once the
+// gateway applied it, the client's retry with the same Idempotency-Key must get the first answer
+// and give back nothing more: the lease keeps its second hold.
+func TestRetriedReleaseDecrementsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	g := e.hold(t, e.client, "twice", "w", 60000)
+	tok := tokenHeader(g.Str("token"))
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodPost, "/locks/twice", tok, acquireBody("w", 60000)).Status)
+
+	raw := fmt.Sprintf("DELETE /locks/twice HTTP/1.1\r\nHost: x\r\nLease-Token: %s\r\nIdempotency-Key: rel-1\r\nContent-Length: 0\r\n\r\n", g.Str("token"))
+	resetAfterSendingRaw(t, e.gw.URL, raw)
+	eventually(t, 10*time.Second, "the release applied", func() bool {
+		return e.client.Do(http.MethodGet, "/locks/twice", nil, "").Int("holds") == 1
+	})
+	for range 2 {
+		r := e.client.Do(http.MethodDelete, "/locks/twice", idem("rel-1", tok), "")
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		assert.Equal(t, false, r.JSON()["released"])
+		assert.Equal(t, int64(1), r.Int("holds"), "the retry answers as the first release did")
+	}
+	st := e.client.Do(http.MethodGet, "/locks/twice", nil, "")
+	assert.Equal(t, true, st.JSON()["held"], "the retries gave back nothing more")
+	assert.Equal(t, int64(1), st.Int("holds"))
+
+	// Another key is another release.
+	r := e.client.Do(http.MethodDelete, "/locks/twice", idem("rel-2", tok), "")
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Equal(t, true, r.JSON()["released"])
+	assert.False(t, e.held("twice"))
+}
+
+// TestRetriedAcquireGetsTheSameLease retries a try-once acquire and a re-entry with their keys.
+func TestRetriedAcquireGetsTheSameLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	first := e.client.Do(http.MethodPost, "/locks/same", idem("acq-1", nil), acquireBody("w", 60000))
+	require.Equal(t, http.StatusCreated, first.Status, string(first.Body))
+	again := e.client.Do(http.MethodPost, "/locks/same", idem("acq-1", nil), acquireBody("w", 60000))
+	require.Equal(t, http.StatusCreated, again.Status, "the retry answers as the first did: %s", again.Body)
+	assert.Equal(t, first.Str("token"), again.Str("token"))
+	assert.Equal(t, first.Int("fence"), again.Int("fence"))
+	other := e.client.Do(http.MethodPost, "/locks/same", idem("acq-1", nil), acquireBody("someone-else", 60000))
+	assert.Equal(t, http.StatusConflict, other.Status, "the key is the owner's only")
+
+	tok := tokenHeader(first.Str("token"))
+	for range 2 {
+		re := e.client.Do(http.MethodPost, "/locks/same", idem("re-1", tok), acquireBody("w", 60000))
+		require.Equal(t, http.StatusOK, re.Status, string(re.Body))
+		assert.Equal(t, int64(2), re.Int("holds"), "a retried re-entry adds no hold")
+	}
+	for range 2 {
+		rn := e.client.Do(http.MethodPost, "/locks/same/renew", idem("rn-1", tok), `{"ttl_ms":45000}`)
+		require.Equal(t, http.StatusOK, rn.Status, string(rn.Body))
+		assert.Equal(t, int64(45000), rn.Int("ttl_ms"))
+		assert.Equal(t, first.Int("fence"), rn.Int("fence"))
+	}
+	for _, key := range []string{"rel-a", "rel-b"} {
+		require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/same", idem(key, tok), "").Status)
+	}
+	assert.False(t, e.held("same"))
+	gone := e.client.Do(http.MethodPost, "/locks/same", idem("acq-1", nil), acquireBody("w", 60000))
+	assert.Equal(t, http.StatusGone, gone.Status, "a retry after the lease is gone changes nothing: %s", gone.Body)
+	assert.False(t, e.held("same"))
+}
+
+func TestIdempotencyKeyIsValidated(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for _, key := range []string{"has space", strings.Repeat("k", 256), "tab\tkey"} {
+		r := e.client.Do(http.MethodPost, "/locks/v", harness.Headers{"Idempotency-Key": key}, acquireBody("w", 60000))
+		assert.Equal(t, http.StatusBadRequest, r.Status)
+		assert.Contains(t, string(r.Body), "Idempotency-Key")
+	}
+	assert.False(t, e.held("v"), "nothing was acquired")
+}
+
+// TestRetriedWaitingAcquireGetsTheSameLease retries a long-poll that was granted by a hand-off.
+func TestRetriedWaitingAcquireGetsTheSameLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	holder := e.hold(t, e.client, "handed", "holder", 60000)
+	body := `{"owner":"w","ttl_ms":60000,"wait_ms":20000}`
+	granted := make(chan *harness.Response, 1)
+	go func() { granted <- e.client.Do(http.MethodPost, "/locks/handed", idem("wait-1", nil), body) }()
+	eventually(t, 10*time.Second, "the waiter in line", func() bool { return e.waiters(t, "handed") == 1 })
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/handed", tokenHeader(holder.Str("token")), "").Status)
+	first := <-granted
+	require.Equal(t, http.StatusCreated, first.Status, string(first.Body))
+	again := e.client.Do(http.MethodPost, "/locks/handed", idem("wait-1", nil), body)
+	require.Equal(t, http.StatusCreated, again.Status, string(again.Body))
+	assert.Equal(t, first.Str("token"), again.Str("token"), "the retry is answered with the hand-off's lease")
+	assert.Equal(t, int64(0), e.waiters(t, "handed"), "and did not queue")
+}
