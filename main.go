@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -43,10 +44,35 @@ func main() {
 	}
 }
 
+// usage is the top-level help (leasegate help, -h, --help).
+const usage = `leasegate: an HTTP/JSON distributed-lock gateway backed by Redis, and its command line.
+
+Usage:
+  leasegate [serve]          run the gateway (configured by LEASEGATE_* variables; see README)
+  leasegate healthcheck      exit 0 if the gateway on LEASEGATE_LISTEN answers /healthz
+  leasegate run --lock NAME [flags] -- COMMAND [ARGS...]
+                             run a command while holding a lock; it is stopped before the lease can lapse
+  leasegate acquire|release|renew|inspect --lock NAME [flags]
+                             one call, printing the gateway's JSON answer
+  leasegate version          print the version
+  leasegate COMMAND --help   a command's flags
+
+The client commands talk to --server (default $LEASEGATE_SERVER, else http://127.0.0.1:8080).
+`
+
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 {
 		cmd = args[0]
+	}
+	switch {
+	case slices.Contains([]string{"help", "-h", "-help", "--help"}, cmd),
+		len(args) > 1 && slices.Contains([]string{"-h", "-help", "--help"}, args[1]):
+		_, err := io.WriteString(stdout, usage)
+		return err
+	case slices.Contains([]string{"version", "-version", "--version"}, cmd):
+		_, err := fmt.Fprintln(stdout, "leasegate", version())
+		return err
 	}
 	cfg, err := loadConfig()
 	if err != nil {
@@ -146,12 +172,31 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	return nil
 }
 
-// healthcheck GETs /healthz of the gateway listening on cfg.Listen; for container HEALTHCHECKs.
+// version is the module version and VCS revision this binary was built from.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v + " " + bi.GoVersion
+}
+
+// healthcheck GETs /healthz of the gateway listening on cfg.Listen (on loopback when it listens on
+// every address); for container HEALTHCHECKs.
 func healthcheck(ctx context.Context, cfg Config) error {
-	_, port, _ := net.SplitHostPort(cfg.Listen)
+	host, port, _ := net.SplitHostPort(cfg.Listen)
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1" // listening on every address: ask on loopback
+	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+port+"/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/healthz", nil)
 	if err != nil {
 		return err
 	}

@@ -28,10 +28,9 @@ func ValidateLockName(name string) error {
 	if name == "" || len(name) > MaxLockNameLen {
 		return fmt.Errorf("lock name must be 1-%d bytes long, got %d", MaxLockNameLen, len(name))
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	for i, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return fmt.Errorf("lock name may contain only A-Z a-z 0-9 . _ : -, found %q at byte %d", c, i)
+			return fmt.Errorf("lock name %q may contain only the letters A-Z and a-z, digits and . _ : -; found %q (%U) at byte %d", name, c, c, i)
 		}
 	}
 	return nil
@@ -69,7 +68,9 @@ type Acquire struct {
 // Validate checks r against l and applies defaults. It returns every invalid field, not just the first.
 func (r AcquireRequest) Validate(l Limits) (Acquire, []InvalidParam) {
 	var bad []InvalidParam
-	if err := ValidateOwner(r.Owner); err != nil {
+	if r.Owner == "" {
+		bad = append(bad, InvalidParam{Name: "owner", Reason: "owner is required: who holds the lock, 1-128 printable characters"})
+	} else if err := ValidateOwner(r.Owner); err != nil {
 		bad = append(bad, InvalidParam{Name: "owner", Reason: err.Error()})
 	}
 	ttl, err := durationField(r.TTLms, l.DefaultTTL, 1, l.MaxTTL)

@@ -18,10 +18,12 @@ import (
 
 // Exit codes besides a command's own.
 const (
-	ExitUsage       = 2  // bad flags or arguments
-	ExitFailed      = 3  // the gateway answered an error, or could not be reached
-	ExitNotAcquired = 75 // the lock stayed held for the whole --wait (EX_TEMPFAIL)
-	ExitLeaseLost   = 76 // run: the lease was lost while the command ran; it was stopped
+	ExitUsage       = 2   // bad flags or arguments
+	ExitFailed      = 3   // the gateway answered an error, or could not be reached
+	ExitNotAcquired = 75  // the lock stayed held for the whole --wait (EX_TEMPFAIL)
+	ExitLeaseLost   = 76  // run: the lease was lost while the command ran; it was stopped
+	ExitCannotRun   = 126 // run: the command exists but cannot be run (as shells do)
+	ExitNotFound    = 127 // run: the command was not found (as shells do)
 )
 
 // Commands lists the subcommands Run handles.
@@ -82,22 +84,30 @@ func (c *command) flags(name, usage string) common {
 	}
 }
 
-// parse parses args and checks the lock name; it reports usage errors itself.
-func (c *command) parse(f common, args []string) (*leasegate.Gateway, bool) {
+// parse parses args and checks the lock name; it reports usage errors itself. It returns nil and
+// the exit code when the command should not go on: 0 after --help, ExitUsage after a usage error.
+func (c *command) parse(f common, args []string) (*leasegate.Gateway, int) {
 	if err := f.fs.Parse(args); err != nil {
-		return nil, false
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0
+		}
+		return nil, ExitUsage
 	}
 	if *f.lock == "" {
 		fmt.Fprintln(c.stderr, "leasegate: --lock is required")
 		f.fs.Usage()
-		return nil, false
+		return nil, ExitUsage
 	}
-	gw, err := leasegate.New(*f.server)
+	server := *f.server
+	if !strings.Contains(server, "://") {
+		server = "http://" + server // host:port, as etcdctl and consul accept it
+	}
+	gw, err := leasegate.New(server)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "leasegate: --server %q: %v\n", *f.server, err)
-		return nil, false
+		return nil, ExitUsage
 	}
-	return gw, true
+	return gw, 0
 }
 
 func (c *command) defaultOwner() string {

@@ -19,9 +19,9 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 	watchdog := f.fs.Bool("watchdog", false, "let the gateway renew the lease until released")
 	maxHold := durationFlag(f.fs, "max-hold", 0, "watchdog: stop renewing this long after the grant")
 	token := f.fs.String("token", "", "re-enter the lease of this token")
-	gw, ok := c.parse(f, args)
-	if !ok {
-		return ExitUsage
+	gw, code := c.parse(f, args)
+	if gw == nil {
+		return code
 	}
 	body := leasegate.AcquireRequest{Owner: *owner, TtlMs: ms(*ttl), WaitMs: ms(*wait), MaxHoldMs: ms(*maxHold)}
 	if *watchdog {
@@ -70,9 +70,9 @@ const maxWaitPerRequest = 30 * time.Second
 func (c *command) release(ctx context.Context, args []string) int {
 	f := c.flags("release", "--lock NAME --token T")
 	token := f.fs.String("token", "", "lease token (required)")
-	gw, ok := c.parse(f, args)
-	if !ok {
-		return ExitUsage
+	gw, code := c.parse(f, args)
+	if gw == nil {
+		return code
 	}
 	resp, err := gw.API.ReleaseLockWithResponse(ctx, *f.lock, &leasegate.ReleaseLockParams{LeaseToken: *token})
 	if err != nil {
@@ -85,9 +85,9 @@ func (c *command) renew(ctx context.Context, args []string) int {
 	f := c.flags("renew", "--lock NAME --token T [--ttl D]")
 	token := f.fs.String("token", "", "lease token (required)")
 	ttl := durationFlag(f.fs, "ttl", 0, "new time to live (default: the lease's own)")
-	gw, ok := c.parse(f, args)
-	if !ok {
-		return ExitUsage
+	gw, code := c.parse(f, args)
+	if gw == nil {
+		return code
 	}
 	resp, err := gw.API.RenewLockWithResponse(ctx, *f.lock, &leasegate.RenewLockParams{LeaseToken: *token}, leasegate.RenewRequest{TtlMs: ms(*ttl)})
 	if err != nil {
@@ -99,9 +99,9 @@ func (c *command) renew(ctx context.Context, args []string) int {
 func (c *command) inspect(ctx context.Context, args []string) int {
 	f := c.flags("inspect", "--lock NAME [--token T]")
 	token := f.fs.String("token", "", "also tell whether this token's lease holds the lock")
-	gw, ok := c.parse(f, args)
-	if !ok {
-		return ExitUsage
+	gw, code := c.parse(f, args)
+	if gw == nil {
+		return code
 	}
 	params := &leasegate.InspectLockParams{}
 	if *token != "" {

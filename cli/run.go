@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,9 +31,9 @@ func (c *command) run(ctx context.Context, args []string) int {
 	ttl := durationFlag(f.fs, "ttl", 30*time.Second, "lease time to live; renewed every ttl/3")
 	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock")
 	grace := durationFlag(f.fs, "grace", 10*time.Second, "how long the command may take to stop after SIGTERM; clipped to fit the TTL")
-	gw, ok := c.parse(f, args)
-	if !ok {
-		return ExitUsage
+	gw, code := c.parse(f, args)
+	if gw == nil {
+		return code
 	}
 	argv := f.fs.Args()
 	if len(argv) == 0 {
@@ -60,6 +61,15 @@ func (c *command) run(ctx context.Context, args []string) int {
 		*grace = *ttl / 3
 	}
 
+	// As shells do: 127 for a command that is not found, 126 for one that cannot be run; checked
+	// before the lock is taken.
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		fmt.Fprintf(c.stderr, "leasegate: %v\n", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return ExitNotFound
+		}
+		return ExitCannotRun
+	}
 	lease, err := gw.Lock(ctx, *f.lock, leasegate.LockOptions{Owner: *owner, TTL: *ttl, Wait: *wait})
 	if err != nil {
 		return c.fail(err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -43,7 +44,16 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	r := chi.NewRouter()
 	r.Use(requestID, accessLog(opts.Logger), recoverer(opts.Logger))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errNotFound) })
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errMethodNotAllowed) })
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+			if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
+				allow = append(allow, m)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, req, h.log, errMethodNotAllowed)
+	})
 
 	r.Get("/healthz", healthz)
 	r.Get("/readyz", h.readyz)

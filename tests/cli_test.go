@@ -235,3 +235,41 @@ func TestCLIRunStopsTheCommandBeforeTheLeaseCanLapse(t *testing.T) {
 	assert.Equal(t, 76, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "killing it")
 }
+
+// TestCLIManners checks help, version, exit codes and error messages as a new user meets them.
+func TestCLIManners(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"serve", "--help"}, {"healthcheck", "--help"}} {
+		r := e.cli(t, args...)
+		assert.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+		assert.Contains(t, r.stdout, "Usage:", "%v", args)
+	}
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := e.cli(t, args...)
+		assert.Equal(t, 0, r.code, "%v", args)
+		assert.True(t, strings.HasPrefix(r.stdout, "leasegate "), "%v: %q", args, r.stdout)
+	}
+	for _, sub := range []string{"run", "acquire", "release", "renew", "inspect"} {
+		r := e.cli(t, sub, "--help")
+		assert.Equal(t, 0, r.code, "%s --help", sub)
+		assert.Contains(t, r.stderr, "usage: leasegate "+sub)
+	}
+	// As shells do: 127 for a missing command, 126 for one that cannot be run; no lock taken.
+	r := e.cli(t, "run", "--lock", "m", "--", "/no/such/command")
+	assert.Equal(t, 127, r.code, r.stderr)
+	noexec := filepath.Join(t.TempDir(), "noexec")
+	require.NoError(t, os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644))
+	r = e.cli(t, "run", "--lock", "m", "--", noexec)
+	assert.Equal(t, 126, r.code, r.stderr)
+	assert.False(t, e.held("m"))
+
+	// --server without a scheme; errors printed once, with the problem's invalid_params.
+	host := strings.TrimPrefix(e.gw.URL, "http://")
+	r = e.cli(t, "acquire", "--lock", "m", "--server", host, "--ttl", "2h")
+	assert.Equal(t, 3, r.code, r.stderr)
+	assert.Contains(t, r.stdout+r.stderr, "ttl_ms")
+	assert.NotContains(t, r.stderr, "leasegate: leasegate:")
+	r = e.cli(t, "acquire", "--lock", "m", "--server", host)
+	assert.Equal(t, 0, r.code, r.stderr)
+}

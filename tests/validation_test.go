@@ -526,3 +526,31 @@ func gatewayEnv(redisAddr string, extra map[string]string) []string {
 	}
 	return env
 }
+
+// TestNewUserMessages checks the answers a new user meets first: 405 says what is allowed, a bad
+// lock name is shown as sent and says what names may contain, a missing owner is required, and a
+// token from a gateway with another secret says so.
+func TestNewUserMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for path, allow := range map[string]string{"/locks/x": "GET, POST, DELETE", "/locks/x/renew": "POST"} {
+		r := e.client.Do(http.MethodPut, path, nil, "")
+		assert.Equal(t, http.StatusMethodNotAllowed, r.Status)
+		assert.Equal(t, allow, r.Header.Get("Allow"), path)
+	}
+	r := e.client.Do(http.MethodPost, "/locks/caf%C3%A9", nil, acquireBody("w", 1000))
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Contains(t, r.Str("detail"), `"café"`)
+	assert.Contains(t, r.Str("detail"), `'é' (U+00E9)`)
+	assert.Contains(t, r.Str("detail"), "may contain only")
+	r = e.client.Do(http.MethodPost, "/locks/x", nil, `{}`)
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Contains(t, string(r.Body), "owner is required")
+
+	other := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, Env: map[string]string{"LEASEGATE_TOKEN_SECRET": "another-secret-0123456789"}})
+	g := harness.NewClient(t, other.URL).Do(http.MethodPost, "/locks/y", nil, acquireBody("w", 60000))
+	require.Equal(t, http.StatusCreated, g.Status)
+	r = e.client.Do(http.MethodDelete, "/locks/y", tokenHeader(g.Str("token")), "")
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Contains(t, r.Str("detail"), "signed with another secret")
+}

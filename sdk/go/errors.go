@@ -27,7 +27,7 @@ type ProblemError struct {
 // Error shows the status, title, detail and every rejected input.
 func (e *ProblemError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "leasegate: %d %s: %s", e.Status, e.Title, e.Detail)
+	fmt.Fprintf(&b, "%d %s: %s", e.Status, e.Title, e.Detail)
 	if e.InvalidParams != nil {
 		for _, p := range *e.InvalidParams {
 			fmt.Fprintf(&b, "; %s: %s", p.Name, p.Reason)
@@ -59,7 +59,7 @@ func (e *ProblemError) RetryAfter() time.Duration {
 func problem(resp *http.Response, body []byte) error {
 	p := &ProblemError{}
 	if err := json.Unmarshal(body, &p.Problem); err != nil || p.Type == "" {
-		return fmt.Errorf("leasegate: unexpected answer %s: %.200s", resp.Status, body)
+		return fmt.Errorf("unexpected answer %s: %.200s", resp.Status, body)
 	}
 	return p
 }
