@@ -105,10 +105,10 @@ func TestGoSDKIsGenerated(t *testing.T) {
 	out := filepath.Join(tmp, "client.gen.go")
 	config, err := os.ReadFile(filepath.Join(dir, "oapi-codegen.yaml"))
 	require.NoError(t, err)
-	config = bytes.Replace(config, []byte("output: client.gen.go"), []byte("output: "+out), 1)
+	config = bytes.Replace(config, []byte("output: sdk/go/client.gen.go"), []byte("output: "+out), 1)
 	require.NoError(t, os.WriteFile(filepath.Join(tmp, "config.yaml"), config, 0o644))
-	cmd := exec.Command("go", "tool", "oapi-codegen", "-config", filepath.Join(tmp, "config.yaml"), "../../openapi.yaml")
-	cmd.Dir = dir
+	cmd := exec.Command("go", "tool", "oapi-codegen", "-config", filepath.Join(tmp, "config.yaml"), "openapi.yaml")
+	cmd.Dir = root
 	msg, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", msg)
 	fresh, err := os.ReadFile(out)
@@ -116,7 +116,7 @@ func TestGoSDKIsGenerated(t *testing.T) {
 	committed, err := os.ReadFile(filepath.Join(dir, "client.gen.go"))
 	require.NoError(t, err)
 	if !bytes.Equal(fresh, committed) {
-		t.Fatal(errors.New("sdk/go/client.gen.go is stale: run go generate ./sdk/go"))
+		t.Fatal(errors.New("sdk/go/client.gen.go is stale: run (cd sdk/go && go generate)"))
 	}
 }
 

@@ -17,6 +17,6 @@
 // retry never takes or gives back a hold twice. Errors from the gateway are *ProblemError, whose
 // message includes the problem's detail and every rejected input.
 //
-// client.gen.go is the generated client (oapi-codegen, from openapi.yaml: go generate ./sdk/go; a
+// client.gen.go is the generated client (oapi-codegen, from openapi.yaml: cd sdk/go && go generate; a
 // test fails when it is stale); Gateway.API exposes it for calls this layer does not wrap.
 package leasegate
