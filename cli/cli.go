@@ -57,6 +57,8 @@ func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 type command struct {
 	env            Env
 	stdout, stderr io.Writer
+	// gateways are the --server URLs (comma-separated) after parse; parse returns the first.
+	gateways []*leasegate.Gateway
 }
 
 // common are the flags every subcommand takes.
@@ -80,7 +82,7 @@ func (c *command) flags(name, usage string) common {
 	return common{
 		fs:     fs,
 		lock:   fs.String("lock", "", "lock name (required)"),
-		server: fs.String("server", server, "gateway URL (default from LEASEGATE_SERVER)"),
+		server: fs.String("server", server, "gateway URL, or several replicas' URLs separated by commas (default from LEASEGATE_SERVER)"),
 	}
 }
 
@@ -98,16 +100,18 @@ func (c *command) parse(f common, args []string) (*leasegate.Gateway, int) {
 		f.fs.Usage()
 		return nil, ExitUsage
 	}
-	server := *f.server
-	if !strings.Contains(server, "://") {
-		server = "http://" + server // host:port, as etcdctl and consul accept it
+	for _, server := range strings.Split(*f.server, ",") {
+		if !strings.Contains(server, "://") {
+			server = "http://" + server // host:port, as etcdctl and consul accept it
+		}
+		gw, err := leasegate.New(strings.TrimSpace(server))
+		if err != nil {
+			fmt.Fprintf(c.stderr, "leasegate: --server %q: %v\n", server, err)
+			return nil, ExitUsage
+		}
+		c.gateways = append(c.gateways, gw)
 	}
-	gw, err := leasegate.New(server)
-	if err != nil {
-		fmt.Fprintf(c.stderr, "leasegate: --server %q: %v\n", *f.server, err)
-		return nil, ExitUsage
-	}
-	return gw, 0
+	return c.gateways[0], 0
 }
 
 func (c *command) defaultOwner() string {

@@ -70,7 +70,18 @@ func (c *command) run(ctx context.Context, args []string) int {
 		}
 		return ExitCannotRun
 	}
-	lease, err := gw.Lock(ctx, *f.lock, leasegate.LockOptions{Owner: *owner, TTL: *ttl, Wait: *wait})
+	// The first replica that answers grants the lock; any replica can renew or release it.
+	var (
+		lease *leasegate.Lease
+		err   error
+	)
+	for _, gw = range c.gateways {
+		lease, err = gw.Lock(ctx, *f.lock, leasegate.LockOptions{Owner: *owner, TTL: *ttl, Wait: *wait})
+		var p *leasegate.ProblemError
+		if err == nil || errors.As(err, &p) && p.Status != 503 || ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		return c.fail(err)
 	}
@@ -78,8 +89,15 @@ func (c *command) run(ctx context.Context, args []string) int {
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := lease.Release(rctx); err != nil && !errors.Is(err, leasegate.ErrLeaseGone) {
-			fmt.Fprintln(c.stderr, "leasegate: releasing the lock:", err)
+		var rerr error
+		for _, gw := range c.gateways {
+			_, rerr = lease.ReleaseVia(rctx, gw)
+			if rerr == nil || errors.Is(rerr, leasegate.ErrLeaseGone) || rctx.Err() != nil {
+				break
+			}
+		}
+		if rerr != nil && !errors.Is(rerr, leasegate.ErrLeaseGone) {
+			fmt.Fprintln(c.stderr, "leasegate: releasing the lock:", rerr)
 		}
 	}()
 
@@ -105,7 +123,7 @@ func (c *command) run(ctx context.Context, args []string) int {
 	defer stopKeeping()
 	renewed := make(chan time.Time, 1) // the lease's new ValidUntil after each renewal
 	lost := make(chan error, 1)        // a renewal answered 410
-	go keepAlive(keepCtx, lease, *ttl, margin, renewed, lost)
+	go keepAlive(keepCtx, lease, c.gateways, *ttl, margin, renewed, lost)
 
 	validUntil := lease.ValidUntil()
 	termTimer := time.NewTimer(time.Until(validUntil.Add(-*grace - margin)))
@@ -156,11 +174,11 @@ func safetyMargin(ttl time.Duration) time.Duration {
 }
 
 // keepAlive renews lease every ttl/3 until ctx ends, sending each new ValidUntil on renewed. A
-// renewal that fails is retried every retry: the lease is still ours until it lapses, and any
-// success before then keeps the command running. A renewal answered 410 ends it with the error on
-// lost.
-func keepAlive(ctx context.Context, lease *leasegate.Lease, ttl, retry time.Duration, renewed chan<- time.Time, lost chan<- error) {
-	next := ttl / 3
+// renewal that fails is retried every retry, through the next of gateways each time: the lease is
+// still ours until it lapses, and any success before then keeps the command running. A renewal
+// answered 410 ends it with the error on lost.
+func keepAlive(ctx context.Context, lease *leasegate.Lease, gateways []*leasegate.Gateway, ttl, retry time.Duration, renewed chan<- time.Time, lost chan<- error) {
+	next, via := ttl/3, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -168,7 +186,7 @@ func keepAlive(ctx context.Context, lease *leasegate.Lease, ttl, retry time.Dura
 		case <-time.After(next):
 		}
 		rctx, cancel := context.WithTimeout(ctx, ttl/3)
-		err := lease.Renew(rctx, ttl)
+		err := lease.RenewVia(rctx, gateways[via%len(gateways)], ttl)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -184,7 +202,12 @@ func keepAlive(ctx context.Context, lease *leasegate.Lease, ttl, retry time.Dura
 			lost <- err // buffered: run reads it at most once
 			return
 		default:
+			// Try the next replica at once, and each replica again every retry.
+			via++
 			next = retry
+			if via%len(gateways) != 0 {
+				next = 0
+			}
 		}
 	}
 }

@@ -273,3 +273,30 @@ func TestCLIManners(t *testing.T) {
 	r = e.cli(t, "acquire", "--lock", "m", "--server", host)
 	assert.Equal(t, 0, r.code, r.stderr)
 }
+
+// TestCLIRunRenewsThroughAnotherReplica gives run two replicas and kills (kill -9) the one that
+// granted the lease: renewals go through the other, so the command keeps its lock, and the release
+// at the end goes through it too.
+func TestCLIRunRenewsThroughAnotherReplica(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	c2 := harness.NewClient(t, gw2.URL)
+	stop := filepath.Join(t.TempDir(), "stop")
+	done := e.startCLI(t, "run", "--lock", "two", "--ttl", "2s", "--server", e.gw.URL+","+gw2.URL, "--",
+		"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.05; done`, stop)
+	eventually(t, 10*time.Second, "the command holds the lock", func() bool {
+		return c2.Do(http.MethodGet, "/locks/two", nil, "").JSON()["held"] == true
+	})
+	fence := c2.Do(http.MethodGet, "/locks/two", nil, "").Int("fence")
+	require.NoError(t, e.gw.Kill())
+	for start := time.Now(); time.Since(start) < 4500*time.Millisecond; <-time.After(100 * time.Millisecond) {
+		st := c2.Do(http.MethodGet, "/locks/two", nil, "")
+		require.Equal(t, true, st.JSON()["held"], "renewed through the other replica")
+		require.Equal(t, fence, st.Int("fence"))
+	}
+	require.NoError(t, os.WriteFile(stop, nil, 0o644))
+	r := <-done
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, false, c2.Do(http.MethodGet, "/locks/two", nil, "").JSON()["held"], "released through the other replica")
+}

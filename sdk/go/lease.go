@@ -112,11 +112,17 @@ func validUntil(sent time.Time, g *Grant) time.Time {
 // Renew sets the lease's TTL (0: keep its own). It returns an error matching ErrLeaseGone once the
 // lease is lost (and ends its Context). A lost answer is retried with the same Idempotency-Key.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
+	return l.RenewVia(ctx, l.client, ttl)
+}
+
+// RenewVia is Renew through gw, another replica of the same deployment (any replica with the
+// same token secret can renew any lease): for when the one that granted the lease is unreachable.
+func (l *Lease) RenewVia(ctx context.Context, gw *Gateway, ttl time.Duration) error {
 	var sent time.Time
 	var resp *RenewLockResponse
 	err := l.retry(ctx, func(key *string) (err error) {
 		sent = time.Now()
-		resp, err = l.client.API.RenewLockWithResponse(ctx, l.Lock, &RenewLockParams{LeaseToken: l.Token, IdempotencyKey: key}, RenewRequest{TtlMs: millis(ttl)})
+		resp, err = gw.API.RenewLockWithResponse(ctx, l.Lock, &RenewLockParams{LeaseToken: l.Token, IdempotencyKey: key}, RenewRequest{TtlMs: millis(ttl)})
 		if err == nil && resp.JSON200 == nil {
 			err = problem(resp.HTTPResponse, resp.Body)
 		}
@@ -153,9 +159,14 @@ func (l *Lease) Reenter(ctx context.Context, ttl time.Duration) error {
 // then ends its keep-alive and its Context (ErrReleased). A lost answer is retried with the same
 // Idempotency-Key, so a retry never gives back a second hold.
 func (l *Lease) Release(ctx context.Context) (released bool, err error) {
+	return l.ReleaseVia(ctx, l.client)
+}
+
+// ReleaseVia is Release through gw, another replica of the same deployment.
+func (l *Lease) ReleaseVia(ctx context.Context, gw *Gateway) (released bool, err error) {
 	var resp *ReleaseLockResponse
 	err = l.retry(ctx, func(key *string) (err error) {
-		resp, err = l.client.API.ReleaseLockWithResponse(ctx, l.Lock, &ReleaseLockParams{LeaseToken: l.Token, IdempotencyKey: key})
+		resp, err = gw.API.ReleaseLockWithResponse(ctx, l.Lock, &ReleaseLockParams{LeaseToken: l.Token, IdempotencyKey: key})
 		if err == nil && resp.JSON200 == nil {
 			err = problem(resp.HTTPResponse, resp.Body)
 		}
@@ -182,13 +193,13 @@ func (l *Lease) end(cause error) {
 }
 
 // retry runs one logical call with a fresh Idempotency-Key, retrying it (same key) after a lost
-// answer or a 503, up to 3 tries within ctx. A 410 ends the lease's Context.
+// answer or a 503, up to 3 tries within ctx, 50 and 100 ms apart. A 410 ends the lease's Context.
 func (l *Lease) retry(ctx context.Context, call func(key *string) error) error {
 	key := newKey()
 	var err error
 	for try := range 3 {
 		if try > 0 {
-			if serr := sleep(ctx, time.Duration(try)*100*time.Millisecond); serr != nil {
+			if serr := sleep(ctx, time.Duration(try)*50*time.Millisecond); serr != nil {
 				return err
 			}
 		}
