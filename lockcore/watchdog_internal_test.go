@@ -12,11 +12,9 @@ import (
 	"github.com/leasegate/leasegate/tests/harness"
 )
 
-// TestSweepComparesDueTimesWithTheRedisClock checks the sweep's idle check against Redis's own
-// clock: a renewal due by Redis time is due, one a minute ahead of it is not. (The gateway's clock
-// plays no part, so a gateway running behind Redis cannot delay renewals; this host cannot skew
-// one clock against the other, so the test pins the comparison instead.)
-func TestSweepComparesDueTimesWithTheRedisClock(t *testing.T) {
+// newInternalService starts a redis-server and a Service on it, closed when t ends.
+func newInternalService(t *testing.T) (*harness.Redis, *Service, rueidis.Client) {
+	t.Helper()
 	r := harness.NewRedis(t, harness.RedisOptions{})
 	client, err := rueidis.NewClient(ClientOption(r.Addr, ""))
 	require.NoError(t, err)
@@ -25,6 +23,15 @@ func TestSweepComparesDueTimesWithTheRedisClock(t *testing.T) {
 	s, err := New(client, tokens, Options{KeyPrefix: harness.RandomPrefix()})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close(); client.Close() })
+	return r, s, client
+}
+
+// TestSweepComparesDueTimesWithTheRedisClock checks the sweep's idle check against Redis's own
+// clock: a renewal due by Redis time is due, one a minute ahead of it is not. (The gateway's clock
+// plays no part, so a gateway running behind Redis cannot delay renewals; this host cannot skew
+// one clock against the other, so the test pins the comparison instead.)
+func TestSweepComparesDueTimesWithTheRedisClock(t *testing.T) {
+	r, s, client := newInternalService(t)
 	ctx := context.Background()
 
 	redisNowMs := func() int64 {
@@ -46,15 +53,8 @@ func TestSweepComparesDueTimesWithTheRedisClock(t *testing.T) {
 // sweep writes back the due time it computed from the old TTL. The earlier, rescheduled time
 // must survive, or the lease would lapse before its next renewal.
 func TestSweepKeepsARenewalBroughtForward(t *testing.T) {
-	r := harness.NewRedis(t, harness.RedisOptions{})
-	client, err := rueidis.NewClient(ClientOption(r.Addr, ""))
-	require.NoError(t, err)
-	tokens, err := NewTokens([]byte("0123456789abcdef0123"))
-	require.NoError(t, err)
-	s, err := New(client, tokens, Options{KeyPrefix: harness.RandomPrefix()})
-	require.NoError(t, err)
-	s.Close() // no sweeps of its own: this test plays the sweep
-	t.Cleanup(client.Close)
+	_, s, client := newInternalService(t)
+	s.Close() // no sweeps of its own: this test plays the sweep (Close twice is harmless)
 	ctx := context.Background()
 	schedule := func(args ...string) []string {
 		v, err := s.watchdogSchedule.Exec(ctx, client, []string{s.schedule}, args).AsStrSlice()
@@ -69,7 +69,7 @@ func TestSweepKeepsARenewalBroughtForward(t *testing.T) {
 	s.client.Do(ctx, s.client.B().Zadd().Key(s.schedule).ScoreMember().ScoreMember(1, "l\nraced").ScoreMember(1, "l\nplain").Build())
 	claimed := schedule("claim", "250", "10")
 	require.ElementsMatch(t, []string{"l\nraced", "l\nplain"}, claimed[1:])
-	_, err = s.watchdogSchedule.Exec(ctx, client, []string{s.schedule}, []string{"reschedule", "l\nraced", "1000"}).ToInt64()
+	_, err := s.watchdogSchedule.Exec(ctx, client, []string{s.schedule}, []string{"reschedule", "l\nraced", "1000"}).ToInt64()
 	require.NoError(t, err)
 	rescheduled := score("l\nraced")
 	far := strconv.FormatInt(rescheduled+60000, 10)
