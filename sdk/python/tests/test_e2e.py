@@ -1,0 +1,486 @@
+"""End-to-end tests of sdk/python/leasegate.py against a real gateway.
+
+Run by tests/python_sdk_test.go (``go test -run TestPython ./tests/``), which starts a
+redis-server and a gateway and sets LEASEGATE_URL. By hand:
+
+    LEASEGATE_URL=http://127.0.0.1:8080 python3 -m unittest discover -s sdk/python/tests -v
+
+Tests synchronise by polling conditions with deadlines (``eventually``), never by sleeping.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+SDK_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(SDK_DIR))
+
+import leasegate  # noqa: E402
+
+URL = os.environ.get("LEASEGATE_URL", "")
+
+
+def unique(prefix: str) -> str:
+    """A lock name no other test (or earlier run) uses."""
+    return f"py.{prefix}.{uuid.uuid4().hex[:12]}"
+
+
+def eventually(what: str, cond: Callable[[], bool], timeout: float = 10.0, every: float = 0.005) -> None:
+    """Poll cond until it holds; fail after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+class Result:
+    """The outcome of a call made on another thread."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def get(self, timeout: float) -> Any:
+        if not self.done.wait(timeout):
+            raise AssertionError(f"the call did not finish within {timeout}s")
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def in_thread(fn: Callable[[], Any]) -> Result:
+    r = Result()
+
+    def run() -> None:
+        try:
+            r.value = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            r.error = e
+        finally:
+            r.done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return r
+
+
+class RecordingClient(leasegate.Client):
+    """A client that records every request it sends (and can inject faults).
+
+    ``fail`` maps a method to answers to use instead of the gateway's for its next requests:
+    ``"lost"`` sends the request and then raises TransportError (the answer was lost),
+    an ``_Answer`` is returned without sending anything.
+    """
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url)
+        self.mu = threading.Lock()
+        self.sent: list[tuple[float, str, str, dict[str, str], Mapping[str, Any] | None]] = []
+        self.answered: list[int] = []
+        self.fail: dict[str, list[Any]] = {}
+
+    def _send(self, method: str, path: str, *, body: Mapping[str, Any] | None = None,
+              headers: Mapping[str, str] | None = None, timeout: float | None = None) -> Any:
+        with self.mu:
+            self.sent.append((time.monotonic(), method, path, dict(headers or {}), body))
+            injected = self.fail.get(method, [])
+            fault = injected.pop(0) if injected else None
+        if fault is not None and fault != "lost":
+            with self.mu:
+                self.answered.append(fault.status)
+            return fault
+        ans = super()._send(method, path, body=body, headers=headers, timeout=timeout)
+        with self.mu:
+            self.answered.append(ans.status)
+        if fault == "lost":
+            raise leasegate.TransportError(title="Transport error", detail="injected: answer lost")
+        return ans
+
+    def requests(self, method: str) -> list[tuple[float, str, str, dict[str, str], Mapping[str, Any] | None]]:
+        with self.mu:
+            return [r for r in self.sent if r[1] == method]
+
+
+def raw(method: str, path: str, headers: Mapping[str, str] | None = None, body: Any = None) -> tuple[int, dict[str, Any]]:
+    """A plain urllib request, independent of the SDK."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(URL + path, data=data, method=method, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/python_sdk_test.go sets it)")
+class EndToEnd(unittest.TestCase):
+    def setUp(self) -> None:
+        self.gw = leasegate.Client(URL, timeout=10)
+
+    def test_acquire_renew_release(self) -> None:
+        name = unique("basic")
+        before = time.monotonic()
+        lease = self.gw.acquire(name, "py-worker", ttl_ms=5000)
+        after = time.monotonic()
+        self.assertEqual((lease.lock, lease.owner, lease.holds, lease.ttl_ms, lease.watchdog),
+                         (name, "py-worker", 1, 5000, False))
+        self.assertGreater(lease.fence, 0)
+        self.assertRegex(lease.token, r"^[A-Za-z0-9_-]+={0,2}\.[A-Za-z0-9_-]+={0,2}$")
+        self.assertNotIn(lease.token, repr(lease))
+        self.assertNotIn(lease.token, repr(lease.grant))
+        # valid_until counts the TTL from just before the request was sent.
+        self.assertGreaterEqual(lease.valid_until, before + 5.0)
+        self.assertLessEqual(lease.valid_until, after + 5.0)
+        lease.check()
+
+        st = self.gw.inspect(name, lease.token)
+        self.assertTrue(st.held)
+        self.assertTrue(st.yours)
+        self.assertEqual((st.owner, st.fence, st.holds), ("py-worker", lease.fence, 1))
+
+        old_until, fence, token = lease.valid_until, lease.fence, lease.token
+        g = lease.renew(ttl_ms=8000)
+        self.assertEqual((g.ttl_ms, g.fence, g.token), (8000, fence, token))
+        self.assertEqual(lease.ttl_ms, 8000)
+        self.assertGreater(lease.valid_until, old_until + 2.9)
+        lease.renew()  # keeps its own TTL
+        self.assertEqual(lease.ttl_ms, 8000)
+
+        self.assertTrue(lease.release())
+        self.assertEqual(lease.holds, 0)
+        self.assertFalse(self.gw.inspect(name).held)
+        with self.assertRaises(leasegate.LeaseGoneError) as cm:
+            lease.release()
+        self.assertEqual((cm.exception.status, cm.exception.type), (410, "urn:leasegate:problem:lease-gone"))
+        with self.assertRaises(leasegate.LeaseGoneError):
+            lease.renew()
+        self.assertTrue(lease.lost.is_set())
+        with self.assertRaises(leasegate.LeaseLostError):
+            lease.check()
+
+        again = self.gw.acquire(name, "py-worker", ttl_ms=5000)
+        self.assertGreater(again.fence, fence, "fences never go backwards")
+        self.assertTrue(again.release())
+
+    def test_lock_held(self) -> None:
+        name = unique("held")
+        holder = self.gw.acquire(name, "holder", ttl_ms=20000)
+        with self.assertRaises(leasegate.LockHeldError) as cm:
+            self.gw.acquire(name, "other")
+        e = cm.exception
+        self.assertEqual((e.status, e.type, e.lock), (409, "urn:leasegate:problem:lock-held", name))
+        self.assertIsNotNone(e.retry_after_ms)
+        assert e.retry_after_ms is not None
+        self.assertTrue(0 < e.retry_after_ms <= 20000, e.retry_after_ms)
+        self.assertIn("409", str(e))
+        self.assertIn("lock-held", str(e))
+
+        start = time.monotonic()
+        with self.assertRaises(leasegate.LockHeldError) as cm:
+            self.gw.acquire(name, "other", wait_ms=300)
+        self.assertGreaterEqual(time.monotonic() - start, 0.29)
+        self.assertIsNotNone(cm.exception.waited_ms)
+        assert cm.exception.waited_ms is not None
+        self.assertGreaterEqual(cm.exception.waited_ms, 250)
+        self.assertTrue(holder.release())
+
+    def test_waiter_is_handed_the_lock_on_release(self) -> None:
+        name = unique("handoff")
+        holder = self.gw.acquire(name, "holder", ttl_ms=30000)
+        waiter = in_thread(lambda: self.gw.acquire(name, "waiter", ttl_ms=30000, wait_ms=10000))
+        eventually("the waiter in line", lambda: self.gw.inspect(name).waiters == 1)
+        self.assertFalse(waiter.done.is_set())
+        self.assertTrue(holder.release())
+        lease: leasegate.Lease = waiter.get(timeout=10)
+        self.assertEqual(lease.owner, "waiter")
+        self.assertGreater(lease.fence, holder.fence)
+        st = self.gw.inspect(name, lease.token)
+        self.assertTrue(st.yours)
+        self.assertEqual(st.waiters, 0)
+        self.assertTrue(lease.release())
+
+    def test_split_wait_keeps_its_place(self) -> None:
+        name = unique("patient")
+        holder = self.gw.acquire(name, "holder", ttl_ms=30000)
+        patient_gw = RecordingClient(URL)
+        patient = in_thread(lambda: patient_gw.acquire(
+            name, "patient", ttl_ms=30000, wait_ms=3000, max_wait_per_request_ms=200))
+        eventually("the patient waiter in line", lambda: self.gw.inspect(name).waiters == 1)
+        newcomer = in_thread(lambda: leasegate.Client(URL).acquire(name, "newcomer", ttl_ms=30000, wait_ms=10000))
+        eventually("the newcomer in line", lambda: self.gw.inspect(name).waiters == 2)
+
+        # Three more of the patient waiter's long-polls run out after the newcomer queued...
+        polls_then = len(patient_gw.answered)
+        eventually("three more polls", lambda: len(patient_gw.answered) >= polls_then + 3)
+
+        # ...and it is back in line, well inside one of its 200 ms polls: release then.
+        def mid_poll_and_in_line() -> bool:
+            with patient_gw.mu:
+                in_flight = len(patient_gw.sent) > len(patient_gw.answered)
+                since = time.monotonic() - patient_gw.sent[-1][0]
+            return in_flight and 0.03 <= since <= 0.12 and self.gw.inspect(name).waiters == 2
+
+        eventually("the patient waiter back in line, mid-poll", mid_poll_and_in_line)
+        self.assertTrue(holder.release())
+        lease: leasegate.Lease = patient.get(timeout=10)
+        self.assertEqual(lease.owner, "patient", "the split wait kept its place ahead of the newcomer")
+        self.assertFalse(newcomer.done.is_set())
+
+        acquires = patient_gw.requests("POST")
+        self.assertGreaterEqual(len(acquires), 4, "the first poll, three that ran out, the granted one")
+        self.assertNotIn("queue_ticket", acquires[0][4] or {})
+        for _, _, _, _, body in acquires[1:]:
+            assert body is not None
+            self.assertIn("queue_ticket", body, "every poll after the first carries the ticket")
+            self.assertLessEqual(body["wait_ms"], 200)
+        keys = {h["Idempotency-Key"] for _, _, _, h, _ in acquires}
+        self.assertEqual(len(keys), len(acquires), "each long-poll after a 409 is a new request, with a new key")
+
+        self.assertTrue(lease.release())
+        late: leasegate.Lease = newcomer.get(timeout=10)
+        self.assertEqual(late.owner, "newcomer")
+        self.assertTrue(late.release())
+
+    def test_context_manager_keeps_the_lease_alive(self) -> None:
+        name = unique("keepalive")
+        start = time.monotonic()
+        with self.gw.lock(name, "cm", ttl_ms=900) as lease:
+            fence = lease.fence
+            self.assertAlmostEqual(lease.margin, 0.09)
+            while time.monotonic() - start < 2.5:
+                lease.check()
+                time.sleep(0.05)  # the "work"
+            self.assertFalse(lease.lost.is_set())
+            self.assertGreater(lease.valid_until, time.monotonic())
+            self.assertGreater(lease.valid_until, start + 2.5)
+            st = self.gw.inspect(name, lease.token)
+            self.assertTrue(st.yours)
+            self.assertEqual(st.fence, fence)
+            self.assertEqual(lease.fence, fence)
+        self.assertFalse(lease.lost.is_set())
+        self.assertFalse(self.gw.inspect(name).held, "released on exit")
+        for t in lease._threads:
+            self.assertFalse(t.is_alive(), f"{t.name} stopped on exit")
+
+    def test_context_manager_with_the_gateway_watchdog(self) -> None:
+        # The gateway renews a watchdog lease for max_hold_ms; the thread only checks it, so the
+        # lease outlives its first TTL, and lost is set before it lapses once max_hold is over.
+        name = unique("watchdog")
+        start = time.monotonic()
+        with self.gw.lock(name, "wd", ttl_ms=900, watchdog=True, max_hold_ms=1500) as lease:
+            self.assertTrue(lease.watchdog)
+            self.assertTrue(lease.lost.wait(timeout=6), "lost once the watchdog stopped renewing")
+            noticed = time.monotonic()
+            self.assertGreater(noticed - start, 1.2, "the watchdog's renewals were seen")
+            self.assertLess(noticed, lease.valid_until)
+        eventually("the lease to lapse or be released", lambda: not self.gw.inspect(name).held, timeout=5)
+
+    def test_release_inside_the_block(self) -> None:
+        name = unique("early")
+        with self.gw.lock(name, "early", ttl_ms=900) as lease:
+            self.assertTrue(lease.release())
+            eventually("the keep-alive threads to stop", lambda: not any(t.is_alive() for t in lease._threads))
+            self.assertFalse(lease.lost.is_set(), "a release is not a loss")
+            with self.assertRaises(leasegate.LeaseLostError) as cm:
+                lease.check()
+            self.assertEqual(cm.exception.reason, "released")
+        self.assertFalse(self.gw.inspect(name).held)
+
+    def test_lost_when_deleted_behind_its_back(self) -> None:
+        name = unique("stolen")
+        with self.gw.lock(name, "victim", ttl_ms=900) as lease:
+            status, body = raw("DELETE", f"/locks/{name}", {"Lease-Token": lease.token})
+            self.assertEqual((status, body["released"]), (200, True))
+            deleted = time.monotonic()
+            self.assertTrue(lease.lost.wait(timeout=5), "lost is set")
+            # One renewal period is 300 ms; allow for the request and scheduling.
+            self.assertLess(time.monotonic() - deleted, 0.3 + 0.4)
+            with self.assertRaises(leasegate.LeaseLostError) as cm:
+                lease.check()
+            self.assertIn("410", cm.exception.reason)
+        self.assertFalse(self.gw.inspect(name).held)
+
+    def test_lost_before_lapse_when_renewals_fail(self) -> None:
+        name = unique("partition")
+        gw = RecordingClient(URL)
+        with gw.lock(name, "partitioned", ttl_ms=900) as lease:
+            down = leasegate.TransportError(title="Transport error", detail="injected: gateway unreachable")
+
+            def unreachable(*args: Any, **kwargs: Any) -> Any:
+                raise down
+
+            gw._send = unreachable  # type: ignore[method-assign]
+            self.assertTrue(lease.lost.wait(timeout=5))
+            noticed = time.monotonic()
+            until = lease.valid_until
+            self.assertLess(noticed, until, "lost is set before the lease can lapse")
+            self.assertGreaterEqual(noticed, until - lease.margin - 0.05)
+            with self.assertRaises(leasegate.LeaseLostError):
+                lease.check()
+            del gw._send  # the gateway is back for the release on exit
+        self.assertFalse(self.gw.inspect(name).held)
+
+    def test_retries_reuse_the_idempotency_key(self) -> None:
+        name = unique("retry")
+        gw = RecordingClient(URL)
+        lease = gw.acquire(name, "retrier", ttl_ms=5000)
+        # A renewal whose answer is lost is retried with the same key; valid_until counts from
+        # the first attempt.
+        gw.fail["POST"] = ["lost"]
+        before = time.monotonic()
+        lease.renew(ttl_ms=6000)
+        renews = [r for r in gw.requests("POST") if r[2].endswith("/renew")]
+        self.assertEqual(len(renews), 2)
+        self.assertEqual(renews[0][3]["Idempotency-Key"], renews[1][3]["Idempotency-Key"])
+        self.assertLessEqual(lease.valid_until, renews[0][0] + 6.0)
+        self.assertGreaterEqual(lease.valid_until, before + 6.0)
+        lease.renew()
+        third = [r for r in gw.requests("POST") if r[2].endswith("/renew")][2]
+        self.assertNotEqual(third[3]["Idempotency-Key"], renews[0][3]["Idempotency-Key"], "a new key per call")
+
+        # A 503 during a wait is retried (after min(Retry-After, 1 s)) within the wait.
+        self.assertTrue(lease.release())
+        unavailable = leasegate._Answer(
+            status=503, reason="Service Unavailable",
+            headers={"retry-after": "1", "content-type": "application/problem+json"},
+            body=json.dumps({"type": "urn:leasegate:problem:backend-unavailable", "title": "Backend unavailable",
+                             "status": 503, "detail": "injected"}).encode())
+        gw.fail["POST"] = [unavailable]
+        start = time.monotonic()
+        again = gw.acquire(name, "retrier", ttl_ms=5000, wait_ms=3000)
+        self.assertGreaterEqual(time.monotonic() - start, 0.9)
+        acquires = [r for r in gw.requests("POST") if not r[2].endswith("/renew")][-2:]
+        self.assertEqual(acquires[0][3]["Idempotency-Key"], acquires[1][3]["Idempotency-Key"])
+        self.assertTrue(again.release())
+
+        # A try-once acquire gives up on 503 after 3 tries.
+        quick = leasegate._Answer(status=503, reason=unavailable.reason,
+                                  headers={**unavailable.headers, "retry-after": "0"}, body=unavailable.body)
+        gw.fail["POST"] = [quick] * 3
+        with self.assertRaises(leasegate.LeasegateError) as cm:
+            gw.acquire(name, "retrier")
+        self.assertEqual((cm.exception.status, cm.exception.type), (503, "urn:leasegate:problem:backend-unavailable"))
+        self.assertEqual(cm.exception.retry_after_s, 0)
+        self.assertEqual(len(gw.fail["POST"]), 0, "3 tries")
+
+    def test_retries_do_not_double_count(self) -> None:
+        # A retried acquire whose first answer was lost gets the same lease, not a 409.
+        name = unique("once")
+        gw = RecordingClient(URL)
+        gw.fail["POST"] = ["lost"]
+        lease = gw.acquire(name, "once", ttl_ms=10000)
+        acquires = gw.requests("POST")
+        self.assertEqual(len(acquires), 2)
+        self.assertEqual(acquires[0][3]["Idempotency-Key"], acquires[1][3]["Idempotency-Key"])
+        st = gw.inspect(name, lease.token)
+        self.assertEqual((st.yours, st.holds, st.fence), (True, 1, lease.fence))
+
+        # Re-enter (raw, holds 2); a release whose answer is lost, retried with its key, gives
+        # back one hold, not two.
+        status, body = raw("POST", f"/locks/{name}", {"Lease-Token": lease.token}, {"owner": "once", "ttl_ms": 10000})
+        self.assertEqual((status, body["holds"]), (200, 2))
+        gw.fail["DELETE"] = ["lost"]
+        self.assertFalse(lease.release(), "one hold is left")
+        self.assertEqual(lease.holds, 1)
+        deletes = gw.requests("DELETE")
+        self.assertEqual(len(deletes), 2)
+        self.assertEqual(deletes[0][3]["Idempotency-Key"], deletes[1][3]["Idempotency-Key"])
+        st = gw.inspect(name, lease.token)
+        self.assertEqual((st.yours, st.holds), (True, 1))
+        self.assertTrue(lease.release())
+        self.assertFalse(gw.inspect(name).held)
+
+    def test_invalid_params_in_the_message(self) -> None:
+        name = unique("invalid")
+        with self.assertRaises(leasegate.LeasegateError) as cm:
+            self.gw.acquire(name, "py", ttl_ms=0)
+        e = cm.exception
+        self.assertNotIsInstance(e, (leasegate.LockHeldError, leasegate.LeaseGoneError))
+        self.assertEqual((e.status, e.type), (400, "urn:leasegate:problem:invalid-request"))
+        self.assertIn("ttl_ms", [n for n, _ in e.invalid_params])
+        s = str(e)
+        self.assertIn("400", s)
+        self.assertIn("urn:leasegate:problem:invalid-request", s)
+        self.assertIn(e.detail, s)
+        for n, r in e.invalid_params:
+            self.assertIn(f"{n}: {r}", s)
+        self.assertTrue(e.request_id)
+
+        with self.assertRaises(leasegate.LeasegateError) as cm:
+            self.gw.inspect("bad name!")
+        self.assertEqual(cm.exception.type, "urn:leasegate:problem:invalid-lock-name")
+
+    def test_unreachable_gateway(self) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        gw = leasegate.Client(f"http://127.0.0.1:{port}", timeout=2)
+        with self.assertRaises(leasegate.TransportError) as cm:
+            gw.acquire(unique("nowhere"), "py")
+        self.assertEqual(cm.exception.status, 0)
+        self.assertIsInstance(cm.exception.__cause__, OSError)
+
+
+class Offline(unittest.TestCase):
+    """Checks that need no gateway."""
+
+    def test_non_problem_body_is_about_blank(self) -> None:
+        e = leasegate.LeasegateError.from_answer(502, "Bad Gateway", {"x-request-id": "r1"}, b"<html>upstream down</html>")
+        self.assertIs(type(e), leasegate.LeasegateError)
+        self.assertEqual((e.type, e.status, e.request_id), ("about:blank", 502, "r1"))
+        self.assertIn("upstream down", str(e))
+
+    def test_problem_classes(self) -> None:
+        held = leasegate.LeasegateError.from_answer(409, "Conflict", {"retry-after": "3"}, json.dumps({
+            "type": "urn:leasegate:problem:lock-held", "title": "Lock held", "status": 409, "detail": "held",
+            "retry_after_ms": 2500, "waited_ms": 100, "queue_ticket": "t.s", "request_id": "r2"}).encode())
+        self.assertIsInstance(held, leasegate.LockHeldError)
+        self.assertEqual((held.retry_after_ms, held.waited_ms, held.queue_ticket, held.retry_after_s),
+                         (2500, 100, "t.s", 3))
+        gone = leasegate.LeasegateError.from_answer(410, "Gone", {}, json.dumps({
+            "type": "urn:leasegate:problem:lease-gone", "title": "Lease gone", "status": 410, "detail": "gone"}).encode())
+        self.assertIsInstance(gone, leasegate.LeaseGoneError)
+
+    def test_errors_pickle(self) -> None:
+        import pickle
+
+        e = leasegate.LockHeldError(type="urn:leasegate:problem:lock-held", status=409, detail="held",
+                                    invalid_params=[("a", "b")], retry_after_ms=5)
+        back: leasegate.LeasegateError = pickle.loads(pickle.dumps(e))
+        self.assertIs(type(back), leasegate.LockHeldError)
+        self.assertEqual((str(back), back.retry_after_ms), (str(e), 5))
+        lost: leasegate.LeaseLostError = pickle.loads(pickle.dumps(leasegate.LeaseLostError("x", "why")))
+        self.assertEqual((lost.lock, lost.reason), ("x", "why"))
+
+    def test_only_the_standard_library(self) -> None:
+        tree = ast.parse((SDK_DIR / "leasegate.py").read_text())
+        imported: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                self.assertEqual(node.level, 0, "no relative imports")
+                assert node.module is not None
+                imported.add(node.module.split(".")[0])
+        third_party = sorted(m for m in imported if m not in sys.stdlib_module_names and m != "__future__")
+        self.assertEqual(third_party, [], "leasegate.py must import only the standard library")
+        self.assertIn("threading", imported)
+
+
+if __name__ == "__main__":
+    unittest.main()
