@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
+
 	leasegate "github.com/leasegate/leasegate/sdk/go"
 )
 
@@ -27,7 +29,8 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 	if *watchdog {
 		body.Watchdog = watchdog
 	}
-	params := &leasegate.AcquireLockParams{}
+	key := uuid.NewString() // one logical acquire, however many long-polls and retries
+	params := &leasegate.AcquireLockParams{IdempotencyKey: &key}
 	if *token != "" {
 		params.LeaseToken = token
 	}
@@ -36,7 +39,12 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 		if *wait > 0 {
 			body.WaitMs = ms(max(min(time.Until(deadline), maxWaitPerRequest), time.Millisecond))
 		}
-		resp, err := gw.API.AcquireLockWithResponse(ctx, *f.lock, params, body)
+		var resp *leasegate.AcquireLockResponse
+		err := c.call(ctx, func(gw *leasegate.Gateway) (int, error) {
+			var err error
+			resp, err = gw.API.AcquireLockWithResponse(ctx, *f.lock, params, body)
+			return status(resp, err), err
+		})
 		if err != nil {
 			return c.fail(err)
 		}
@@ -70,11 +78,16 @@ const maxWaitPerRequest = 30 * time.Second
 func (c *command) release(ctx context.Context, args []string) int {
 	f := c.flags("release", "--lock NAME --token T")
 	token := f.fs.String("token", "", "lease token (required)")
-	gw, code := c.parse(f, args)
-	if gw == nil {
+	if gw, code := c.parse(f, args); gw == nil {
 		return code
 	}
-	resp, err := gw.API.ReleaseLockWithResponse(ctx, *f.lock, &leasegate.ReleaseLockParams{LeaseToken: *token})
+	key := uuid.NewString()
+	var resp *leasegate.ReleaseLockResponse
+	err := c.call(ctx, func(gw *leasegate.Gateway) (int, error) {
+		var err error
+		resp, err = gw.API.ReleaseLockWithResponse(ctx, *f.lock, &leasegate.ReleaseLockParams{LeaseToken: *token, IdempotencyKey: &key})
+		return status(resp, err), err
+	})
 	if err != nil {
 		return c.fail(err)
 	}
@@ -85,11 +98,17 @@ func (c *command) renew(ctx context.Context, args []string) int {
 	f := c.flags("renew", "--lock NAME --token T [--ttl D]")
 	token := f.fs.String("token", "", "lease token (required)")
 	ttl := durationFlag(f.fs, "ttl", 0, "new time to live (default: the lease's own)")
-	gw, code := c.parse(f, args)
-	if gw == nil {
+	if gw, code := c.parse(f, args); gw == nil {
 		return code
 	}
-	resp, err := gw.API.RenewLockWithResponse(ctx, *f.lock, &leasegate.RenewLockParams{LeaseToken: *token}, leasegate.RenewRequest{TtlMs: ms(*ttl)})
+	key := uuid.NewString()
+	var resp *leasegate.RenewLockResponse
+	err := c.call(ctx, func(gw *leasegate.Gateway) (int, error) {
+		var err error
+		resp, err = gw.API.RenewLockWithResponse(ctx, *f.lock, &leasegate.RenewLockParams{LeaseToken: *token, IdempotencyKey: &key},
+			leasegate.RenewRequest{TtlMs: ms(*ttl)})
+		return status(resp, err), err
+	})
 	if err != nil {
 		return c.fail(err)
 	}
@@ -112,6 +131,37 @@ func (c *command) inspect(ctx context.Context, args []string) int {
 		return c.fail(err)
 	}
 	return c.print(resp.HTTPResponse, resp.Body)
+}
+
+// call makes one call through the --server replicas, retrying it through the next after a
+// transport error (the answer may have been lost) or a 503, up to three tries 50 and 100 ms
+// apart. Callers send one Idempotency-Key on all tries, so a retry cannot apply twice. do returns
+// the answer's status.
+func (c *command) call(ctx context.Context, do func(gw *leasegate.Gateway) (int, error)) error {
+	var err error
+	for try := range 3 {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(try) * 50 * time.Millisecond):
+			}
+		}
+		var code int
+		code, err = do(c.gateways[try%len(c.gateways)])
+		if err == nil && code != http.StatusServiceUnavailable || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// status is a generated response's status code, 0 when there is none.
+func status(resp interface{ StatusCode() int }, err error) int {
+	if err != nil {
+		return 0
+	}
+	return resp.StatusCode()
 }
 
 // print writes the answer's body; the exit code is 0 for 2xx, ExitNotAcquired for 409, else

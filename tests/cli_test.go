@@ -300,3 +300,23 @@ func TestCLIRunRenewsThroughAnotherReplica(t *testing.T) {
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, false, c2.Do(http.MethodGet, "/locks/two", nil, "").JSON()["held"], "released through the other replica")
 }
+
+// TestCLIScriptCommandsTryTheNextReplica gives acquire, renew and release a dead replica first:
+// each call is retried, with its Idempotency-Key, through the next.
+func TestCLIScriptCommandsTryTheNextReplica(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	dead, err := harness.FreePort()
+	require.NoError(t, err)
+	servers := "127.0.0.1:" + strconv.Itoa(dead) + "," + e.gw.URL
+	a := e.cli(t, "acquire", "--lock", "next", "--server", servers)
+	require.Equal(t, 0, a.code, a.stderr)
+	var g struct{ Token string }
+	require.NoError(t, json.Unmarshal([]byte(a.stdout), &g))
+	r := e.cli(t, "renew", "--lock", "next", "--token", g.Token, "--server", servers)
+	assert.Equal(t, 0, r.code, r.stderr)
+	r = e.cli(t, "release", "--lock", "next", "--token", g.Token, "--server", servers)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"released":true`)
+	assert.False(t, e.held("next"))
+}
