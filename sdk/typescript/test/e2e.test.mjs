@@ -2,15 +2,18 @@
 // (tests/typescript_sdk_test.go starts one on its own redis-server and runs `npm test`).
 // Every call goes through the generated client or the SDK's convenience layer.
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { test } from "node:test";
 
 import {
   LeaseGoneError,
+  LeaseLostError,
   LeasegateProblemError,
   LockHeldError,
   ProblemType,
   createLeasegateClient,
   lock,
+  safetyMarginMs,
 } from "../dist/index.js";
 
 const baseUrl = process.env.LEASEGATE_URL;
@@ -157,7 +160,13 @@ test("a long-poll waiter is handed the lock when the holder releases", { timeout
 test("a wait split into short long-polls keeps its place ahead of newcomers", { timeout: TEST_TIMEOUT }, async () => {
   const name = lockName("patient");
   const a = await lock(client, name, { owner: "holder", ttlMs: 30_000 });
-  const patientClient = createLeasegateClient(baseUrl);
+  let polls = 0; // the patient waiter's long-polls sent so far
+  const patientClient = createLeasegateClient(baseUrl, {
+    fetch: async (req) => {
+      if (req.method === "POST") polls++;
+      return fetch(req);
+    },
+  });
   const patient = lock(patientClient, name, { owner: "patient", ttlMs: 30_000, waitMs: 20_000, maxWaitPerRequestMs: 200 });
   await eventually("the patient waiter to queue", 10_000, async () => (await inspect(name)).waiters === 1);
   const newcomers = [];
@@ -165,8 +174,13 @@ test("a wait split into short long-polls keeps its place ahead of newcomers", { 
     newcomers.push(lock(createLeasegateClient(baseUrl), name, { owner: `newcomer-${i}`, ttlMs: 30_000, waitMs: 20_000 }));
   }
   await eventually("the newcomers to queue", 10_000, async () => (await inspect(name)).waiters >= 5);
-  await delay(700); // a few of the patient waiter's 200 ms polls run out and resume meanwhile
-  await eventually("the patient waiter back in line", 10_000, async () => (await inspect(name)).waiters === 6);
+  // Three of the patient waiter's 200 ms polls run out and resume behind the newcomers' arrival;
+  // release right after the next one is back in line, well within its 200 ms.
+  const since = polls;
+  await eventually("three more polls", 10_000, async () => polls >= since + 3);
+  const before = polls;
+  await eventually("a new poll", 10_000, async () => polls > before);
+  await eventually("that poll in line", 10_000, async () => (await inspect(name)).waiters === 6);
   await a.release();
   const p = await patient;
   assert.equal(p.owner, "patient", "the patient waiter kept its place across its long-polls");
@@ -290,10 +304,307 @@ test("other problems are LeasegateProblemErrors with type, status and detail", {
     () => assert.fail("ttl 0 accepted"),
     (e) => e,
   );
+  assert.ok(badTTL instanceof LeasegateProblemError, `got ${badTTL}`);
   assert.equal(badTTL.status, 400);
   assert.equal(badTTL.type, ProblemType.InvalidRequest);
   assert.deepEqual(
-    badTTL.problem.invalid_params.map((p) => p.name),
+    (badTTL.problem.invalid_params ?? []).map((p) => p.name),
     ["ttl_ms"],
   );
+  // The invalid params, typed and in the message.
+  assert.deepEqual(
+    badTTL.invalidParams.map((p) => p.name),
+    ["ttl_ms"],
+  );
+  const [param] = badTTL.invalidParams;
+  assert.ok(param && param.reason.length > 0, `reason of ${JSON.stringify(param)}`);
+  assert.ok(badTTL.message.includes(`ttl_ms: ${param.reason}`), `message: ${badTTL.message}`);
+});
+
+/** Records when signal aborts: `at()` is the performance.now() of the abort, undefined before. */
+function abortTime(signal) {
+  let at;
+  signal.addEventListener("abort", () => (at = performance.now()), { once: true });
+  return { at: () => at };
+}
+
+test("keepAlive keeps a 900 ms lease held, with the same fence, for 2.5 s", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("keepalive");
+  const lease = await lock(client, name, { owner: "worker-a", ttlMs: 900 });
+  assert.equal(lease.watchdog, false);
+  assert.ok(lease.remainingMs > 0 && lease.remainingMs <= 900, `remainingMs ${lease.remainingMs}`);
+  const renewals = [];
+  const errors = [];
+  lease.keepAlive({ onRenew: (g) => renewals.push(g), onRenewError: (e) => errors.push(e) });
+  assert.equal(lease.keepingAlive, true);
+  const granted = performance.now();
+  let polls = 0;
+  await eventually("2.5 s of continuous holding", 10_000, async () => {
+    const state = await inspect(name, lease.token);
+    polls++;
+    const at = Math.round(performance.now() - granted);
+    assert.equal(state.held, true, `lost after ${at} ms (renewals ${renewals.length}, errors ${errors.join("; ")})`);
+    assert.equal(state.yours, true);
+    assert.equal(state.fence, lease.fence);
+    assert.equal(state.watchdog, false);
+    assert.equal(lease.signal.aborted, false, `signal aborted after ${at} ms: ${lease.signal.reason}`);
+    assert.ok(lease.remainingMs > 0, `remainingMs ${lease.remainingMs} after ${at} ms`);
+    return performance.now() - granted >= 2_500;
+  });
+  assert.ok(polls > 10, `only ${polls} inspections`);
+  // Every ttl/3 = 300 ms: about 8 renewals in 2.5 s.
+  assert.ok(renewals.length >= 5, `only ${renewals.length} renewals`);
+  for (const g of renewals) {
+    assert.equal(g.fence, lease.fence);
+    assert.equal(g.ttl_ms, 900);
+  }
+  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0 });
+  assert.equal(lease.keepingAlive, false);
+  assert.equal(lease.signal.aborted, false, "a release does not abort the signal");
+  assert.equal((await inspect(name)).held, false);
+});
+
+test("keepAlive aborts lease.signal with LeaseLostError when the lease is deleted behind its back", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("keepalive-gone");
+  const lease = await lock(client, name, { owner: "worker-a", ttlMs: 900 });
+  let renewals = 0;
+  lease.keepAlive({ onRenew: () => renewals++ });
+  const abort = abortTime(lease.signal);
+  await eventually("a first renewal", 5_000, async () => renewals >= 1);
+  assert.equal(lease.signal.aborted, false);
+
+  // Another client releases the lock with the lease's token.
+  const other = createLeasegateClient(baseUrl);
+  const { data, error } = await other.DELETE("/locks/{name}", {
+    params: { path: { name }, header: { "Lease-Token": lease.token } },
+  });
+  assert.equal(error, undefined);
+  assert.equal(data.released, true);
+  const deleted = performance.now();
+
+  await eventually("lease.signal to abort", 5_000, async () => abort.at() !== undefined);
+  const after = abort.at() - deleted;
+  // The next renewal is due at most ttl/3 = 300 ms later, and answers 410 at once.
+  assert.ok(after <= 300 + 700, `aborted ${Math.round(after)} ms after the deletion`);
+  const reason = lease.signal.reason;
+  assert.ok(reason instanceof LeaseLostError, `reason ${reason}`);
+  assert.equal(reason.kind, "gone");
+  assert.equal(reason.lock, name);
+  assert.equal(reason.fence, lease.fence);
+  assert.ok(reason.cause instanceof LeaseGoneError, `cause ${reason.cause}`);
+  assert.equal(lease.keepingAlive, false);
+  assert.throws(() => lease.keepAlive(), (e) => e === reason);
+  assert.equal((await inspect(name)).held, false);
+});
+
+test("keepAlive aborts lease.signal before the lease can lapse when renewals keep failing", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("keepalive-lapse");
+  // Renewals fail like a network outage (fetch's TypeError) once cut is set.
+  let cut = false;
+  const flaky = createLeasegateClient(baseUrl, {
+    fetch: async (req) => {
+      if (cut && new URL(req.url).pathname.endsWith("/renew")) throw new TypeError("fetch failed (test: renewals cut off)");
+      return fetch(req);
+    },
+  });
+  const ttlMs = 3_000;
+  const margin = safetyMarginMs(ttlMs);
+  assert.equal(margin, 300);
+  const lease = await lock(flaky, name, { owner: "worker-a", ttlMs });
+  let renewals = 0;
+  const errors = [];
+  lease.keepAlive({ onRenew: () => renewals++, onRenewError: (e) => errors.push(e) });
+  /** @type {ReturnType<typeof inspect> | undefined} */
+  let stateAtAbort;
+  lease.signal.addEventListener("abort", () => (stateAtAbort = inspect(name, lease.token)), { once: true });
+  const abort = abortTime(lease.signal);
+  await eventually("a first renewal", 5_000, async () => renewals >= 1);
+  cut = true;
+
+  await eventually("lease.signal to abort", 10_000, async () => abort.at() !== undefined);
+  const reason = lease.signal.reason;
+  assert.ok(reason instanceof LeaseLostError, `reason ${reason}`);
+  assert.equal(reason.kind, "lapsing");
+  assert.ok(reason.cause instanceof TypeError, `cause ${reason.cause}`);
+  // Given up a safety margin before the lease can lapse: the gateway still shows it held.
+  const left = lease.validUntil - abort.at();
+  assert.ok(left > 0 && left <= margin + 10, `aborted ${Math.round(left)} ms before validUntil`);
+  assert.ok(stateAtAbort, "inspected when the signal aborted");
+  const state = await stateAtAbort;
+  assert.equal(state.held, true, "the lease had already lapsed when the signal aborted");
+  assert.equal(state.yours, true);
+  assert.equal(state.fence, lease.fence);
+  assert.ok(errors.length >= 2, `failed renewals were retried: ${errors.length}`);
+  assert.equal(lease.keepingAlive, false);
+  // Nothing renews it any more: it lapses.
+  await eventually("the lease to lapse", 5_000, async () => (await inspect(name)).held === false);
+  await assert.rejects(lease.release(), (e) => e instanceof LeaseGoneError);
+  assert.equal(lease.signal.reason, reason, "the first reason stays");
+});
+
+/** Runs an ES module script in a child node process; kills it and fails after timeoutMs. */
+function runNode(script, timeoutMs) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script], {
+      env: { ...process.env, LEASEGATE_URL: baseUrl },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`the child process did not exit within ${timeoutMs} ms:\n${stdout}${stderr}`));
+    }, timeoutMs);
+    child.on("error", (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.on("exit", (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+for (const how of ["stopKeepAlive", "release"]) {
+  test(`after ${how}() no keep-alive timer is left: the process exits`, { timeout: TEST_TIMEOUT }, async () => {
+    const name = lockName(`keepalive-exit-${how}`);
+    const script = `
+      import { createLeasegateClient, lock } from ${JSON.stringify(new URL("../dist/index.js", import.meta.url).href)};
+      const client = createLeasegateClient(process.env.LEASEGATE_URL);
+      const lease = await lock(client, ${JSON.stringify(name)}, { owner: "child", ttlMs: 1500 });
+      let renewals = 0;
+      await new Promise((resolve, reject) => {
+        lease.signal.addEventListener("abort", () => reject(lease.signal.reason));
+        lease.keepAlive({ onRenew: () => ++renewals === 2 && resolve() });
+      });
+      ${how === "release" ? "await lease.release();" : "lease.stopKeepAlive();"}
+      const timers = process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+      console.log(JSON.stringify({ renewals, keepingAlive: lease.keepingAlive, aborted: lease.signal.aborted, timers }));
+    `;
+    // Renewing every 500 ms, a leftover timer would keep the child alive for good.
+    const { code, signal, stdout, stderr } = await runNode(script, 10_000);
+    assert.equal(code, 0, `exit ${code} ${signal}:\n${stdout}${stderr}`);
+    assert.deepEqual(JSON.parse(stdout.trim()), { renewals: 2, keepingAlive: false, aborted: false, timers: 0 });
+    // Nothing renews the lease any more: released, or lapsing within its 1.5 s TTL.
+    await eventually("the lock to be free", 5_000, async () => (await inspect(name)).held === false);
+  });
+}
+
+test("renew, re-enter, release and acquire send an Idempotency-Key, reused across their retries", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("idempotency");
+  const sent = []; // { method, path, key } of every request, in order
+  // What happens to the next requests: "network" (not sent), "lost" (answer lost), "503", or
+  // "lost-and-gone" (a grant's answer lost, its lease released before the retry).
+  const faults = [];
+  const lostGrants = [];
+  const recording = createLeasegateClient(baseUrl, {
+    fetch: async (req) => {
+      sent.push({ method: req.method, path: new URL(req.url).pathname, key: req.headers.get("Idempotency-Key") });
+      const fault = faults.shift();
+      if (fault === "network") throw new TypeError("fetch failed (test: connection refused)");
+      if (fault === "503") {
+        const problem = { type: ProblemType.BackendUnavailable, title: "Backend unavailable", status: 503, detail: "test" };
+        return new Response(JSON.stringify(problem), {
+          status: 503,
+          headers: { "Content-Type": "application/problem+json", "Retry-After": "1" },
+        });
+      }
+      const res = await fetch(req);
+      if (fault === "lost") {
+        await res.arrayBuffer();
+        throw new TypeError("fetch failed (test: answer lost)");
+      }
+      if (fault === "lost-and-gone") {
+        // A grant whose answer is lost, and whose lease is gone before the retry.
+        lostGrants.push(await res.json());
+        const { token } = lostGrants[lostGrants.length - 1];
+        await client.DELETE("/locks/{name}", { params: { path: { name }, header: { "Lease-Token": token } } });
+        throw new TypeError("fetch failed (test: answer lost)");
+      }
+      return res;
+    },
+  });
+  /** The requests sent since the last call, as "METHOD path". */
+  const take = () => sent.splice(0);
+  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+  const oneKey = (reqs, count, what) => {
+    assert.equal(reqs.length, count, `${what}: ${JSON.stringify(reqs)}`);
+    const [first] = reqs;
+    assert.match(first.key ?? "", UUID, what);
+    for (const r of reqs) assert.equal(r.key, first.key, `${what}: every try carries the same key`);
+    return first.key;
+  };
+
+  faults.push("network");
+  const lease = await lock(recording, name, { owner: "worker-a", ttlMs: 30_000 });
+  const acquireKey = oneKey(take(), 2, "acquire after a network error");
+
+  // The first try is applied but its answer is lost: the retry, with the same key, is answered
+  // as the first try was, and the hold is counted once.
+  faults.push("lost");
+  assert.equal((await lease.reenter({ ttlMs: 30_000 })).holds, 2);
+  const reenterKey = oneKey(take(), 2, "re-entry after a lost answer");
+  assert.equal(lease.holds, 2);
+  assert.equal((await inspect(name)).holds, 2, "a retried re-entry added a second hold");
+
+  faults.push("503");
+  assert.equal((await lease.renew(20_000)).ttl_ms, 20_000);
+  const renewKey = oneKey(take(), 2, "renewal after a 503");
+
+  faults.push("lost");
+  assert.equal((await lease.renew(25_000)).ttl_ms, 25_000);
+  const renewKey2 = oneKey(take(), 2, "renewal after a lost answer");
+
+  // Bounded: three 503s in a row end the call with the third.
+  faults.push("503", "503", "503");
+  const unavailable = await lease.release().then(
+    () => assert.fail("release succeeded through three 503s"),
+    (e) => e,
+  );
+  assert.ok(unavailable instanceof LeasegateProblemError, `got ${unavailable}`);
+  assert.equal(unavailable.status, 503);
+  const failedReleaseKey = oneKey(take(), 3, "release through three 503s");
+  assert.equal(lease.holds, 2);
+
+  // Problems other than 503 are not retried.
+  const badTTL = await lease.renew(0).then(
+    () => assert.fail("ttl 0 accepted"),
+    (e) => e,
+  );
+  assert.equal(badTTL.status, 400);
+  assert.deepEqual(
+    badTTL.invalidParams.map((p) => p.name),
+    ["ttl_ms"],
+  );
+  oneKey(take(), 1, "a 400 renewal");
+
+  faults.push("lost");
+  assert.deepEqual(await lease.release(), { lock: name, released: false, holds: 1 });
+  const releaseKey = oneKey(take(), 2, "release after a lost answer");
+  const state = await inspect(name, lease.token);
+  assert.equal(state.held, true, "a retried release gave back a second hold");
+  assert.equal(state.holds, 1);
+  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0 });
+  const releaseKey2 = oneKey(take(), 1, "last release");
+
+  // An acquire whose first try was granted, its answer lost, and its lease gone by the retry: the
+  // retry answers 410, and lock() asks anew with a new key.
+  faults.push("lost-and-gone");
+  const again = await lock(recording, name, { owner: "worker-a", ttlMs: 30_000 });
+  const [firstTry, retry, anew, ...more] = take();
+  assert.equal(more.length, 0);
+  const lostKey = oneKey([firstTry, retry], 2, "acquire whose lease was gone by its retry");
+  const anewKey = oneKey([anew], 1, "acquire anew");
+  assert.notEqual(anewKey, lostKey);
+  assert.equal(lostGrants.length, 1);
+  assert.ok(again.fence > lostGrants[0].fence, `fence ${again.fence} after ${lostGrants[0].fence}`);
+  assert.equal((await again.release()).released, true);
+  take();
+
+  const keys = [acquireKey, reenterKey, renewKey, renewKey2, failedReleaseKey, releaseKey, releaseKey2, lostKey, anewKey];
+  assert.equal(new Set(keys).size, keys.length, "each call has a key of its own");
+  assert.equal((await inspect(name)).held, false);
 });
