@@ -184,7 +184,7 @@ func (f floorLocker) Release(_ context.Context, lock, token, _ string) (lockcore
 	return lockcore.Released{Released: true}, nil
 }
 
-func (f floorLocker) Renew(_ context.Context, lock, token string, ttl time.Duration, _ string) (lockcore.Grant, error) {
+func (f floorLocker) Renew(_ context.Context, lock, token string, ttl time.Duration) (lockcore.Grant, error) {
 	return lockcore.Grant{}, nil
 }
 

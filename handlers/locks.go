@@ -76,8 +76,12 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, status, grantBody(g))
 	// A grant whose answer cannot reach its client would stay held for its whole TTL (or max hold,
-	// with the watchdog): push the answer out now, and give the hold back if it did not go.
-	if err := http.NewResponseController(w).Flush(); err != nil {
+	// with the watchdog): push the answer out now, and give the hold back if it did not go. With an
+	// Idempotency-Key the client retries, and its retry collects the grant instead.
+	if err := http.NewResponseController(w).Flush(); err != nil && idem != "" {
+		h.log.Info("grant not delivered: client gone; kept for the retry with its Idempotency-Key", "request_id", requestIDFrom(r.Context()), "lock", name, "err", err)
+		setStatus(r.Context(), statusClientClosed, true)
+	} else if err != nil {
 		if _, rerr := h.locker.Release(context.WithoutCancel(r.Context()), name, g.Token, ""); rerr != nil {
 			h.log.Warn("giving back a grant whose answer was not delivered failed", "request_id", requestIDFrom(r.Context()), "lock", name, "err", rerr)
 		}
@@ -113,8 +117,7 @@ func (h *lockHandlers) renew(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
-	idem, err := idempotencyKey(r)
-	if err != nil {
+	if _, err := idempotencyKey(r); err != nil { // validated, though a renewal needs no latch
 		writeError(w, r, h.log, err)
 		return
 	}
@@ -128,7 +131,7 @@ func (h *lockHandlers) renew(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
 		return
 	}
-	g, err := h.locker.Renew(r.Context(), name, r.Header.Get(leaseTokenHeader), ttl, idem)
+	g, err := h.locker.Renew(r.Context(), name, r.Header.Get(leaseTokenHeader), ttl)
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return

@@ -19,7 +19,7 @@ import (
 type Locker interface {
 	Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error)
 	Release(ctx context.Context, lock, token, idempotencyKey string) (lockcore.Released, error)
-	Renew(ctx context.Context, lock, token string, ttl time.Duration, idempotencyKey string) (lockcore.Grant, error)
+	Renew(ctx context.Context, lock, token string, ttl time.Duration) (lockcore.Grant, error)
 	Inspect(ctx context.Context, lock, token string) (lockcore.State, error)
 	Ping(ctx context.Context) error
 }

@@ -68,12 +68,14 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error
 	if err != nil {
 		return Grant{}, err
 	}
-	return s.settle(ctx, g)
+	return s.settle(ctx, req, g)
 }
 
 // settle finishes a grant: a new watchdog lease is enrolled for renewal, and g is undone when ctx
-// ended meanwhile (the caller went away; ctx's error is returned).
-func (s *Service) settle(ctx context.Context, g Grant) (Grant, error) {
+// ended meanwhile (the caller went away; ctx's error is returned) unless the request carries an
+// Idempotency-Key: its retry collects the grant (giving it back would answer that retry 410, or
+// hand it a lease about to be released).
+func (s *Service) settle(ctx context.Context, req AcquireRequest, g Grant) (Grant, error) {
 	if g.Watchdog && !g.Reentered {
 		if err := s.enroll(ctx, g); err != nil {
 			s.undo(ctx, g) // a watchdog lease nobody would renew is worse than none
@@ -81,7 +83,9 @@ func (s *Service) settle(ctx context.Context, g Grant) (Grant, error) {
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		s.undo(ctx, g)
+		if req.IdempotencyKey == "" {
+			s.undo(ctx, g)
+		}
 		return Grant{}, err
 	}
 	return g, nil
@@ -98,8 +102,8 @@ func (s *Service) acquireNew(ctx context.Context, req AcquireRequest) (Grant, er
 	switch r.status {
 	case acquireHeld:
 		return Grant{}, &HeldError{Lock: req.Lock, RetryAfter: r.pttl}
-	case acquireReplayed:
-		lease = r.lease
+	case acquireReplayed: // the first request's lease, with what it has left
+		lease, req.TTL = r.lease, r.pttl
 	case acquireReplayedLost:
 		return Grant{}, fmt.Errorf("%w: lock %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, req.Lock)
 	}
@@ -132,7 +136,7 @@ type acquireReply struct {
 	fence   int64
 	pttl    time.Duration // the holder's remaining TTL (held, queued)
 	arrival int64         // the arrival to keep when queueing again (queued)
-	lease   string        // the lease a replayed grant went to
+	lease   string        // the lease a replayed grant went to (pttl: what it has left)
 }
 
 const (
@@ -155,13 +159,14 @@ func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mod
 	if err != nil {
 		return acquireReply{}, err
 	}
-	if len(reply) == 3 && reply[2].IsString() { // {acquireReplayed, fence, lease}
+	if len(reply) == 4 && reply[2].IsString() { // {acquireReplayed, fence, lease, pttl}
 		fence, err := reply[1].AsInt64()
 		lease, err2 := reply[2].ToString()
-		if err != nil || err2 != nil {
-			return acquireReply{}, unexpectedReply("acquire", req.Lock, reply, errors.Join(err, err2))
+		pttl, err3 := reply[3].AsInt64()
+		if err = errors.Join(err, err2, err3); err != nil {
+			return acquireReply{}, unexpectedReply("acquire", req.Lock, reply, err)
 		}
-		return acquireReply{status: acquireReplayed, fence: fence, lease: lease}, nil
+		return acquireReply{status: acquireReplayed, fence: fence, lease: lease, pttl: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
 	}
 	r, err := ints(reply)
 	if err != nil || len(r) < 1 || r[0] < acquireHeld || r[0] > acquireReplayedLost ||
@@ -195,13 +200,14 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 		return Grant{}, err
 	}
 	r, err := ints(reply)
-	if err != nil || (len(r) != 1 && len(r) != 3) {
+	if err != nil || (len(r) != 1 && len(r) != 4) {
 		return Grant{}, unexpectedReply("reenter", req.Lock, r, err)
 	}
 	if r[0] == 0 {
 		return Grant{}, fmt.Errorf("%w: lock %q, lease %s", ErrLeaseLost, req.Lock, l.ID)
 	}
-	g := Grant{Lease: l, Token: req.Token, TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: r[0],
+	ttl := time.Duration(r[3]) * time.Millisecond // a replayed answer's: what the lease has left
+	g := Grant{Lease: l, Token: req.Token, TTL: ttl, ExpiresAt: start.Add(ttl), Holds: r[0],
 		Watchdog: r[2] == 1, Reentered: true}
 	if g.Watchdog {
 		s.reschedule(ctx, g)

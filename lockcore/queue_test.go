@@ -53,7 +53,7 @@ func TestHolderIsNeverQueuedBehindItself(t *testing.T) {
 	assert.False(t, st.Held, "released means free: %+v", st)
 	_, err = w.svc.Release(ctx, lock, g.Token, "")
 	assert.ErrorIs(t, err, lockcore.ErrLeaseLost, "a released token never works again")
-	_, err = w.svc.Renew(ctx, lock, g.Token, time.Minute, "")
+	_, err = w.svc.Renew(ctx, lock, g.Token, time.Minute)
 	assert.ErrorIs(t, err, lockcore.ErrLeaseLost, "nor renews the lock back")
 }
 

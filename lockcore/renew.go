@@ -9,14 +9,14 @@ import (
 // Renew sets the TTL of the lease token names to ttl, or to the lease's current TTL when ttl is 0.
 // It never resurrects a lease: it returns ErrLeaseLost when the lease no longer holds the lock,
 // ErrInvalidToken for a bad token, and ErrUnavailable when Redis does not answer. A watchdog
-// lease's next renewal is rescheduled to a third of the new TTL. With an idempotencyKey, a retry
-// (same key and token) within IdempotencyWindow answers as the first renewal did.
-func (s *Service) Renew(ctx context.Context, lock, token string, ttl time.Duration, idempotencyKey string) (Grant, error) {
+// lease's next renewal is rescheduled to a third of the new TTL. A renewal is idempotent by nature:
+// a retry sets the same TTL again (from a little later) and never revives a lease.
+func (s *Service) Renew(ctx context.Context, lock, token string, ttl time.Duration) (Grant, error) {
 	l, err := s.tokens.Parse(token, lock)
 	if err != nil {
 		return Grant{}, err
 	}
-	g, err := s.renewLease(ctx, l, ttl, time.Now(), idempotencyKey)
+	g, err := s.renewLease(ctx, l, ttl, time.Now())
 	if err != nil {
 		return Grant{}, err
 	}
@@ -29,9 +29,8 @@ func (s *Service) Renew(ctx context.Context, lock, token string, ttl time.Durati
 
 // renewLease sets l's TTL (0: keep its own) if l still holds its lock; start is when the caller
 // began, from which the expiry is counted.
-func (s *Service) renewLease(ctx context.Context, l Lease, ttl time.Duration, start time.Time, idempotencyKey string) (Grant, error) {
-	reply, err := s.runWithKeys(ctx, s.renew, l.Lock, []string{s.keys(l.Lock).latch("renew", l.ID, idempotencyKey)},
-		l.ID, ms(ttl), s.idemMs(idempotencyKey))
+func (s *Service) renewLease(ctx context.Context, l Lease, ttl time.Duration, start time.Time) (Grant, error) {
+	reply, err := s.runQueued(ctx, s.renew, l.Lock, l.ID, ms(ttl))
 	if err != nil {
 		return Grant{}, err
 	}

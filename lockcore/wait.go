@@ -64,7 +64,7 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 			case err != nil:
 				return Grant{}, wt.end(ctx, err)
 			case !queued:
-				return s.settle(ctx, g)
+				return s.settle(ctx, req, g)
 			}
 			queue = false
 		}
@@ -89,7 +89,7 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 		case lost: // the claim ran out before we confirmed it: queue again at our arrival
 			queue = true
 		default:
-			return s.settle(ctx, g)
+			return s.settle(ctx, req, g)
 		}
 	}
 }
@@ -119,7 +119,9 @@ func (wt *wait) enqueue(waitCtx context.Context) (g Grant, queued bool, err erro
 		case err == nil && r.status == acquireGranted:
 			return wt.s.newGrant(wt.req, wt.lease, r.fence, callStart), false, nil
 		case err == nil && r.status == acquireReplayed: // a retry of a request that was granted
-			return wt.s.newGrant(wt.req, r.lease, r.fence, callStart), false, nil
+			req := wt.req
+			req.TTL = r.pttl // what the first request's lease has left
+			return wt.s.newGrant(req, r.lease, r.fence, callStart), false, nil
 		case err == nil && r.status == acquireReplayedLost:
 			return Grant{}, false, fmt.Errorf("%w: lock %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, wt.req.Lock)
 		case err == nil:
@@ -156,7 +158,7 @@ func (wt *wait) confirm(waitCtx context.Context) (g Grant, lost bool, err error)
 	for {
 		start := time.Now()
 		l := Lease{Lock: wt.req.Lock, Owner: wt.req.Owner, ID: wt.lease}
-		g, err := wt.s.renewLease(waitCtx, l, wt.req.TTL, start, "")
+		g, err := wt.s.renewLease(waitCtx, l, wt.req.TTL, start)
 		switch {
 		case err == nil:
 			g.Token = wt.s.tokens.Mint(g.Lease)

@@ -5,8 +5,8 @@
 --                arrival_us (to keep when queueing again within one wait; 0 = the ticket's, else
 --                now), max_hold_ms, idem_ms (0: no key)]
 --   => {1, fence}           granted to lease: the lock was free and nobody live was queued ahead
---    | {3, fence, lease}    a retry (same Idempotency-Key and owner) of a request that was granted
---                           this lease, which still holds the lock: nothing changed
+--    | {3, fence, lease, pttl}  a retry (same Idempotency-Key and owner) of a request that was
+--                           granted this lease, which still holds the lock for pttl: nothing changed
 --    | {4}                  a retry of a request whose lease no longer holds the lock: nothing changed
 --    | {0, pttl}            held (by another lease, or just handed to the queue head); try mode
 --    | {2, pttl, arrival}   queued behind the holder (wait mode); arrival is the one to keep
@@ -22,7 +22,8 @@ if prev then
   local prev_lease, prev_owner = string.match(prev, '^(%S+) (.*)$')
   if prev_owner == owner then
     if redis.call('HEXISTS', lock, prev_lease) == 1 then
-      return {3, tonumber(redis.call('HGET', lock, ':fence')), prev_lease}
+      dequeue(lease) -- a waiter's earlier call of this request may have queued it
+      return {3, tonumber(redis.call('HGET', lock, ':fence')), prev_lease, redis.call('PTTL', lock)}
     end
     return {4}
   end

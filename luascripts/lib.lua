@@ -14,9 +14,9 @@
 -- of a lock whose waiters' replicas all died does not stay in Redis forever.
 --   ticket:<id>  string, arrival µs: a queue ticket's place, kept TicketGrace after a wait ended
 --             (written by dequeue.lua, taken once by acquire.lua)
---   idem:<key>, idem:<lease>:<key>  string, JSON: the first answer to a request sent with an
---             Idempotency-Key (a new acquire; a call with a lease's token), replayed to its retries
---             (see remember and replay)
+--   idem:<op>:<lease>:<key>  string: the first answer to a request sent with an Idempotency-Key
+--             ("<lease> <owner>" for a new acquire, whose lease part is empty; the reply's integers
+--             for a release or re-entry), replayed to its retries (see remember and replay)
 -- The fence key expires fence_ttl_ms after the lock's last grant (see grant).
 local lock, fencekey, q, qd, qm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local chanprefix, claim_ms, liveness_ms, fence_ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]

@@ -64,6 +64,13 @@ func TestRetriedAcquireGetsTheSameLease(t *testing.T) {
 	require.Equal(t, http.StatusCreated, again.Status, "the retry answers as the first did: %s", again.Body)
 	assert.Equal(t, first.Str("token"), again.Str("token"))
 	assert.Equal(t, first.Int("fence"), again.Int("fence"))
+	// A replay says what the lease has left, never more than the first answer did.
+	eventually(t, 5*time.Second, "the lease's TTL to run a little", func() bool {
+		return e.client.Do(http.MethodGet, "/locks/same", nil, "").Int("ttl_ms") < 59900
+	})
+	later := e.client.Do(http.MethodPost, "/locks/same", idem("acq-1", nil), acquireBody("w", 60000))
+	require.Equal(t, http.StatusCreated, later.Status)
+	assert.Less(t, later.Int("ttl_ms"), int64(59900), "the replay's ttl_ms is what is left")
 	other := e.client.Do(http.MethodPost, "/locks/same", idem("acq-1", nil), acquireBody("someone-else", 60000))
 	assert.Equal(t, http.StatusConflict, other.Status, "the key is the owner's only")
 
@@ -83,6 +90,10 @@ func TestRetriedAcquireGetsTheSameLease(t *testing.T) {
 		require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/same", idem(key, tok), "").Status)
 	}
 	assert.False(t, e.held("same"))
+	assert.Equal(t, http.StatusGone, e.client.Do(http.MethodPost, "/locks/same/renew", idem("rn-1", tok), `{"ttl_ms":45000}`).Status,
+		"a renewal retried after the release tells the truth")
+	assert.Equal(t, http.StatusGone, e.client.Do(http.MethodPost, "/locks/same", idem("re-1", tok), acquireBody("w", 60000)).Status,
+		"so does a re-entry")
 	gone := e.client.Do(http.MethodPost, "/locks/same", idem("acq-1", nil), acquireBody("w", 60000))
 	assert.Equal(t, http.StatusGone, gone.Status, "a retry after the lease is gone changes nothing: %s", gone.Body)
 	assert.False(t, e.held("same"))
@@ -115,4 +126,20 @@ func TestRetriedWaitingAcquireGetsTheSameLease(t *testing.T) {
 	require.Equal(t, http.StatusCreated, again.Status, string(again.Body))
 	assert.Equal(t, first.Str("token"), again.Str("token"), "the retry is answered with the hand-off's lease")
 	assert.Equal(t, int64(0), e.waiters(t, "handed"), "and did not queue")
+}
+
+// TestUndeliveredKeyedGrantIsKeptForItsRetry sends an acquire with an Idempotency-Key and resets
+// the connection at once, as a client killed mid-call: the gateway keeps the grant for the retry
+// (instead of giving it back, which would answer that retry 410), and the retry collects it.
+func TestUndeliveredKeyedGrantIsKeptForItsRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	body := acquireBody("w", 60000)
+	resetAfterSendingRaw(t, e.gw.URL, fmt.Sprintf("POST /locks/kept HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k-1\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	eventually(t, 10*time.Second, "the acquire applied", func() bool { return e.held("kept") })
+	r := e.client.Do(http.MethodPost, "/locks/kept", idem("k-1", nil), body)
+	require.Equal(t, http.StatusCreated, r.Status, "the retry collects the grant: %s", r.Body)
+	st := e.client.Do(http.MethodGet, "/locks/kept", tokenHeader(r.Str("token")), "")
+	assert.Equal(t, true, st.JSON()["yours"])
+	assert.Equal(t, int64(1), st.Int("holds"))
 }
