@@ -101,10 +101,11 @@ func (c *command) parse(f common, args []string) (*leasegate.Gateway, int) {
 		return nil, ExitUsage
 	}
 	for _, server := range strings.Split(*f.server, ",") {
+		server = strings.TrimSpace(server)
 		if !strings.Contains(server, "://") {
 			server = "http://" + server // host:port, as etcdctl and consul accept it
 		}
-		gw, err := leasegate.New(strings.TrimSpace(server))
+		gw, err := leasegate.New(server)
 		if err != nil {
 			fmt.Fprintf(c.stderr, "leasegate: --server %q: %v\n", server, err)
 			return nil, ExitUsage

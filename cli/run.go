@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
+
 	leasegate "github.com/leasegate/leasegate/sdk/go"
 )
 
@@ -74,9 +77,10 @@ func (c *command) run(ctx context.Context, args []string) int {
 	var (
 		lease *leasegate.Lease
 		err   error
+		key   = uuid.NewString() // one acquire, whichever replica answers
 	)
 	for _, gw = range c.gateways {
-		lease, err = gw.Lock(ctx, *f.lock, leasegate.LockOptions{Owner: *owner, TTL: *ttl, Wait: *wait})
+		lease, err = gw.Lock(ctx, *f.lock, leasegate.LockOptions{Owner: *owner, TTL: *ttl, Wait: *wait, IdempotencyKey: key})
 		var p *leasegate.ProblemError
 		if err == nil || errors.As(err, &p) && p.Status != 503 || ctx.Err() != nil {
 			break
@@ -107,7 +111,11 @@ func (c *command) run(ctx context.Context, args []string) int {
 		"LEASEGATE_LOCK="+lease.Lock,
 		"LEASEGATE_TOKEN="+lease.Token,
 		"LEASEGATE_FENCE="+strconv.FormatInt(lease.Fence, 10))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // signal the command's whole group
+	// The command gets a process group of its own, so that stopping it reaches its children too,
+	// except when stdin is a terminal: a background group reading it would be stopped (SIGTTIN).
+	if _, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS); err != nil { // not a terminal
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		return c.fail(err)
 	}
@@ -185,7 +193,9 @@ func keepAlive(ctx context.Context, lease *leasegate.Lease, gateways []*leasegat
 			return
 		case <-time.After(next):
 		}
-		rctx, cancel := context.WithTimeout(ctx, ttl/3)
+		// Each replica gets its share of the third of the TTL renewals have before stopping begins,
+		// so a hung one cannot use up the time the others need.
+		rctx, cancel := context.WithTimeout(ctx, ttl/3/time.Duration(len(gateways)))
 		err := lease.RenewVia(rctx, gateways[via%len(gateways)], ttl)
 		cancel()
 		switch {
@@ -212,8 +222,13 @@ func keepAlive(ctx context.Context, lease *leasegate.Lease, gateways []*leasegat
 	}
 }
 
+// signalGroup signals the command's process group, or the command alone when it has none.
 func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
-	_ = syscall.Kill(-cmd.Process.Pid, sig)
+	if cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid {
+		_ = syscall.Kill(-cmd.Process.Pid, sig)
+		return
+	}
+	_ = cmd.Process.Signal(sig)
 }
 
 // exitCode turns a command's Wait error into the exit code to pass on: its own, or 128+signal.

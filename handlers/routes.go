@@ -47,7 +47,7 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
-			if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
+			if r.Match(chi.NewRouteContext(), m, req.URL.EscapedPath()) {
 				allow = append(allow, m)
 			}
 		}

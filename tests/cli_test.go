@@ -320,3 +320,13 @@ func TestCLIScriptCommandsTryTheNextReplica(t *testing.T) {
 	assert.Contains(t, r.stdout, `"released":true`)
 	assert.False(t, e.held("next"))
 }
+
+// TestCLIRunAfterALongWaitKeepsTheCommand waits longer than the TTL for a held lock: the command
+// must run to its end, not be stopped at once as if its new lease were already lapsing.
+func TestCLIRunAfterALongWaitKeepsTheCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.hold(t, e.client, "long-wait", "holder", 2500) // expires in 2.5 s
+	r := e.cli(t, "run", "--lock", "long-wait", "--wait", "10s", "--ttl", "2s", "--", "sh", "-c", "sleep 1; exit 4")
+	assert.Equal(t, 4, r.code, r.stderr)
+}

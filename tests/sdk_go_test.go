@@ -239,3 +239,20 @@ func TestGoSDKKeepAliveAndDone(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ttl_ms: must be between")
 }
+
+// TestGoSDKWaitedGrantCountsFromTheGrant waits 1.5 s for a lock with a 1 s TTL: the lease must not
+// count as lapsing at once because its wait was longer than its TTL.
+func TestGoSDKWaitedGrantCountsFromTheGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	sdk, err := leasegate.New(e.gw.URL)
+	require.NoError(t, err)
+	e.hold(t, e.client, "waited", "holder", 1500) // expires in 1.5 s
+	lease, err := sdk.Lock(ctx, "waited", leasegate.LockOptions{Owner: "w", TTL: time.Second, Wait: 10 * time.Second})
+	require.NoError(t, err)
+	assert.NoError(t, lease.Err(), "not lapsing right after the grant")
+	assert.Greater(t, time.Until(lease.ValidUntil()), 500*time.Millisecond)
+	_, err = lease.Release(ctx)
+	require.NoError(t, err)
+}

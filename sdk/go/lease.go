@@ -32,7 +32,7 @@ type Lease struct {
 	mu         sync.Mutex
 	grant      Grant
 	validUntil time.Time
-	lapse      *time.Timer // stops the lease margin before validUntil
+	lapse      *time.Timer // stops the lease margin before validUntil; nil for watchdog leases
 	keeping    bool        // KeepAlive's goroutine runs
 }
 
@@ -40,11 +40,17 @@ func newLease(c *Gateway, g *Grant, sent time.Time) *Lease {
 	l := &Lease{Lock: g.Lock, Owner: g.Owner, Token: g.Token, Fence: g.Fence, Watchdog: g.Watchdog, client: c, grant: *g}
 	l.ctx, l.stop = context.WithCancelCause(context.Background())
 	l.validUntil = validUntil(sent, g)
-	l.lapse = time.AfterFunc(l.untilStop(), func() { l.stop(ErrLeaseLapsing) })
-	if g.Watchdog {
-		l.lapse.Stop() // the gateway renews it: only a 410 or the release end it here
-	}
 	return l
+}
+
+// arm starts counting down to the lease's lapse (see Done). The gateway renews a watchdog lease:
+// only a 410 or the release end it here.
+func (l *Lease) arm() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.Watchdog && l.lapse == nil {
+		l.lapse = time.AfterFunc(l.untilStop(), func() { l.stop(ErrLeaseLapsing) })
+	}
 }
 
 // Grant returns the latest grant body (TTL, expiry, holds).
@@ -99,7 +105,7 @@ func (l *Lease) update(g *Grant, sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.grant, l.validUntil = *g, validUntil(sent, g)
-	if l.ctx.Err() == nil && !l.Watchdog {
+	if l.ctx.Err() == nil && l.lapse != nil {
 		l.lapse.Reset(l.untilStop())
 	}
 }
@@ -187,7 +193,9 @@ func (l *Lease) ReleaseVia(ctx context.Context, gw *Gateway) (released bool, err
 // end stops the lease's work with cause.
 func (l *Lease) end(cause error) {
 	l.mu.Lock()
-	l.lapse.Stop()
+	if l.lapse != nil {
+		l.lapse.Stop()
+	}
 	l.mu.Unlock()
 	l.stop(cause)
 }
@@ -243,9 +251,8 @@ func (l *Lease) KeepAlive() {
 
 func (l *Lease) keepAlive() {
 	l.mu.Lock()
-	ttl := l.ttl()
+	next := l.ttl() / 3
 	l.mu.Unlock()
-	next := ttl / 3
 	for {
 		t := time.NewTimer(next)
 		select {
@@ -254,6 +261,9 @@ func (l *Lease) keepAlive() {
 			return
 		case <-t.C:
 		}
+		l.mu.Lock()
+		ttl := l.ttl() // a Renew or Reenter may have changed it
+		l.mu.Unlock()
 		rctx, cancel := context.WithTimeout(l.ctx, ttl/3)
 		err := l.Renew(rctx, 0)
 		cancel()

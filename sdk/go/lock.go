@@ -33,22 +33,31 @@ type LockOptions struct {
 	// long-poll after the first presents the queue ticket of the one before, so the split wait
 	// keeps its place in the lock's FIFO queue.
 	MaxWaitPerRequest time.Duration
+	// IdempotencyKey identifies this acquire across retries, also through other replicas (a
+	// retry gets the lease a lost answer carried). Default: a fresh key per Lock call.
+	IdempotencyKey string
 }
 
 // Lock acquires name, waiting up to o.Wait (in FIFO order with other waiters, keeping its place
 // across the long-polls a long wait is split into, and across a 503 from a replica that is shutting
 // down or full, which it retries within the wait). It returns an error matching ErrHeld when the
 // wait ran out, or ctx's error when ctx ended first. Its requests carry one Idempotency-Key, so a
-// request retried after a lost answer cannot take a second lease.
+// request retried after a lost answer cannot take a second lease; a gateway that cannot be reached
+// is retried twice, then Lock returns the transport error (try another replica with the same
+// o.IdempotencyKey).
 func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease, error) {
 	deadline := time.Now().Add(o.Wait)
 	perRequest := o.MaxWaitPerRequest
 	if perRequest <= 0 {
 		perRequest = 30 * time.Second
 	}
-	key := newKey()
+	key := o.IdempotencyKey
+	if key == "" {
+		key = newKey()
+	}
 	params := &AcquireLockParams{IdempotencyKey: &key}
 	var ticket *string
+	unreachable := 0
 	for {
 		body := AcquireRequest{Owner: o.Owner, TtlMs: millis(o.TTL), Watchdog: &o.Watchdog, MaxHoldMs: millis(o.MaxHold)}
 		if wait := min(time.Until(deadline), perRequest); wait > 0 {
@@ -57,8 +66,8 @@ func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease,
 		sent := time.Now()
 		resp, err := c.API.AcquireLockWithResponse(ctx, name, params, body)
 		if err != nil {
-			if ctx.Err() == nil && time.Until(deadline) > 0 && retryable(err) {
-				if err := sleep(ctx, min(100*time.Millisecond, time.Until(deadline))); err != nil {
+			if unreachable++; unreachable <= 2 && ctx.Err() == nil && retryable(err) {
+				if err := sleep(ctx, 100*time.Millisecond); err != nil {
 					return nil, err
 				}
 				continue
@@ -66,7 +75,15 @@ func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease,
 			return nil, err
 		}
 		if g := resp.JSON201; g != nil {
-			return newLease(c, g, sent), nil
+			lease := newLease(c, g, sent)
+			// The lease's TTL started when it was granted, after the request was sent; after a long
+			// wait, counting from the send would make it lapse (on paper) at once. Renew it now to
+			// count from a request sent after the grant.
+			if time.Since(sent) > SafetyMargin(lease.ttl()) && !g.Watchdog {
+				_ = lease.Renew(ctx, 0) // on failure the earlier, conservative bound stands
+			}
+			lease.arm()
+			return lease, nil
 		}
 		err = problem(resp.HTTPResponse, resp.Body)
 		var p *ProblemError

@@ -490,7 +490,14 @@ class Client:
                 self._pause(_backoff(failures), deadline)
                 continue
             if ans.ok:
-                return Lease(self, ans.parse(Grant.from_json), sent=pending_since)
+                lease = Lease(self, ans.parse(Grant.from_json), sent=pending_since)
+                # The lease's TTL started at its grant, after the request was sent: after a long
+                # wait, valid_until (counted from the send) would already be near. Renew now to
+                # count from a request sent after the grant; on failure the early bound stands.
+                if not lease.watchdog and time.monotonic() - pending_since > lease.margin:
+                    with contextlib.suppress(LeasegateError):
+                        lease.renew()
+                return lease
             err = ans.error()
             if isinstance(err, LockHeldError):
                 key, pending_since, failures = _new_key(), None, 0

@@ -175,6 +175,14 @@ class EndToEnd(unittest.TestCase):
         self.assertGreater(again.fence, fence, "fences never go backwards")
         self.assertTrue(again.release())
 
+    def test_waited_grant_counts_from_the_grant(self) -> None:
+        name = unique("waited")
+        self.gw.acquire(name, "holder", ttl_ms=1500)  # expires in 1.5 s
+        lease = self.gw.acquire(name, "py-worker", ttl_ms=1000, wait_ms=10_000)
+        # A 1.5 s wait for a 1 s lease: valid_until counts from after the grant, not the send.
+        self.assertGreater(lease.valid_until - time.monotonic(), 0.5)
+        self.assertTrue(lease.release())
+
     def test_lock_held(self) -> None:
         name = unique("held")
         holder = self.gw.acquire(name, "holder", ttl_ms=20000)

@@ -261,7 +261,14 @@ export async function lock(client: LeasegateClient, name: string, options: LockO
       !waiting,
     );
     if (error === undefined && data !== undefined) {
-      return new Lease(client, name, data, response.status === 201, sentAt);
+      const lease = new Lease(client, name, data, response.status === 201, sentAt);
+      // The lease's TTL started at its grant, after the request was sent: after a long wait,
+      // validUntil (counted from the send) would already be near. Renew now to count from a
+      // request sent after the grant; on failure the earlier, conservative bound stands.
+      if (!data.watchdog && performance.now() - sentAt > safetyMarginMs(data.ttl_ms)) {
+        await lease.renew().catch(() => undefined);
+      }
+      return lease;
     }
     const err = toLeasegateError(error, response);
     if (err instanceof LeaseGoneError && restarts < 2) {

@@ -476,10 +476,13 @@ export interface components {
          * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
          *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
          *     answers as the first call did and changes nothing. A retried release never gives back a
-         *     second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
-         *     (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
-         *     (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
-         *     characters, else 400.
+         *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+         *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+         *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+         *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+         *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+         *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+         *     1-255 visible ASCII characters, else 400.
          */
         IdempotencyKey: string;
         /**
@@ -594,10 +597,13 @@ export interface operations {
                  * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
                  *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
                  *     answers as the first call did and changes nothing. A retried release never gives back a
-                 *     second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
-                 *     (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
-                 *     (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
-                 *     characters, else 400.
+                 *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+                 *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+                 *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+                 *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+                 *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     1-255 visible ASCII characters, else 400.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -667,10 +673,13 @@ export interface operations {
                  * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
                  *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
                  *     answers as the first call did and changes nothing. A retried release never gives back a
-                 *     second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
-                 *     (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
-                 *     (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
-                 *     characters, else 400.
+                 *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+                 *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+                 *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+                 *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+                 *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     1-255 visible ASCII characters, else 400.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
@@ -723,10 +732,13 @@ export interface operations {
                  * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
                  *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
                  *     answers as the first call did and changes nothing. A retried release never gives back a
-                 *     second hold, a retried re-entry never adds one, and a retried acquire gets the same lease
-                 *     (same token and fence) as long as it holds the lock, and 410 after. Send a fresh key
-                 *     (a UUID) per logical call and the same key on its retries. 1-255 visible ASCII
-                 *     characters, else 400.
+                 *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+                 *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+                 *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+                 *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+                 *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     1-255 visible ASCII characters, else 400.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };

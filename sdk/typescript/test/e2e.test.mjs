@@ -189,6 +189,14 @@ test("a wait split into short long-polls keeps its place ahead of newcomers", { 
   await Promise.all(newcomers.map(async (n) => (await n).release()));
 });
 
+test("a lease granted after a wait longer than its TTL counts from the grant", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("waited");
+  await lock(client, name, { owner: "holder", ttlMs: 1_500 }); // expires in 1.5 s
+  const lease = await lock(client, name, { owner: "worker", ttlMs: 1_000, waitMs: 10_000 });
+  assert.ok(lease.validUntil - performance.now() > 500, `validUntil ${lease.validUntil - performance.now()} ms ahead`);
+  await lease.release();
+});
+
 test("renew extends the lease (new expires_at, same fence)", { timeout: TEST_TIMEOUT }, async () => {
   const name = lockName("renew");
   const lease = await lock(client, name, { owner: "worker-a", ttlMs: 5_000 });
