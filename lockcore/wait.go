@@ -25,9 +25,8 @@ const retryPause = 50 * time.Millisecond
 //
 // On timeout it returns a *HeldError with Waited and a QueueTicket; when ctx ends, ctx's error;
 // when the Service closes, a *ShutdownError with a QueueTicket; when Redis is still failing as the
-// wait ends, ErrUnavailable. Whenever it
-// returns without a grant the waiter has left the queue, and a grant that reached it meanwhile has
-// been passed on.
+// wait ends, ErrUnavailable. Whenever it returns without a grant the waiter has left the queue,
+// and a grant that reached it meanwhile has been passed on.
 func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant, error) {
 	start := time.Now()
 	var ticketID string
