@@ -51,7 +51,8 @@ type Grant struct {
 // token, ticket or owner, ErrTooManyWaiters when this Service holds its cap of waiting requests,
 // and ErrUnavailable when Redis does not answer or the Service closes during the wait. If ctx
 // ends after Redis granted the lock, the grant is undone before returning ctx's error, so a
-// client that went away holds nothing.
+// client that went away holds nothing, unless the request carries an IdempotencyKey: then the
+// grant is kept for the retry that collects it.
 func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
 	if req.Token == "" && req.Wait > 0 {
 		return s.acquireWaiting(ctx, req)
@@ -117,7 +118,7 @@ func (s *Service) rememberGrant(ctx context.Context, req AcquireRequest, g Grant
 		return
 	}
 	k := s.keys(req.Lock)
-	window := max(s.idemWindow(), g.TTL)
+	window := max(s.idemWindow, g.TTL)
 	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Set().Key(k.latch("acquire", "", req.IdempotencyKey)).
 		Value(g.ID+" "+req.Owner).Px(window).Build()).Error()
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,8 +66,7 @@ type Service struct {
 	chanPrefix  string // + replica ID = the channel grants for this process's waiters arrive on
 	pingTimeout time.Duration
 
-	heartbeat, claimTTL, ticketGrace time.Duration
-	idemWindowMs                     string
+	heartbeat, claimTTL, ticketGrace, idemWindow time.Duration
 	// queueArgs start the ARGV of every script built on lib.lua, formatted once.
 	queueArgs []string
 
@@ -115,7 +113,7 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 		heartbeat:        opts.Heartbeat,
 		claimTTL:         opts.ClaimTTL,
 		ticketGrace:      opts.TicketGrace,
-		idemWindowMs:     ms(opts.IdempotencyWindow),
+		idemWindow:       opts.IdempotencyWindow,
 		queueArgs:        []string{chanPrefix, ms(opts.ClaimTTL), ms(opts.Liveness), ms(opts.FenceTTL)},
 		acquire:          rueidis.NewLuaScript(luascripts.Acquire),
 		reenter:          rueidis.NewLuaScript(luascripts.Reenter),
@@ -216,17 +214,12 @@ func (s *Service) runWithKeys(ctx context.Context, script *rueidis.Lua, lock str
 	return s.exec(ctx, script, s.keys(lock).with(extra...), append(slices.Clip(s.queueArgs), args...))
 }
 
-func (s *Service) idemWindow() time.Duration {
-	n, _ := strconv.ParseInt(s.idemWindowMs, 10, 64)
-	return time.Duration(n) * time.Millisecond
-}
-
 // idemMs is the Idempotency-Key window argument of the scripts: "0" without a key.
 func (s *Service) idemMs(key string) string {
 	if key == "" {
 		return "0"
 	}
-	return s.idemWindowMs
+	return ms(s.idemWindow)
 }
 
 // ints reads the integer elements of a script reply.
