@@ -27,16 +27,16 @@ import (
 )
 
 var (
-	only      = flag.String("only", "", "run one scenario: throughput, handoff, waiting")
+	only      = flag.String("only", "", "run one scenario: throughput, handoff, waiting, outside")
 	duration  = flag.Duration("duration", 3*time.Second, "length of one measured round")
 	rounds    = flag.Int("rounds", 3, "rounds per side; the median is reported")
 	clients   = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
 	flush     = flag.Duration("flush-delay", 0, "rueidis MaxFlushDelay for the gateway's Redis client")
 	waiters   = flag.Int("waiters", 10000, "long-polls held at once in the waiting scenario")
 	waitLocks = flag.Int("wait-locks", 1000, "lock names the waiting scenario's long-polls spread over")
-	baseline  = flag.String("baseline", "", "waiting scenario: other gateway builds to measure side by side, as name=path[,name=path] (e.g. builds of earlier commits)")
+	baseline  = flag.String("baseline", "", "waiting and outside scenarios: other gateway builds to measure side by side, as name=path[,name=path] (e.g. builds of earlier commits)")
 	gwEnv     = flag.String("gateway-env", "", "waiting scenario: extra environment for this tree's gateway in an extra row, e.g. GOMEMLIMIT=300MiB")
-	lgbench   = flag.String("lgbench", "", "waiting scenario: the outside load generator's binary (build ../shared/lgbench), for hand-offs")
+	lgbench   = flag.String("lgbench", "", "waiting and outside scenarios: the outside load generator's binary (build ../shared/lgbench)")
 	multiplex = flag.Int("pipeline-multiplex", 0, "rueidis PipelineMultiplex for the in-process gateway (0: lockcore's default)")
 	noPipe    = flag.Bool("no-auto-pipelining", false, "rueidis DisableAutoPipelining for the in-process gateway")
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -85,6 +85,11 @@ func run() error {
 	}
 	if *only == "" || *only == "waiting" {
 		if err := waiting(dir, redis); err != nil {
+			return err
+		}
+	}
+	if (*only == "" && *lgbench != "") || *only == "outside" {
+		if err := outside(dir, redis); err != nil {
 			return err
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -30,13 +29,7 @@ type build struct {
 // alternating rounds: the memory of -waiters long-polls waiting at once, and (with -lgbench) hand-offs
 // on one contended lock and a crowd of waiters on one lock, measured from outside by lgbench.
 func waiting(dir string, redis *harness.Redis) error {
-	var builds []build
-	for _, nb := range strings.Split(*baseline, ",") {
-		if name, bin, ok := strings.Cut(nb, "="); ok {
-			builds = append(builds, build{name: name, bin: bin})
-		}
-	}
-	builds = append(builds, build{name: "this tree"})
+	builds := baselineBuilds()
 	// Thousands of connections, in this process, the gateways and lgbench (which inherit it).
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
@@ -231,22 +224,7 @@ func runLgbench(dir string, redis *harness.Redis, b build, mode string, args ...
 		return nil, err
 	}
 	defer gw.Stop()
-	cmd := exec.Command(*lgbench, append([]string{mode, "-url", gw.URL}, args...)...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("lgbench %s: %w\n%s", mode, err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	figures := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(lines[len(lines)-1]))
-	sc.Split(bufio.ScanWords)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			figures[k], _ = strconv.ParseFloat(v, 64)
-		}
-	}
-	return figures, nil
+	return runLgbenchAt(gw.URL, mode, args...)
 }
 
 // span renders the range of f over rs with format ("a-b", or one figure when they agree).

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-chi/chi/v5"
 
@@ -86,15 +88,20 @@ func jsonType(goType string) string {
 	return "object"
 }
 
+// bodies pools the buffers answers are encoded into.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// writeJSON answers v as JSON with a newline.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
+	body := bodies.Get().(*bytes.Buffer)
+	defer bodies.Put(body)
+	body.Reset()
+	if err := json.NewEncoder(body).Encode(v); err != nil {
 		panic(err) // the wire types always marshal; the recoverer answers 500
 	}
-	body = append(body, '\n')
 	// A Content-Length lets a handler flush the answer whole (see acquire), without chunking.
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.Header().Set("Content-Length", strconv.Itoa(body.Len()))
 	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	_, _ = w.Write(body.Bytes())
 }

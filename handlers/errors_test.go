@@ -101,7 +101,7 @@ func TestWriteError(t *testing.T) {
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			r := httptest.NewRequest(http.MethodPost, "/locks/x", nil)
-			r = r.WithContext(context.WithValue(r.Context(), requestIDKey, "req-42"))
+			r = r.WithContext(context.WithValue(r.Context(), requestKey{}, &requestInfo{id: "req-42", rec: &statusRecorder{}}))
 			w := httptest.NewRecorder()
 
 			writeError(w, r, log, tc.err)
@@ -141,7 +141,7 @@ func TestWriteErrorClientGone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	rec := &statusRecorder{ResponseWriter: httptest.NewRecorder()}
-	ctx = context.WithValue(ctx, statusKey, rec)
+	ctx = context.WithValue(ctx, requestKey{}, &requestInfo{rec: rec})
 	r := httptest.NewRequest(http.MethodPost, "/locks/x", nil).WithContext(ctx)
 	w := rec.ResponseWriter.(*httptest.ResponseRecorder)
 

@@ -12,12 +12,15 @@ import (
 	"time"
 )
 
-type ctxKey int
+// requestKey is the context key of a request's *requestInfo.
+type requestKey struct{}
 
-const (
-	requestIDKey ctxKey = iota
-	statusKey
-)
+// requestInfo is what the middleware knows of a request: its ID and the status it answered. One
+// context value holds both, so the middleware copies the request once (each WithContext copies it).
+type requestInfo struct {
+	id  string
+	rec *statusRecorder
+}
 
 // requestIDHeader carries the request ID: the client's when it sends a sane one, else ours.
 const requestIDHeader = "X-Request-Id"
@@ -31,17 +34,6 @@ func newIDPrefix() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func requestID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(requestIDHeader)
-		if !saneID(id) {
-			id = idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 10)
-		}
-		w.Header().Set(requestIDHeader, id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
-	})
 }
 
 // saneID accepts 1-64 bytes of visible ASCII, so a client's ID cannot forge log lines.
@@ -58,8 +50,10 @@ func saneID(id string) bool {
 }
 
 func requestIDFrom(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey).(string)
-	return id
+	if info, ok := ctx.Value(requestKey{}).(*requestInfo); ok {
+		return info.id
+	}
+	return ""
 }
 
 // statusRecorder remembers the status a handler wrote. A handler that writes nothing because its
@@ -89,24 +83,33 @@ func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter 
 // setStatus records code as the request's logged status when nothing was written yet, or, with
 // force, in place of what was written (an answer that never reached its client).
 func setStatus(ctx context.Context, code int, force bool) {
-	if rec, ok := ctx.Value(statusKey).(*statusRecorder); ok && (rec.status == 0 || force) {
-		rec.status = code
+	if info, ok := ctx.Value(requestKey{}).(*requestInfo); ok && (info.rec.status == 0 || force) {
+		info.rec.status = code
 	}
 }
 
-// accessLog writes one line per request: ID, method, path, status and duration. It never logs
-// headers, so lease tokens stay out of the logs.
+// accessLog gives each request its ID (X-Request-Id: the client's when sane, else ours, echoed in
+// the answer) and writes one line per request: ID, method, path, status and duration. It never
+// logs headers, so lease tokens stay out of the logs.
 func accessLog(log *slog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			rec := &statusRecorder{ResponseWriter: w}
-			next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), statusKey, rec)))
+			id := r.Header.Get(requestIDHeader)
+			if !saneID(id) {
+				id = idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 10)
+			}
+			w.Header().Set(requestIDHeader, id)
+			info := &requestInfo{id: id, rec: &statusRecorder{ResponseWriter: w}}
+			next.ServeHTTP(info.rec, r.WithContext(context.WithValue(r.Context(), requestKey{}, info)))
+			if !log.Enabled(r.Context(), slog.LevelInfo) {
+				return
+			}
 			log.LogAttrs(r.Context(), slog.LevelInfo, "request",
-				slog.String("request_id", requestIDFrom(r.Context())),
+				slog.String("request_id", id),
 				slog.String("method", r.Method),
 				slog.String("path", r.URL.Path),
-				slog.Int("status", rec.status),
+				slog.Int("status", info.rec.status),
 				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 			)
 		})

@@ -42,7 +42,7 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger}
 
 	r := chi.NewRouter()
-	r.Use(requestID, accessLog(opts.Logger), recoverer(opts.Logger))
+	r.Use(accessLog(opts.Logger), recoverer(opts.Logger))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string
@@ -59,11 +59,10 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	r.Get("/readyz", h.readyz)
 	r.Get("/openapi.yaml", spec(opts.Spec))
 
-	r.Route("/locks/{name}", func(r chi.Router) {
-		r.Post("/", h.acquire)
-		r.Delete("/", h.release)
-		r.Get("/", h.inspect)
-		r.Post("/renew", h.renew)
-	})
+	// Flat routes, not a mounted subrouter: one routing pass per request.
+	r.Post("/locks/{name}", h.acquire)
+	r.Delete("/locks/{name}", h.release)
+	r.Get("/locks/{name}", h.inspect)
+	r.Post("/locks/{name}/renew", h.renew)
 	return r
 }

@@ -37,21 +37,21 @@ local function granted(fence)
   return {1, fence}
 end
 
-if redis.call('HEXISTS', lock, lease) == 1 then
+-- PTTL first: on a free lock (the uncontended path) the lease cannot hold it, so no HEXISTS.
+local pttl = redis.call('PTTL', lock)
+if pttl ~= -2 and redis.call('HEXISTS', lock, lease) == 1 then
   dequeue(lease)
   redis.call('HSET', lock, ':ttl', ttl)
   redis.call('PEXPIRE', lock, ttl)
   return {1, tonumber(redis.call('HGET', lock, ':fence'))}
 end
 
-local now = now_us()
-local pttl = redis.call('PTTL', lock)
 if mode ~= 'wait' then
   if pttl == -2 then
-    if not first_live(now) then
-      return granted(grant(lease, owner, ttl, wd, hold, ttl, now))
+    if not first_live() then
+      return granted(grant(lease, owner, ttl, wd, hold, ttl))
     end
-    promote(now)
+    promote()
     pttl = claim_ms
   end
   return {0, pttl}
@@ -59,6 +59,7 @@ end
 
 -- Wait: join the queue first (an earlier arrival is kept), so that a waiter coming back to its
 -- place is considered with everyone else when the lock is free.
+local now = now_us()
 if arrival == 0 then
   arrival = tonumber(redis.call('GETDEL', KEYS[6]) or now)
 end
@@ -67,11 +68,11 @@ redis.call('ZADD', qd, string.format('%d', math.floor(now / 1000) + liveness_ms)
 redis.call('HSET', qm, lease, cjson.encode({r = replica, o = owner, t = ttl, w = wd, h = hold}))
 keep_queue()
 if pttl == -2 then
-  if first_live(now) == lease then
+  if first_live() == lease then
     dequeue(lease)
-    return granted(grant(lease, owner, ttl, wd, hold, ttl, now))
+    return granted(grant(lease, owner, ttl, wd, hold, ttl))
   end
-  promote(now)
+  promote()
   pttl = claim_ms
 end
 return {2, pttl, tonumber(redis.call('ZSCORE', q, lease))}

@@ -8,7 +8,6 @@
 --   ticketed is 1 when the waiter's arrival was kept under KEYS[6] for ticket_ms, for its next
 --   waiting acquire to resume (see acquire.lua).
 local lease, ticket_ms, arrival = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local now = now_us()
 
 local ticketed = 0
 if ticket_ms > 0 then
@@ -21,11 +20,11 @@ end
 dequeue(lease)
 if redis.call('HEXISTS', lock, lease) == 1 then
   redis.call('DEL', lock)
-  promote(now)
+  promote()
   return {1, ticketed}
 end
 local pttl = redis.call('PTTL', lock)
-if pttl == -2 and promote(now) then
+if pttl == -2 and promote() then
   -- The holder expired and nobody had handed the lock on yet.
   pttl = claim_ms
 end

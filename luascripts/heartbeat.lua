@@ -9,9 +9,8 @@
 --   Any number of leases may be given: they are handled in chunks (see lib.lua).
 local first, last = 5, #ARGV
 
-local now = now_us()
 if last >= first and redis.call('EXISTS', q) == 1 then
-  local deadline = string.format('%d', math.floor(now / 1000) + liveness_ms)
+  local deadline = string.format('%d', math.floor(now_us() / 1000) + liveness_ms)
   for from = first, last, chunk do
     local args = {'XX', 'GT'}
     for i = from, math.min(from + chunk - 1, last) do
@@ -25,10 +24,10 @@ end
 
 local pttl = redis.call('PTTL', lock)
 if pttl == -2 then
-  promote(now)
+  promote()
   pttl = redis.call('PTTL', lock)
 else
-  first_live(now) -- prune
+  first_live() -- prune
 end
 
 local holder, fence = '', 0

@@ -26,18 +26,24 @@ local queue_ttl_ms = liveness_ms * 10
 -- chunks of this many.
 local chunk = 1000
 
+-- now_us returns the Redis time in microseconds, read once per script run and only when needed
+-- (every command a script makes costs Redis CPU, and most uncontended calls need no clock).
+local now_cache
 local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not now_cache then
+    local t = redis.call('TIME')
+    now_cache = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return now_cache
 end
 
 -- grant gives the free lock to lease with a new fence and a PEXPIRE of pexpire_ms; returns the fence.
 -- fence = max(last fence + 1, now in µs): strictly increasing while the fence key lives, and still
--- increasing after it expired (fence_ttl_ms after the last grant) or was lost, as long as the Redis
--- clock moves forward. A watchdog lease (wd '1') records :until, the Redis time in ms after which
--- the watchdog no longer renews it (grant + hold_ms).
-local function grant(lease, owner, ttl, wd, hold_ms, pexpire_ms, now)
-  local fence = now
+-- increasing after it expired (fence_ttl_ms after the last grant), was lost, or was rolled back by a
+-- failover, as long as the Redis clock moves forward. A watchdog lease (wd '1') records :until, the
+-- Redis time in ms after which the watchdog no longer renews it (grant + hold_ms).
+local function grant(lease, owner, ttl, wd, hold_ms, pexpire_ms)
+  local fence = now_us()
   local last = tonumber(redis.call('GET', fencekey) or '0')
   if fence <= last then
     fence = last + 1
@@ -45,7 +51,7 @@ local function grant(lease, owner, ttl, wd, hold_ms, pexpire_ms, now)
   redis.call('SET', fencekey, string.format('%d', fence), 'PX', fence_ttl_ms)
   local hold_until = 0
   if wd == '1' then
-    hold_until = math.floor(now / 1000) + tonumber(hold_ms)
+    hold_until = math.floor(now_us() / 1000) + tonumber(hold_ms)
   end
   redis.call('HSET', lock, lease, 1, ':owner', owner, ':fence', string.format('%d', fence), ':ttl', ttl, ':wd', wd,
     ':until', string.format('%d', hold_until))
@@ -97,8 +103,8 @@ local function keep_queue()
 end
 
 -- prune drops up to 100 queue entries whose liveness deadline has passed.
-local function prune(now)
-  local dead = redis.call('ZRANGEBYSCORE', qd, '-inf', '(' .. math.floor(now / 1000), 'LIMIT', 0, 100)
+local function prune()
+  local dead = redis.call('ZRANGEBYSCORE', qd, '-inf', '(' .. math.floor(now_us() / 1000), 'LIMIT', 0, 100)
   if #dead > 0 then
     redis.call('ZREM', q, unpack(dead))
     redis.call('ZREM', qd, unpack(dead))
@@ -109,12 +115,12 @@ end
 -- first_live returns the first live waiter, or nil when nobody live waits. Dead entries are
 -- pruned a hundred at a time by deadline, and any still found at the head (the queue is in arrival
 -- order, not deadline order) are dropped one by one.
-local function first_live(now)
+local function first_live()
   if redis.call('EXISTS', q) == 0 then
     return nil
   end
-  prune(now)
-  local now_ms = math.floor(now / 1000)
+  prune()
+  local now_ms = math.floor(now_us() / 1000)
   for _ = 1, 100 do
     local head = redis.call('ZRANGE', q, 0, 0)[1]
     if not head then
@@ -144,9 +150,9 @@ end
 -- (plus an expiry hint to the next waiter's replica, in case the claim lapses).
 -- The waiter's replica extends the claim to the waiter's TTL, or passes it on if the waiter left.
 -- Returns the grantee's lease and fence, or nil when nobody waits.
-local function promote(now)
+local function promote()
   for _ = 1, 10 do
-    local head = first_live(now)
+    local head = first_live()
     if not head then
       return nil
     end
@@ -154,7 +160,7 @@ local function promote(now)
     dequeue(head)
     if raw then
       local m = cjson.decode(raw)
-      local fence = grant(head, m.o, m.t, m.w, m.h, claim_ms, now)
+      local fence = grant(head, m.o, m.t, m.w, m.h, claim_ms)
       redis.call('PUBLISH', chanprefix .. m.r, 'g ' .. head .. ' ' .. string.format('%d', fence))
       hint()
       return head, fence

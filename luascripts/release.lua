@@ -14,16 +14,18 @@ local prev = replay(latch, idem_ms)
 if prev then
   return prev
 end
-local holds = tonumber(redis.call('HGET', lock, lease))
+local v = redis.call('HMGET', lock, lease, ':ttl', ':wd')
+local holds, ttl = tonumber(v[1]), v[2]
 if not holds then
   return {-1}
 end
-local ttl = redis.call('HGET', lock, ':ttl')
 if holds > 1 then
   return remember(latch, idem_ms, ttl, {redis.call('HINCRBY', lock, lease, -1)})
 end
-local wd = tonumber(redis.call('HGET', lock, ':wd'))
 redis.call('DEL', lock)
-dequeue(lease)
-promote(now_us())
-return remember(latch, idem_ms, ttl, {0, wd})
+-- The queue keys exist only while someone waits (see lib.lua): with none, nothing to dequeue or promote.
+if redis.call('EXISTS', q) == 1 then
+  dequeue(lease)
+  promote()
+end
+return remember(latch, idem_ms, ttl, {0, tonumber(v[3])})
