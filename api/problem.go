@@ -16,6 +16,9 @@ const (
 	TypeBackendUnavailable = "urn:leasegate:problem:backend-unavailable"
 	TypeTooManyWaiters     = "urn:leasegate:problem:too-many-waiters"
 	TypeShuttingDown       = "urn:leasegate:problem:shutting-down"
+	TypeUpgradeRefused     = "urn:leasegate:problem:upgrade-refused"
+	TypePermitsMismatch    = "urn:leasegate:problem:permits-mismatch"
+	TypeSemaphoreFull      = "urn:leasegate:problem:semaphore-full"
 	TypeInternal           = "urn:leasegate:problem:internal"
 )
 
@@ -27,6 +30,8 @@ type Problem struct {
 	Detail        string         `json:"detail"`
 	RequestID     string         `json:"request_id,omitempty"`
 	Lock          string         `json:"lock,omitempty"`
+	Semaphore     string         `json:"semaphore,omitempty"`
+	Permits       *int64         `json:"permits,omitempty"` // the semaphore's size (permits-mismatch)
 	RetryAfterms  *int64         `json:"retry_after_ms,omitempty"`
 	Waitedms      *int64         `json:"waited_ms,omitempty"`
 	QueueTicket   string         `json:"queue_ticket,omitempty"`

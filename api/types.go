@@ -7,7 +7,10 @@ import "time"
 // AcquireRequest is the body of POST /locks/{name}. Pointer fields distinguish "absent" (use the
 // default) from an explicit value.
 type AcquireRequest struct {
-	Owner    string `json:"owner"`
+	Owner string `json:"owner"`
+	// Mode is "exclusive" (the default) or "shared": shared holds coexist, an exclusive one
+	// excludes every other hold.
+	Mode     string `json:"mode,omitempty"`
 	TTLms    *int64 `json:"ttl_ms,omitempty"`
 	Waitms   *int64 `json:"wait_ms,omitempty"`
 	Watchdog *bool  `json:"watchdog,omitempty"`
@@ -17,7 +20,19 @@ type AcquireRequest struct {
 	QueueTicket string `json:"queue_ticket,omitempty"`
 }
 
-// RenewRequest is the optional body of POST /locks/{name}/renew.
+// SemaphoreAcquireRequest is the body of POST /semaphores/{name}: one permit of a semaphore of
+// Permits permits.
+type SemaphoreAcquireRequest struct {
+	Owner       string `json:"owner"`
+	Permits     *int64 `json:"permits"`
+	TTLms       *int64 `json:"ttl_ms,omitempty"`
+	Waitms      *int64 `json:"wait_ms,omitempty"`
+	Watchdog    *bool  `json:"watchdog,omitempty"`
+	MaxHoldms   *int64 `json:"max_hold_ms,omitempty"`
+	QueueTicket string `json:"queue_ticket,omitempty"`
+}
+
+// RenewRequest is the optional body of POST /locks/{name}/renew and /semaphores/{name}/renew.
 type RenewRequest struct {
 	TTLms *int64 `json:"ttl_ms,omitempty"`
 }
@@ -32,6 +47,22 @@ type Grant struct {
 	ExpiresAt Timestamp `json:"expires_at"`
 	Holds     int64     `json:"holds"`
 	Watchdog  bool      `json:"watchdog"`
+	Mode      string    `json:"mode"` // the hold granted: "exclusive" or "shared"
+}
+
+// SemaphoreGrant is the body of a successful semaphore acquire (201 new permit, 200 re-entry) and
+// of its renew.
+type SemaphoreGrant struct {
+	Semaphore string    `json:"semaphore"`
+	Owner     string    `json:"owner"`
+	Token     string    `json:"token"`
+	Fence     int64     `json:"fence"`
+	TTLms     int64     `json:"ttl_ms"`
+	ExpiresAt Timestamp `json:"expires_at"`
+	Holds     int64     `json:"holds"`
+	Watchdog  bool      `json:"watchdog"`
+	Permits   int64     `json:"permits"` // the semaphore's size
+	Used      int64     `json:"used"`    // permits in use, this one included
 }
 
 // Release is the body of a successful DELETE /locks/{name}.
@@ -39,13 +70,37 @@ type Release struct {
 	Lock     string `json:"lock"`
 	Released bool   `json:"released"`
 	Holds    int64  `json:"holds"`
+	Mode     string `json:"mode"` // the hold given back (or decremented)
 }
 
-// LockState is the body of GET /locks/{name}. Fields after Held are present only while it is held;
-// Yours only when the request carried a Lease-Token.
+// SemaphoreRelease is the body of a successful DELETE /semaphores/{name}.
+type SemaphoreRelease struct {
+	Semaphore string `json:"semaphore"`
+	Released  bool   `json:"released"`
+	Holds     int64  `json:"holds"`
+}
+
+// Holder is one lease's hold in a state body.
+type Holder struct {
+	Owner    string `json:"owner"`
+	Fence    int64  `json:"fence"`
+	Holds    int64  `json:"holds"`
+	TTLms    int64  `json:"ttl_ms"`
+	Watchdog bool   `json:"watchdog"`
+	// MaxHoldms is how much longer the watchdog renews the lease (watchdog leases only).
+	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
+}
+
+// MaxListedHolders bounds the holders a state body lists; holder_count counts them all.
+const MaxListedHolders = 100
+
+// LockState is the body of GET /locks/{name}. Mode is present while it is held; the exclusive
+// holder's fields (Owner to MaxHoldms) only while it is held exclusively; Holders and HolderCount
+// only while shared holds exist; Yours only when the request carried a Lease-Token.
 type LockState struct {
 	Lock     string `json:"lock"`
 	Held     bool   `json:"held"`
+	Mode     string `json:"mode,omitempty"`
 	Owner    string `json:"owner,omitempty"`
 	Fence    int64  `json:"fence,omitempty"`
 	Holds    int64  `json:"holds,omitempty"`
@@ -54,7 +109,21 @@ type LockState struct {
 	Watchdog *bool  `json:"watchdog,omitempty"`
 	// MaxHoldms is how much longer the watchdog renews the lease (watchdog leases only).
 	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
-	Yours     *bool  `json:"yours,omitempty"`
+	// Holders are the shared holders (the first MaxListedHolders, soonest to expire first).
+	Holders     []Holder `json:"holders,omitempty"`
+	HolderCount *int64   `json:"holder_count,omitempty"`
+	Yours       *bool    `json:"yours,omitempty"`
+}
+
+// SemaphoreState is the body of GET /semaphores/{name}.
+type SemaphoreState struct {
+	Name        string   `json:"name"`
+	Permits     int64    `json:"permits"` // its size; 0 while nobody holds or waits
+	Used        int64    `json:"used"`
+	Holders     []Holder `json:"holders"`
+	HolderCount int64    `json:"holder_count"`
+	Waiters     int64    `json:"waiters"`
+	Yours       *bool    `json:"yours,omitempty"`
 }
 
 // Health is the body of /healthz and /readyz.

@@ -16,8 +16,9 @@ type Limits struct {
 	MaxHold    time.Duration // default and cap of max_hold_ms
 }
 
-// Lock names and owners.
+// Lock names and owners, semaphore sizes.
 const (
+	MaxPermits     = 10000
 	MaxLockNameLen = 200
 	MaxOwnerLen    = 128
 	MaxTicketLen   = 2048
@@ -56,6 +57,8 @@ func ValidateOwner(owner string) error {
 
 // Acquire is a validated AcquireRequest with defaults applied.
 type Acquire struct {
+	Shared   bool // a lock's shared hold (a semaphore's permits always are)
+	Permits  int64
 	Owner    string
 	TTL      time.Duration
 	Wait     time.Duration
@@ -67,6 +70,34 @@ type Acquire struct {
 
 // Validate checks r against l and applies defaults. It returns every invalid field, not just the first.
 func (r AcquireRequest) Validate(l Limits) (Acquire, []InvalidParam) {
+	a, bad := r.validateCommon(l)
+	switch r.Mode {
+	case "", "exclusive":
+	case "shared":
+		a.Shared = true
+	default:
+		bad = append(bad, InvalidParam{Name: "mode", Reason: fmt.Sprintf("must be \"exclusive\" or \"shared\", got %q", r.Mode)})
+	}
+	return a, bad
+}
+
+// Validate checks r against l and applies defaults. It returns every invalid field, not just the first.
+func (r SemaphoreAcquireRequest) Validate(l Limits) (Acquire, []InvalidParam) {
+	a, bad := AcquireRequest{Owner: r.Owner, TTLms: r.TTLms, Waitms: r.Waitms, Watchdog: r.Watchdog,
+		MaxHoldms: r.MaxHoldms, QueueTicket: r.QueueTicket}.validateCommon(l)
+	switch {
+	case r.Permits == nil:
+		bad = append(bad, InvalidParam{Name: "permits", Reason: fmt.Sprintf("permits is required: the semaphore's size, 1-%d", MaxPermits)})
+	case *r.Permits < 1 || *r.Permits > MaxPermits:
+		bad = append(bad, InvalidParam{Name: "permits", Reason: fmt.Sprintf("must be between 1 and %d, got %d", MaxPermits, *r.Permits)})
+	default:
+		a.Permits = *r.Permits
+	}
+	return a, bad
+}
+
+// validateCommon checks the fields a lock's and a semaphore's acquire share.
+func (r AcquireRequest) validateCommon(l Limits) (Acquire, []InvalidParam) {
 	var bad []InvalidParam
 	if r.Owner == "" {
 		bad = append(bad, InvalidParam{Name: "owner", Reason: "owner is required: who holds the lock, 1-128 printable characters"})

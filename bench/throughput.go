@@ -90,11 +90,11 @@ func (l roundTripLocker) Acquire(ctx context.Context, req lockcore.AcquireReques
 	return l.floorLocker.Acquire(ctx, req)
 }
 
-func (l roundTripLocker) Release(ctx context.Context, lock, token, key string) (lockcore.Released, error) {
-	if err := l.script.Exec(ctx, l.client, []string{lock}, nil).Error(); err != nil {
+func (l roundTripLocker) Release(ctx context.Context, req lockcore.ReleaseRequest) (lockcore.Released, error) {
+	if err := l.script.Exec(ctx, l.client, []string{req.Ref.Name}, nil).Error(); err != nil {
 		return lockcore.Released{}, err
 	}
-	return l.floorLocker.Release(ctx, lock, token, key)
+	return l.floorLocker.Release(ctx, req)
 }
 
 // cycles runs n clients, each acquiring and releasing its own lock name in a loop, for d, and
@@ -177,19 +177,19 @@ func (f floorLocker) Acquire(ctx context.Context, req lockcore.AcquireRequest) (
 	return lockcore.Grant{Lease: l, Token: f.tokens.Mint(l), TTL: req.TTL, ExpiresAt: time.Now().Add(req.TTL), Holds: 1}, nil
 }
 
-func (f floorLocker) Release(_ context.Context, lock, token, _ string) (lockcore.Released, error) {
-	if _, err := f.tokens.Parse(token, lock); err != nil {
+func (f floorLocker) Release(_ context.Context, req lockcore.ReleaseRequest) (lockcore.Released, error) {
+	if _, err := f.tokens.Parse(req.Token, req.Ref); err != nil {
 		return lockcore.Released{}, err
 	}
 	return lockcore.Released{Released: true}, nil
 }
 
-func (f floorLocker) Renew(_ context.Context, lock, token string, ttl time.Duration) (lockcore.Grant, error) {
+func (f floorLocker) Renew(context.Context, lockcore.Ref, string, time.Duration) (lockcore.Grant, error) {
 	return lockcore.Grant{}, nil
 }
 
-func (f floorLocker) Inspect(_ context.Context, lock, token string) (lockcore.State, error) {
-	return lockcore.State{Lock: lock}, nil
+func (f floorLocker) Inspect(_ context.Context, ref lockcore.Ref, _ string) (lockcore.State, error) {
+	return lockcore.State{Ref: ref}, nil
 }
 
 func (f floorLocker) Ping(context.Context) error { return nil }

@@ -25,16 +25,16 @@ func (l instantLocker) Acquire(_ context.Context, req lockcore.AcquireRequest) (
 	return lockcore.Grant{Lease: lease, Token: l.tokens.Mint(lease), TTL: req.TTL, ExpiresAt: time.Now().Add(req.TTL), Holds: 1}, nil
 }
 
-func (l instantLocker) Release(_ context.Context, lock, token, _ string) (lockcore.Released, error) {
-	_, err := l.tokens.Parse(token, lock)
+func (l instantLocker) Release(_ context.Context, req lockcore.ReleaseRequest) (lockcore.Released, error) {
+	_, err := l.tokens.Parse(req.Token, req.Ref)
 	return lockcore.Released{Released: true}, err
 }
 
-func (instantLocker) Renew(context.Context, string, string, time.Duration) (lockcore.Grant, error) {
+func (instantLocker) Renew(context.Context, lockcore.Ref, string, time.Duration) (lockcore.Grant, error) {
 	return lockcore.Grant{}, nil
 }
 
-func (instantLocker) Inspect(context.Context, string, string) (lockcore.State, error) {
+func (instantLocker) Inspect(context.Context, lockcore.Ref, string) (lockcore.State, error) {
 	return lockcore.State{}, nil
 }
 

@@ -49,10 +49,19 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		reqErr      *requestError
 		heldErr     *lockcore.HeldError
 		shutdownErr *lockcore.ShutdownError
+		sizeErr     *lockcore.PermitsMismatchError
 	)
 	switch {
 	case errors.As(err, &reqErr):
 		p.Status, p.Type, p.Title, p.InvalidParams = reqErr.status, reqErr.typ, reqErr.title, reqErr.params
+	case errors.As(err, &heldErr) && heldErr.Kind == lockcore.KindSemaphore:
+		p.Status, p.Type, p.Title, p.Semaphore = http.StatusConflict, api.TypeSemaphoreFull, "No permit free", heldErr.Lock
+		p.RetryAfterms = ptr(heldErr.RetryAfter.Milliseconds())
+		if heldErr.Waited > 0 {
+			p.Waitedms = ptr(heldErr.Waited.Milliseconds())
+		}
+		p.QueueTicket = heldErr.QueueTicket
+		w.Header().Set("Retry-After", retryAfterSeconds(heldErr.RetryAfter))
 	case errors.As(err, &heldErr):
 		p.Status, p.Type, p.Title, p.Lock = http.StatusConflict, api.TypeLockHeld, "Lock held", heldErr.Lock
 		p.RetryAfterms = ptr(heldErr.RetryAfter.Milliseconds())
@@ -61,6 +70,15 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		}
 		p.QueueTicket = heldErr.QueueTicket
 		w.Header().Set("Retry-After", retryAfterSeconds(heldErr.RetryAfter))
+	case errors.Is(err, lockcore.ErrUpgradeRefused):
+		p.Status, p.Type, p.Title = http.StatusConflict, api.TypeUpgradeRefused, "Upgrade refused"
+		p.Detail = err.Error() + ": upgrades deadlock (two shared holders each waiting for the other to leave); " +
+			"release the shared hold, then acquire exclusively"
+		w.Header().Set("Retry-After", "1")
+	case errors.As(err, &sizeErr):
+		p.Status, p.Type, p.Title, p.Semaphore = http.StatusConflict, api.TypePermitsMismatch, "Permits mismatch", sizeErr.Semaphore
+		p.Permits = ptr(sizeErr.Permits)
+		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, lockcore.ErrLeaseLost):
 		p.Status, p.Type, p.Title = http.StatusGone, api.TypeLeaseGone, "Lease gone"
 	case errors.Is(err, lockcore.ErrInvalidToken):

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -58,12 +59,21 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
 		return
 	}
-	// A waiting request runs on this goroutine until it is granted, its wait runs out, or its
-	// client leaves (which ends r.Context()).
-	g, err := h.locker.Acquire(r.Context(), lockcore.AcquireRequest{
-		Lock: name, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold,
+	mode := lockcore.Exclusive
+	if req.Shared {
+		mode = lockcore.Shared
+	}
+	h.grant(w, r, lockcore.AcquireRequest{
+		Lock: name, Mode: mode, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold,
 		Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket, IdempotencyKey: idem,
-	})
+	}, "/locks/"+name, func(g lockcore.Grant) any { return grantBody(g) })
+}
+
+// grant runs an acquire (a lock's or a semaphore's) and answers it: 201 with a Location for a new
+// grant, 200 for a re-entry. A waiting request runs on this goroutine until it is granted, its
+// wait runs out, or its client leaves (which ends r.Context()).
+func (h *lockHandlers) grant(w http.ResponseWriter, r *http.Request, req lockcore.AcquireRequest, location string, body func(lockcore.Grant) any) {
+	g, err := h.locker.Acquire(r.Context(), req)
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return
@@ -72,25 +82,26 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 	if g.Reentered {
 		status = http.StatusOK
 	} else {
-		w.Header().Set("Location", "/locks/"+name)
+		w.Header().Set("Location", location)
 	}
-	writeJSON(w, status, grantBody(g))
+	writeJSON(w, status, body(g))
 	// A grant whose answer cannot reach its client would stay held for its whole TTL (or max hold,
 	// with the watchdog): push the answer out now, and give the hold back if it did not go. With an
 	// Idempotency-Key the client retries, and its retry collects the grant instead.
-	if err := http.NewResponseController(w).Flush(); err != nil && idem != "" {
-		h.log.Info("grant not delivered: client gone; kept for the retry with its Idempotency-Key", "request_id", requestIDFrom(r.Context()), "lock", name, "err", err)
+	if err := http.NewResponseController(w).Flush(); err != nil && req.IdempotencyKey != "" {
+		h.log.Info("grant not delivered: client gone; kept for the retry with its Idempotency-Key", "request_id", requestIDFrom(r.Context()), req.Kind.String(), req.Lock, "err", err)
 		setStatus(r.Context(), statusClientClosed, true)
 	} else if err != nil {
-		if _, rerr := h.locker.Release(context.WithoutCancel(r.Context()), name, g.Token, ""); rerr != nil {
-			h.log.Warn("giving back a grant whose answer was not delivered failed", "request_id", requestIDFrom(r.Context()), "lock", name, "err", rerr)
+		undo := lockcore.ReleaseRequest{Ref: g.Ref(), Token: g.Token, Mode: g.Mode}
+		if _, rerr := h.locker.Release(context.WithoutCancel(r.Context()), undo); rerr != nil {
+			h.log.Warn("giving back a grant whose answer was not delivered failed", "request_id", requestIDFrom(r.Context()), req.Kind.String(), req.Lock, "err", rerr)
 		}
-		h.log.Info("grant not delivered: client gone; hold given back", "request_id", requestIDFrom(r.Context()), "lock", name, "err", err)
+		h.log.Info("grant not delivered: client gone; hold given back", "request_id", requestIDFrom(r.Context()), req.Kind.String(), req.Lock, "err", err)
 		setStatus(r.Context(), statusClientClosed, true)
 	}
 }
 
-// release handles DELETE /locks/{name}.
+// release handles DELETE /locks/{name}[?mode=exclusive|shared].
 func (h *lockHandlers) release(w http.ResponseWriter, r *http.Request) {
 	name, err := lockName(r)
 	if err != nil {
@@ -102,12 +113,23 @@ func (h *lockHandlers) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
-	rel, err := h.locker.Release(r.Context(), name, r.Header.Get(leaseTokenHeader), idem)
+	var mode lockcore.Mode
+	switch m := r.URL.Query().Get("mode"); m {
+	case "":
+	case "exclusive", "shared":
+		mode = lockcore.Mode(m)
+	default:
+		writeError(w, r, h.log, invalidRequest("the mode query parameter is not valid",
+			[]api.InvalidParam{{Name: "mode", Reason: fmt.Sprintf("must be \"exclusive\" or \"shared\", got %q", m)}}))
+		return
+	}
+	rel, err := h.locker.Release(r.Context(), lockcore.ReleaseRequest{Ref: lockcore.LockRef(name),
+		Token: r.Header.Get(leaseTokenHeader), IdempotencyKey: idem, Mode: mode})
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Release{Lock: name, Released: rel.Released, Holds: rel.Holds})
+	writeJSON(w, http.StatusOK, api.Release{Lock: name, Released: rel.Released, Holds: rel.Holds, Mode: string(rel.Mode)})
 }
 
 // renew handles POST /locks/{name}/renew.
@@ -117,26 +139,31 @@ func (h *lockHandlers) renew(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
+	h.renewRef(w, r, lockcore.LockRef(name), func(g lockcore.Grant) any { return grantBody(g) })
+}
+
+// renewRef answers a renewal of ref's lease.
+func (h *lockHandlers) renewRef(w http.ResponseWriter, r *http.Request, ref lockcore.Ref, body func(lockcore.Grant) any) {
 	if _, err := idempotencyKey(r); err != nil { // validated, though a renewal needs no latch
 		writeError(w, r, h.log, err)
 		return
 	}
-	var body api.RenewRequest
-	if err := decodeBody(w, r, &body, true); err != nil {
+	var req api.RenewRequest
+	if err := decodeBody(w, r, &req, true); err != nil {
 		writeError(w, r, h.log, err)
 		return
 	}
-	ttl, bad := body.Validate(h.limits)
+	ttl, bad := req.Validate(h.limits)
 	if bad != nil {
 		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
 		return
 	}
-	g, err := h.locker.Renew(r.Context(), name, r.Header.Get(leaseTokenHeader), ttl)
+	g, err := h.locker.Renew(r.Context(), ref, r.Header.Get(leaseTokenHeader), ttl)
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, grantBody(g))
+	writeJSON(w, http.StatusOK, body(g))
 }
 
 // inspect handles GET /locks/{name}.
@@ -146,25 +173,44 @@ func (h *lockHandlers) inspect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
-	st, err := h.locker.Inspect(r.Context(), name, r.Header.Get(leaseTokenHeader))
+	st, err := h.locker.Inspect(r.Context(), lockcore.LockRef(name), r.Header.Get(leaseTokenHeader))
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return
 	}
-	body := api.LockState{Lock: name, Held: st.Held, Waiters: st.Waiters, Yours: st.Yours}
-	if st.Held {
-		body.Owner, body.Fence, body.Holds = st.Owner, st.Fence, st.Holds
-		body.TTLms, body.Watchdog = ptr(st.TTL.Milliseconds()), ptr(st.Watchdog)
-		if st.Watchdog {
-			body.MaxHoldms = ptr(st.HoldLeft.Milliseconds())
+	body := api.LockState{Lock: name, Held: st.Held(), Waiters: st.Waiters, Yours: st.Yours}
+	if x := st.Exclusive; x != nil {
+		body.Mode = string(lockcore.Exclusive)
+		body.Owner, body.Fence, body.Holds = x.Owner, x.Fence, x.Holds
+		body.TTLms, body.Watchdog = ptr(x.TTL.Milliseconds()), ptr(x.Watchdog)
+		if x.Watchdog {
+			body.MaxHoldms = ptr(x.HoldLeft.Milliseconds())
 		}
+	} else if st.SharedCount > 0 {
+		body.Mode = string(lockcore.Shared)
+	}
+	if st.SharedCount > 0 {
+		body.Holders, body.HolderCount = holders(st.Shared), ptr(st.SharedCount)
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// holders renders shared holders for a state body.
+func holders(hs []lockcore.Holder) []api.Holder {
+	out := make([]api.Holder, 0, len(hs))
+	for _, h := range hs {
+		a := api.Holder{Owner: h.Owner, Fence: h.Fence, Holds: h.Holds, TTLms: h.TTL.Milliseconds(), Watchdog: h.Watchdog}
+		if h.Watchdog {
+			a.MaxHoldms = ptr(h.HoldLeft.Milliseconds())
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 func grantBody(g lockcore.Grant) api.Grant {
 	return api.Grant{
 		Lock: g.Lock, Owner: g.Owner, Token: g.Token, Fence: g.Fence, TTLms: g.TTL.Milliseconds(),
-		ExpiresAt: api.Timestamp(g.ExpiresAt), Holds: g.Holds, Watchdog: g.Watchdog,
+		ExpiresAt: api.Timestamp(g.ExpiresAt), Holds: g.Holds, Watchdog: g.Watchdog, Mode: string(g.Mode),
 	}
 }

@@ -18,9 +18,9 @@ import (
 // Locker is the lock engine the handlers drive; *lockcore.Service implements it.
 type Locker interface {
 	Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error)
-	Release(ctx context.Context, lock, token, idempotencyKey string) (lockcore.Released, error)
-	Renew(ctx context.Context, lock, token string, ttl time.Duration) (lockcore.Grant, error)
-	Inspect(ctx context.Context, lock, token string) (lockcore.State, error)
+	Release(ctx context.Context, req lockcore.ReleaseRequest) (lockcore.Released, error)
+	Renew(ctx context.Context, ref lockcore.Ref, token string, ttl time.Duration) (lockcore.Grant, error)
+	Inspect(ctx context.Context, ref lockcore.Ref, token string) (lockcore.State, error)
 	Ping(ctx context.Context) error
 }
 
@@ -64,5 +64,9 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	r.Delete("/locks/{name}", h.release)
 	r.Get("/locks/{name}", h.inspect)
 	r.Post("/locks/{name}/renew", h.renew)
+	r.Post("/semaphores/{name}", h.acquireSemaphore)
+	r.Delete("/semaphores/{name}", h.releaseSemaphore)
+	r.Get("/semaphores/{name}", h.inspectSemaphore)
+	r.Post("/semaphores/{name}/renew", h.renewSemaphore)
 	return r
 }

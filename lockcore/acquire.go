@@ -10,11 +10,16 @@ import (
 	"github.com/google/uuid"
 )
 
-// AcquireRequest asks for a lock. Validation of its ranges is the caller's; lockcore checks only
-// what needs the token or the ticket.
+// AcquireRequest asks for a lock, or a semaphore's permit. Validation of its ranges is the
+// caller's; lockcore checks only what needs the token or the ticket.
 type AcquireRequest struct {
-	Lock     string
-	Owner    string
+	Lock  string // the lock's (or the semaphore's) name
+	Kind  Kind   // KindLock (the zero value) or KindSemaphore
+	Mode  Mode   // a lock's: Exclusive (the zero value) or Shared; a semaphore's permits are shared
+	Owner string
+	// Permits is a semaphore's size: set by whoever acquires while nobody holds or waits, and
+	// checked against it otherwise (*PermitsMismatchError).
+	Permits  int64
 	TTL      time.Duration
 	Wait     time.Duration // 0: try once
 	Watchdog bool
@@ -35,12 +40,43 @@ type AcquireRequest struct {
 // Grant is a held lease as the caller should see it.
 type Grant struct {
 	Lease
+	Mode      Mode // the hold granted (a semaphore's permit: Shared)
 	Token     string
 	TTL       time.Duration
 	ExpiresAt time.Time // conservative: measured from before the Redis call
 	Holds     int64
 	Watchdog  bool
 	Reentered bool // true when an existing lease was re-entered rather than newly granted
+	// A semaphore's: its size, and the permits in use just after this grant.
+	Permits, Used int64
+}
+
+// Mode is how a lock is held: exclusively (one holder) or shared (any number of shared holders,
+// no exclusive one).
+type Mode string
+
+const (
+	Exclusive Mode = "exclusive"
+	Shared    Mode = "shared"
+)
+
+// arg is the mode's script argument.
+func (m Mode) arg() string {
+	if m == Shared {
+		return "s"
+	}
+	return "x"
+}
+
+// ref is the lock or semaphore req asks for.
+func (req AcquireRequest) ref() Ref { return Ref{req.Kind, req.Lock} }
+
+// mode is the hold req asks for: a semaphore's permits are shared holds.
+func (req AcquireRequest) mode() Mode {
+	if req.Kind == KindSemaphore || req.Mode == Shared {
+		return Shared
+	}
+	return Exclusive
 }
 
 // Acquire grants req.Lock to a new lease, or re-enters the lease req.Token names. With req.Wait
@@ -102,13 +138,13 @@ func (s *Service) acquireNew(ctx context.Context, req AcquireRequest) (Grant, er
 	}
 	switch r.status {
 	case acquireHeld:
-		return Grant{}, &HeldError{Lock: req.Lock, RetryAfter: r.pttl}
+		return Grant{}, &HeldError{Lock: req.Lock, Kind: req.Kind, RetryAfter: r.pttl}
 	case acquireReplayed: // the first request's lease, with what it has left
 		lease, req.TTL = r.lease, r.pttl
 	case acquireReplayedLost:
-		return Grant{}, fmt.Errorf("%w: lock %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, req.Lock)
+		return Grant{}, fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, req.Kind, req.Lock)
 	}
-	return s.newGrant(req, lease, r.fence, start), nil
+	return s.newGrant(req, lease, r, start), nil
 }
 
 // rememberGrant keeps a waiter's grant for retries of its request with the same Idempotency-Key
@@ -117,24 +153,30 @@ func (s *Service) rememberGrant(ctx context.Context, req AcquireRequest, g Grant
 	if req.IdempotencyKey == "" {
 		return
 	}
-	k := s.keys(req.Lock)
+	k := s.keys(req.ref())
 	window := max(s.idemWindow, g.TTL)
 	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Set().Key(k.latch("acquire", "", req.IdempotencyKey)).
 		Value(g.ID+" "+req.Owner).Px(window).Build()).Error()
 	if err != nil {
-		s.log.Warn("remembering a grant for its idempotent retries failed", "lock", req.Lock, "err", err)
+		s.log.Warn("remembering a grant for its idempotent retries failed", req.Kind.String(), req.Lock, "err", err)
 	}
 }
 
-func (s *Service) newGrant(req AcquireRequest, lease string, fence int64, start time.Time) Grant {
-	l := Lease{Lock: req.Lock, Owner: req.Owner, ID: lease, Fence: fence}
-	return Grant{Lease: l, Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: 1, Watchdog: req.Watchdog}
+func (s *Service) newGrant(req AcquireRequest, lease string, r acquireReply, start time.Time) Grant {
+	l := Lease{Lock: req.Lock, Kind: req.Kind, Owner: req.Owner, ID: lease, Fence: r.fence}
+	g := Grant{Lease: l, Mode: req.mode(), Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: 1,
+		Watchdog: req.Watchdog, Used: r.used}
+	if req.Kind == KindSemaphore {
+		g.Permits = req.Permits
+	}
+	return g
 }
 
 // acquireReply is acquire.lua's reply.
 type acquireReply struct {
 	status  int64 // acquireHeld, acquireGranted, acquireQueued, acquireReplayed or acquireReplayedLost
 	fence   int64
+	used    int64         // a semaphore's permits in use (granted, replayed)
 	pttl    time.Duration // the holder's remaining TTL (held, queued)
 	arrival int64         // the arrival to keep when queueing again (queued)
 	lease   string        // the lease a replayed grant went to (pttl: what it has left)
@@ -148,46 +190,54 @@ const (
 	// still holds the lock; acquireReplayedLost: whose lease no longer does.
 	acquireReplayed     = 3
 	acquireReplayedLost = 4
+	// acquireMismatch: a semaphore someone holds or waits on has another size.
+	acquireMismatch = 5
 )
 
 // runAcquire runs acquire.lua in mode "try" or "wait". A waiter queues at arrival (µs, Redis
 // time) when it is not 0, else at the place queue ticket ticketID keeps (taken once), else now.
 func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mode string, arrival int64, ticketID string) (acquireReply, error) {
-	k := s.keys(req.Lock)
-	reply, err := s.runWithKeys(ctx, s.acquire, req.Lock, []string{k.ticket(ticketID), k.latch("acquire", "", req.IdempotencyKey)},
+	k := s.keys(req.ref())
+	reply, err := s.runWithKeys(ctx, s.acquire, req.ref(), []string{k.ticket(ticketID), k.latch("acquire", "", req.IdempotencyKey)},
 		lease, ms(req.TTL), req.Owner, flag(req.Watchdog), mode, s.waiters.replica,
-		strconv.FormatInt(arrival, 10), ms(req.MaxHold), s.idemMs(req.IdempotencyKey))
+		strconv.FormatInt(arrival, 10), ms(req.MaxHold), s.idemMs(req.IdempotencyKey), req.mode().arg(),
+		strconv.FormatInt(req.Permits, 10))
 	if err != nil {
 		return acquireReply{}, err
 	}
-	if len(reply) == 4 && reply[2].IsString() { // {acquireReplayed, fence, lease, pttl}
+	if len(reply) == 5 && reply[2].IsString() { // {acquireReplayed, fence, lease, pttl, used}
 		fence, err := reply[1].AsInt64()
 		lease, err2 := reply[2].ToString()
 		pttl, err3 := reply[3].AsInt64()
-		if err = errors.Join(err, err2, err3); err != nil {
+		used, err4 := reply[4].AsInt64()
+		if err = errors.Join(err, err2, err3, err4); err != nil {
 			return acquireReply{}, unexpectedReply("acquire", req.Lock, reply, err)
 		}
-		return acquireReply{status: acquireReplayed, fence: fence, lease: lease, pttl: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
+		return acquireReply{status: acquireReplayed, fence: fence, lease: lease, used: used,
+			pttl: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
 	}
 	r, err := ints(reply)
-	if err != nil || len(r) < 1 || r[0] < acquireHeld || r[0] > acquireReplayedLost ||
-		(r[0] != acquireReplayedLost && len(r) < 2) || (r[0] == acquireQueued && len(r) != 3) {
+	if err != nil || len(r) < 1 || r[0] < acquireHeld || r[0] > acquireMismatch ||
+		(r[0] != acquireReplayedLost && len(r) < 2) || (r[0] == acquireQueued && len(r) != 3) ||
+		(r[0] == acquireGranted && len(r) != 3) {
 		return acquireReply{}, unexpectedReply("acquire", req.Lock, r, err)
 	}
 	out := acquireReply{status: r[0]}
 	switch r[0] {
 	case acquireGranted:
-		out.fence = r[1]
+		out.fence, out.used = r[1], r[2]
 	case acquireQueued:
 		out.pttl, out.arrival = time.Duration(max(r[1], 0))*time.Millisecond, r[2]
 	case acquireHeld:
 		out.pttl = time.Duration(max(r[1], 0)) * time.Millisecond
+	case acquireMismatch:
+		return acquireReply{}, &PermitsMismatchError{Semaphore: req.Lock, Permits: r[1]}
 	}
 	return out, nil
 }
 
 func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, error) {
-	l, err := s.tokens.Parse(req.Token, req.Lock)
+	l, err := s.tokens.Parse(req.Token, req.ref())
 	if err != nil {
 		return Grant{}, err
 	}
@@ -195,21 +245,31 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 		return Grant{}, fmt.Errorf("%w: owner %q does not match the lease token's owner %q", ErrInvalid, req.Owner, l.Owner)
 	}
 	start := time.Now()
-	reply, err := s.runWithKeys(ctx, s.reenter, req.Lock, []string{s.keys(req.Lock).latch("reenter", l.ID, req.IdempotencyKey)},
-		l.ID, ms(req.TTL), s.idemMs(req.IdempotencyKey))
+	reply, err := s.runWithKeys(ctx, s.reenter, req.ref(), []string{s.keys(req.ref()).latch("reenter", l.ID, req.IdempotencyKey)},
+		l.ID, ms(req.TTL), s.idemMs(req.IdempotencyKey), req.mode().arg(), strconv.FormatInt(req.Permits, 10))
 	if err != nil {
 		return Grant{}, err
 	}
 	r, err := ints(reply)
-	if err != nil || (len(r) != 1 && len(r) != 4) {
+	if err != nil || (len(r) != 1 && len(r) != 2 && len(r) != 5) {
 		return Grant{}, unexpectedReply("reenter", req.Lock, r, err)
 	}
-	if r[0] == 0 {
-		return Grant{}, fmt.Errorf("%w: lock %q, lease %s", ErrLeaseLost, req.Lock, l.ID)
+	switch {
+	case r[0] == 0:
+		return Grant{}, fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, req.Kind, req.Lock, l.ID)
+	case r[0] == -1:
+		return Grant{}, fmt.Errorf("%w: lock %q: the lease holds it shared", ErrUpgradeRefused, req.Lock)
+	case r[0] == -2 && len(r) == 2:
+		return Grant{}, &PermitsMismatchError{Semaphore: req.Lock, Permits: r[1]}
+	case len(r) != 5:
+		return Grant{}, unexpectedReply("reenter", req.Lock, r, nil)
 	}
 	ttl := time.Duration(r[3]) * time.Millisecond // a replayed answer's: what the lease has left
-	g := Grant{Lease: l, Token: req.Token, TTL: ttl, ExpiresAt: start.Add(ttl), Holds: r[0],
-		Watchdog: r[2] == 1, Reentered: true}
+	g := Grant{Lease: l, Mode: req.mode(), Token: req.Token, TTL: ttl, ExpiresAt: start.Add(ttl), Holds: r[0],
+		Watchdog: r[2] == 1, Reentered: true, Used: r[4]}
+	if req.Kind == KindSemaphore {
+		g.Permits = req.Permits
+	}
 	if g.Watchdog {
 		s.reschedule(ctx, g)
 	}
@@ -218,7 +278,7 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 
 // undo gives back one hold of g, on a context of its own: the caller's may have ended.
 func (s *Service) undo(ctx context.Context, g Grant) {
-	_, _ = s.releaseLease(context.WithoutCancel(ctx), g.Lease, "")
+	_, _ = s.releaseLease(context.WithoutCancel(ctx), g.Lease, "", g.Mode)
 }
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

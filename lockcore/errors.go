@@ -24,7 +24,27 @@ var (
 	// ErrTooManyWaiters: this replica already holds Options.MaxWaiters waiting acquires; retry
 	// later or on another replica.
 	ErrTooManyWaiters = errors.New("too many waiting requests on this gateway")
+	// ErrUpgradeRefused: a lease that holds a lock shared asked for it exclusively. Upgrades
+	// deadlock (two readers each waiting for the other to leave), so they are refused.
+	ErrUpgradeRefused = errors.New("a shared hold cannot be upgraded to exclusive")
+	// ErrPermitsMismatch: a request named another size than the semaphore's. The error is a
+	// *PermitsMismatchError.
+	ErrPermitsMismatch = errors.New("the semaphore has another number of permits")
 )
+
+// PermitsMismatchError reports a semaphore whose size, set by whoever acquired it first while
+// nobody held or waited, differs from the request's.
+type PermitsMismatchError struct {
+	Semaphore string
+	Permits   int64 // the semaphore's size
+}
+
+func (e *PermitsMismatchError) Error() string {
+	return fmt.Sprintf("%s: semaphore %q has %d permits", ErrPermitsMismatch, e.Semaphore, e.Permits)
+}
+
+// Is makes errors.Is(err, ErrPermitsMismatch) true.
+func (e *PermitsMismatchError) Is(target error) bool { return target == ErrPermitsMismatch }
 
 // ErrShuttingDown: the Service is closing; it ends waits and refuses new ones. Retry on another
 // replica. It matches ErrUnavailable too; a wait it ended returns a *ShutdownError.
@@ -50,7 +70,8 @@ func (e *ShutdownError) Unwrap() error { return ErrShuttingDown }
 
 // HeldError reports a lock held by someone else and how long until its current lease expires.
 type HeldError struct {
-	Lock       string
+	Lock       string // the lock's (or semaphore's) name
+	Kind       Kind
 	RetryAfter time.Duration // the holder's remaining TTL
 	Waited     time.Duration // how long the caller waited before giving up; 0 for try-once
 	// QueueTicket, after a wait, lets the caller's next waiting acquire resume at this one's place
@@ -59,6 +80,9 @@ type HeldError struct {
 }
 
 func (e *HeldError) Error() string {
+	if e.Kind == KindSemaphore {
+		return fmt.Sprintf("no permit free: semaphore %q, retry after %v", e.Lock, e.RetryAfter)
+	}
 	return fmt.Sprintf("%s: lock %q, retry after %v", ErrHeld, e.Lock, e.RetryAfter)
 }
 

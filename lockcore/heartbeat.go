@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // heartbeat looks after one lock on behalf of this process's waiters for it: it keeps their queue
@@ -11,7 +13,8 @@ import (
 // queue entries lost to pub/sub gaps or a Redis restart. Its Redis cost is one heartbeat script
 // per beat (or expiry), whatever the number of waiters.
 type heartbeat struct {
-	lock   string
+	ref    Ref
+	key    string              // ref's key, the heartbeat's key in waiters.heartbeats
 	leases map[string]struct{} // guarded by waiters.mu
 
 	mu   sync.Mutex
@@ -19,8 +22,8 @@ type heartbeat struct {
 	wake chan struct{}
 }
 
-func newHeartbeat(lock string) *heartbeat {
-	return &heartbeat{lock: lock, leases: map[string]struct{}{}, wake: make(chan struct{}, 1)}
+func newHeartbeat(ref Ref, key string) *heartbeat {
+	return &heartbeat{ref: ref, key: key, leases: map[string]struct{}{}, wake: make(chan struct{}, 1)}
 }
 
 // checkBy moves the next beat forward to at (never backward).
@@ -66,7 +69,7 @@ func (ws *waiters) beat(hb *heartbeat) {
 		hb.mu.Lock()
 		hb.due = time.Time{}
 		hb.mu.Unlock()
-		hb.checkBy(time.Now().Add(ws.runHeartbeat(hb.lock, leases)))
+		hb.checkBy(time.Now().Add(ws.runHeartbeat(hb.ref, leases)))
 	}
 }
 
@@ -75,7 +78,7 @@ func (ws *waiters) leasesOf(hb *heartbeat) ([]string, bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if len(hb.leases) == 0 {
-		delete(ws.heartbeats, hb.lock)
+		delete(ws.heartbeats, hb.key)
 		return nil, false
 	}
 	leases := make([]string, 0, len(hb.leases))
@@ -85,30 +88,43 @@ func (ws *waiters) leasesOf(hb *heartbeat) ([]string, bool) {
 	return leases, true
 }
 
-// runHeartbeat runs the heartbeat script for lock and acts on its reply; it returns when to beat
+// runHeartbeat runs the heartbeat script for ref and acts on its reply; it returns when to beat
 // again.
-func (ws *waiters) runHeartbeat(lock string, leases []string) time.Duration {
-	reply, err := ws.s.runQueued(context.Background(), ws.s.heartbeatScript, lock, leases...)
-	if err == nil && len(reply) < 3 {
-		err = unexpectedReply("heartbeat", lock, len(reply), nil)
+func (ws *waiters) runHeartbeat(ref Ref, leases []string) time.Duration {
+	reply, err := ws.s.runQueued(context.Background(), ws.s.heartbeatScript, ref, leases...)
+	var wait, granted int64
+	if err == nil {
+		wait, err = heartbeatInt(reply, 0)
+	}
+	if err == nil {
+		granted, err = heartbeatInt(reply, 1)
+	}
+	if err == nil && (granted < 0 || int64(len(reply)) < 2+2*granted) {
+		err = unexpectedReply("heartbeat", ref.Name, len(reply), nil)
 	}
 	if err != nil {
-		ws.s.log.Warn("queue heartbeat failed; retrying", "lock", lock, "err", err)
+		ws.s.log.Warn("queue heartbeat failed; retrying", ref.Kind.String(), ref.Name, "err", err)
 		return 100 * time.Millisecond
 	}
-	holder, _ := reply[0].ToString()
-	fence, _ := reply[1].AsInt64()
-	pttl, _ := reply[2].AsInt64()
-	if holder != "" {
-		ws.deliver(holder, event{fence: fence}) // a grant whose message was lost
+	for i := int64(0); i < granted; i++ { // grants whose message may have been lost
+		lease, _ := reply[2+2*i].ToString()
+		fence, _ := reply[3+2*i].AsInt64()
+		ws.deliver(lease, event{fence: fence})
 	}
-	for _, m := range reply[3:] {
+	for _, m := range reply[2+2*granted:] {
 		lease, _ := m.ToString()
 		ws.deliver(lease, event{requeue: true})
 	}
 	next := ws.s.heartbeat
-	if expiry := time.Duration(pttl)*time.Millisecond + time.Millisecond; pttl >= 0 && expiry < next {
+	if expiry := time.Duration(wait)*time.Millisecond + time.Millisecond; wait >= 0 && expiry < next {
 		next = expiry
 	}
 	return next
+}
+
+func heartbeatInt(reply []rueidis.RedisMessage, i int) (int64, error) {
+	if len(reply) <= i {
+		return 0, unexpectedReply("heartbeat", "", len(reply), nil)
+	}
+	return reply[i].AsInt64()
 }

@@ -2,72 +2,132 @@ package lockcore
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
-// State is a lock as Inspect saw it. Fields after Held are zero when the lock is free.
+// State is a lock or semaphore as Inspect saw it.
 type State struct {
-	Lock     string
-	Held     bool
+	Ref Ref
+	// Exclusive is the exclusive holder of a lock, nil when there is none.
+	Exclusive *Holder
+	// Shared are the first 100 shared holders (a lock's readers, a semaphore's permits), soonest to
+	// expire first; SharedCount counts them all.
+	Shared      []Holder
+	SharedCount int64
+	Waiters     int64
+	Permits     int64 // a semaphore's size (0 when nobody holds or waits)
+	// Yours is set only when Inspect was given a token: whether that lease holds (either way).
+	Yours *bool
+}
+
+// Held reports whether anyone holds it.
+func (st State) Held() bool { return st.Exclusive != nil || st.SharedCount > 0 }
+
+// Holder is one lease's hold as Inspect saw it.
+type Holder struct {
+	Lease    string
 	Owner    string
 	Fence    int64
 	Holds    int64
 	TTL      time.Duration // remaining
 	Watchdog bool
 	HoldLeft time.Duration // how much longer the watchdog renews the lease
-	Waiters  int64
-	// Yours is set only when Inspect was given a token: whether that lease holds the lock.
-	Yours *bool
 }
 
-// Inspect reads lock's state; a non-empty token also asks whether its lease holds the lock. It
-// returns ErrInvalidToken for a bad token (before touching Redis) and ErrUnavailable when Redis
-// does not answer.
-func (s *Service) Inspect(ctx context.Context, lock, token string) (State, error) {
-	var lease *Lease
+// maxListedHolders bounds State.Shared.
+const maxListedHolders = 100
+
+// Inspect reads the state of ref; a non-empty token also asks whether its lease holds. It returns
+// ErrInvalidToken for a bad token (before touching Redis) and ErrUnavailable when Redis does not
+// answer.
+func (s *Service) Inspect(ctx context.Context, ref Ref, token string) (State, error) {
+	lease := ""
 	if token != "" {
-		l, err := s.tokens.Parse(token, lock)
+		l, err := s.tokens.Parse(token, ref)
 		if err != nil {
 			return State{}, err
 		}
-		lease = &l
+		lease = l.ID
 	}
-	st, holder, err := s.inspectLock(ctx, lock)
+	k := s.keys(ref)
+	reply, err := s.exec(ctx, s.inspect, []string{k.lock, k.q, k.qd, k.sh, k.shm}, []string{lease})
 	if err != nil {
 		return State{}, err
 	}
-	if lease != nil {
-		yours := st.Held && holder == lease.ID
+	r := make([]any, len(reply)) // Lua numbers arrive as integers, strings (owners too) as strings
+	for i := range reply {
+		if v, err := reply[i].ToInt64(); err == nil {
+			r[i] = v
+		} else if v, err := reply[i].ToString(); err == nil {
+			r[i] = v
+		}
+	}
+	st, ok := readState(ref, r)
+	if !ok {
+		return State{}, unexpectedReply("inspect", ref.Name, r, nil)
+	}
+	if token != "" {
+		yours := r[2] == int64(1)
 		st.Yours = &yours
 	}
 	return st, nil
 }
 
-// inspectLock reads lock's state and the ID of the lease holding it.
-func (s *Service) inspectLock(ctx context.Context, lock string) (State, string, error) {
-	k := s.keys(lock)
-	reply, err := s.exec(ctx, s.inspect, []string{k.lock, k.q, k.qd}, nil)
-	if err != nil {
-		return State{}, "", err
+// readState reads inspect.lua's reply: {waiters, size, yours, exclusive, [holder] if exclusive,
+// shared_count, [holder]...}, a holder being lease, owner, fence, holds, pttl, watchdog,
+// hold_left_ms.
+func readState(ref Ref, r []any) (State, bool) {
+	st := State{Ref: ref}
+	if len(r) < 5 {
+		return st, false
 	}
-	if len(reply) != 1 && len(reply) != 8 {
-		return State{}, "", fmt.Errorf("inspect %q: unexpected reply of %d elements", lock, len(reply))
+	var ok1, ok2, ok3 bool
+	st.Waiters, ok1 = r[0].(int64)
+	st.Permits, ok2 = r[1].(int64)
+	exclusive, ok3 := r[3].(int64)
+	if !ok1 || !ok2 || !ok3 {
+		return st, false
 	}
-	st := State{Lock: lock}
-	st.Waiters, _ = reply[0].AsInt64()
-	if len(reply) == 1 {
-		return st, "", nil
+	r = r[4:]
+	if exclusive == 1 {
+		h, ok := readHolder(r)
+		if !ok {
+			return st, false
+		}
+		st.Exclusive, r = &h, r[7:]
 	}
-	reply = reply[1:]
-	st.Held = true
-	holder, _ := reply[0].ToString()
-	st.Owner, _ = reply[1].ToString()
-	r, err := ints(reply[2:])
-	if err != nil {
-		return State{}, "", fmt.Errorf("inspect %q: %w", lock, err)
+	if len(r) < 1 {
+		return st, false
 	}
-	st.Fence, st.Holds, st.TTL, st.Watchdog = r[0], r[1], time.Duration(r[2])*time.Millisecond, r[3] == 1
-	st.HoldLeft = time.Duration(r[4]) * time.Millisecond
-	return st, holder, nil
+	count, ok := r[0].(int64)
+	if !ok || (len(r)-1)%7 != 0 {
+		return st, false
+	}
+	st.SharedCount = count
+	for r = r[1:]; len(r) >= 7; r = r[7:] {
+		h, ok := readHolder(r)
+		if !ok {
+			return st, false
+		}
+		st.Shared = append(st.Shared, h)
+	}
+	return st, true
+}
+
+func readHolder(r []any) (Holder, bool) {
+	if len(r) < 7 {
+		return Holder{}, false
+	}
+	lease, ok1 := r[0].(string)
+	owner, ok2 := r[1].(string)
+	fence, ok3 := r[2].(int64)
+	holds, ok4 := r[3].(int64)
+	pttl, ok5 := r[4].(int64)
+	wd, ok6 := r[5].(int64)
+	left, ok7 := r[6].(int64)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7) {
+		return Holder{}, false
+	}
+	return Holder{Lease: lease, Owner: owner, Fence: fence, Holds: holds, TTL: time.Duration(pttl) * time.Millisecond,
+		Watchdog: wd == 1, HoldLeft: time.Duration(left) * time.Millisecond}, true
 }

@@ -23,10 +23,10 @@ import (
 // idem_ms of 0).
 func (w *waitWorld) evalQueued(t *testing.T, script, lock string, args ...string) string {
 	t.Helper()
-	cmd := []string{"EVAL", script, "7", w.key(lock, ""), w.key(lock, ":fence"), w.key(lock, ":q"),
-		w.key(lock, ":qd"), w.key(lock, ":qm"), w.key(lock, ":ticket:"), w.key(lock, ":idem:"),
-		w.prefix + "grants:", "750", "750", "86400000"}
-	return w.redis.MustDo(t, append(append(cmd, args...), "0")...)
+	cmd := []string{"EVAL", script, "9", w.key(lock, ""), w.key(lock, ":fence"), w.key(lock, ":q"),
+		w.key(lock, ":qd"), w.key(lock, ":qm"), w.key(lock, ":sh"), w.key(lock, ":shm"), w.key(lock, ":ticket:"),
+		w.key(lock, ":idem:"), w.prefix + "grants:", "750", "750", "86400000", "l"}
+	return w.redis.MustDo(t, append(append(cmd, args...), "0", "x", "0")...)
 }
 
 // TestHolderIsNeverQueuedBehindItself replays a waiting enqueue of the lease that holds the lock
@@ -42,18 +42,18 @@ func TestHolderIsNeverQueuedBehindItself(t *testing.T) {
 
 	reply := w.evalQueued(t, luascripts.Acquire, lock,
 		g.ID, "60000", "holder", "0", "wait", "some-replica", "0", "0")
-	assert.Equal(t, "1\n"+strconv.FormatInt(g.Fence, 10), reply, "the holder is told it holds the lock, with its fence")
+	assert.Equal(t, "1\n"+strconv.FormatInt(g.Fence, 10)+"\n0", reply, "the holder is told it holds the lock, with its fence")
 	assert.Equal(t, "0", w.queueKeys(t, lock), "the holder is not in the queue")
 
-	rel, err := w.svc.Release(ctx, lock, g.Token, "")
+	rel, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: g.Token})
 	require.NoError(t, err)
 	assert.True(t, rel.Released)
-	st, err := w.svc.Inspect(ctx, lock, "")
+	st, err := w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
 	require.NoError(t, err)
-	assert.False(t, st.Held, "released means free: %+v", st)
-	_, err = w.svc.Release(ctx, lock, g.Token, "")
+	assert.False(t, st.Held(), "released means free: %+v", st)
+	_, err = w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: g.Token})
 	assert.ErrorIs(t, err, lockcore.ErrLeaseLost, "a released token never works again")
-	_, err = w.svc.Renew(ctx, lock, g.Token, time.Minute)
+	_, err = w.svc.Renew(ctx, lockcore.LockRef(lock), g.Token, time.Minute)
 	assert.ErrorIs(t, err, lockcore.ErrLeaseLost, "nor renews the lock back")
 }
 
@@ -73,9 +73,9 @@ func TestReleaseDropsTheReleasingLeaseFromTheQueue(t *testing.T) {
 	w.redis.MustDo(t, "ZADD", w.key(lock, ":qd"), far, g.ID)
 	w.redis.MustDo(t, "HSET", w.key(lock, ":qm"), g.ID, `{"r":"x","o":"holder","t":"60000","w":"0","h":"0"}`)
 
-	_, err := w.svc.Release(ctx, lock, g.Token, "")
+	_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: g.Token})
 	require.NoError(t, err)
-	_, err = w.svc.Release(ctx, lock, g.Token, "")
+	_, err = w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: g.Token})
 	assert.ErrorIs(t, err, lockcore.ErrLeaseLost, "the released lease got nothing back")
 	r := receive(t, res, 10*time.Second, "the real waiter's grant")
 	require.NoError(t, r.err)
@@ -106,12 +106,12 @@ func TestManyWaitersOnOneLockStayInLine(t *testing.T) {
 		}()
 	}
 	pollUntil(t, 60*time.Second, fmt.Sprintf("%d waiters queued", n), func() bool {
-		st, err := w.svc.Inspect(ctx, lock, "")
+		st, err := w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
 		return err == nil && st.Waiters == int64(n)
 	})
 	// Four liveness windows: an entry whose heartbeat failed would have been pruned by now.
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); <-time.After(250 * time.Millisecond) {
-		st, err := w.svc.Inspect(ctx, lock, "")
+		st, err := w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
 		require.NoError(t, err)
 		require.Equal(t, int64(n), st.Waiters, "every waiter stays in line")
 	}
@@ -122,7 +122,7 @@ func TestManyWaitersOnOneLockStayInLine(t *testing.T) {
 	head := strings.Split(w.redis.MustDo(t, "ZRANGE", w.key(lock, ":q"), "0", "4"), "\n")
 	token := holder.Token
 	for i, want := range head {
-		_, err := w.svc.Release(ctx, lock, token, "")
+		_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: token})
 		require.NoError(t, err)
 		r := receive(t, results, 10*time.Second, fmt.Sprintf("grant %d", i))
 		require.NoError(t, r.err)
@@ -168,7 +168,7 @@ func TestFenceKeysExpireAndFencesStillRise(t *testing.T) {
 		g := w.hold(t, w.svc, lock, "owner", time.Minute)
 		assert.Greater(t, g.Fence, last, "round %d", round)
 		last = g.Fence
-		_, err := w.svc.Release(ctx, lock, g.Token, "")
+		_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: g.Token})
 		require.NoError(t, err)
 		pollUntil(t, 5*time.Second, "the fence key to expire", func() bool {
 			return w.redis.MustDo(t, "EXISTS", w.key(lock, ":fence")) == "0"
@@ -242,7 +242,7 @@ func TestQueueTicketKeepsThePlace(t *testing.T) {
 		}()
 	}
 	pollUntil(t, 10*time.Second, "the newcomers to queue", func() bool {
-		st, err := w.svc.Inspect(ctx, lock, "")
+		st, err := w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
 		return err == nil && st.Waiters >= newcomers
 	})
 	// Let the patient waiter re-poll a few times behind the newcomers' arrival, then release right
@@ -251,10 +251,10 @@ func TestQueueTicketKeepsThePlace(t *testing.T) {
 		receive(t, polls, 5*time.Second, "a re-poll")
 	}
 	pollUntil(t, 5*time.Second, "the patient waiter back in line", func() bool {
-		st, err := w.svc.Inspect(ctx, lock, "")
+		st, err := w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
 		return err == nil && st.Waiters == newcomers+1
 	})
-	_, err := w.svc.Release(ctx, lock, holder.Token, "")
+	_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: holder.Token})
 	require.NoError(t, err)
 	r := receive(t, patient, 10*time.Second, "the patient waiter's grant")
 	require.NoError(t, r.err, "the patient waiter is granted first")
@@ -264,7 +264,7 @@ func TestQueueTicketKeepsThePlace(t *testing.T) {
 		t.Fatalf("a newcomer was granted before the patient waiter released: %+v", l)
 	default:
 	}
-	_, err = w.svc.Release(ctx, lock, r.grant.Token, "")
+	_, err = w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: r.grant.Token})
 	require.NoError(t, err)
 	first := receive(t, late, 10*time.Second, "the first newcomer's grant")
 	require.NoError(t, first.err)
@@ -324,7 +324,7 @@ func TestQueueTicketWorksOnce(t *testing.T) {
 
 	token := holder.Token
 	for i, ch := range []<-chan acquired{resumed, later, copied} {
-		_, err := w.svc.Release(ctx, lock, token, "")
+		_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: token})
 		require.NoError(t, err)
 		r := receive(t, ch, 10*time.Second, fmt.Sprintf("grant %d in order resumed, later, copy", i))
 		require.NoError(t, r.err)
@@ -353,7 +353,7 @@ func TestDeadWaitersAheadAreSkipped(t *testing.T) {
 	res := acquireAsync(ctx, w.svc, lockcore.AcquireRequest{Lock: lock, Owner: "live", TTL: time.Minute, Wait: time.Minute})
 	w.awaitWaiters(t, lock, 1) // live entries only
 	released := time.Now()
-	_, err := w.svc.Release(ctx, lock, holder.Token, "")
+	_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: holder.Token})
 	require.NoError(t, err)
 	r := receive(t, res, 10*time.Second, "the live waiter's grant")
 	require.NoError(t, r.err)

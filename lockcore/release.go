@@ -5,39 +5,64 @@ import (
 	"fmt"
 )
 
+// ReleaseRequest gives back one hold of the lease Token names.
+type ReleaseRequest struct {
+	Ref   Ref
+	Token string
+	// IdempotencyKey, when set, makes a retry (same key and token) within IdempotencyWindow answer
+	// as the first release did and give back nothing more.
+	IdempotencyKey string
+	// Mode picks which hold of a lock a lease holding it both ways gives back; the zero value
+	// means its exclusive hold if it has one (a downgrade), else its shared one.
+	Mode Mode
+}
+
 // Released reports what a release left behind.
 type Released struct {
-	Released bool  // the reentry count reached zero and the lock is free
-	Holds    int64 // remaining reentry count
+	Released bool  // the hold's count reached zero: that hold is given back
+	Holds    int64 // remaining count of that hold
+	Mode     Mode  // the hold that was given back (or decremented)
 }
 
-// Release gives back one hold of the lease token names on lock. With an idempotencyKey, a retry
-// (same key and token) within IdempotencyWindow answers as the first release did and gives back
-// nothing more. It returns ErrInvalidToken for a bad token, ErrLeaseLost when the lease no longer
-// holds the lock, and ErrUnavailable when Redis does not answer.
-func (s *Service) Release(ctx context.Context, lock, token, idempotencyKey string) (Released, error) {
-	l, err := s.tokens.Parse(token, lock)
+// Release gives back one hold of the lease req.Token names. It returns ErrInvalidToken for a bad
+// token, ErrLeaseLost when the lease no longer holds (that way), and ErrUnavailable when Redis does
+// not answer.
+func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, error) {
+	l, err := s.tokens.Parse(req.Token, req.Ref)
 	if err != nil {
 		return Released{}, err
 	}
-	return s.releaseLease(ctx, l, idempotencyKey)
+	return s.releaseLease(ctx, l, req.IdempotencyKey, req.Mode)
 }
 
-func (s *Service) releaseLease(ctx context.Context, l Lease, idempotencyKey string) (Released, error) {
-	reply, err := s.runWithKeys(ctx, s.release, l.Lock, []string{s.keys(l.Lock).latch("release", l.ID, idempotencyKey)},
-		l.ID, s.idemMs(idempotencyKey))
+func (s *Service) releaseLease(ctx context.Context, l Lease, idempotencyKey string, mode Mode) (Released, error) {
+	which := ""
+	switch {
+	case l.Kind == KindSemaphore:
+		which = "s"
+	case mode != "":
+		which = mode.arg()
+	}
+	reply, err := s.runWithKeys(ctx, s.release, l.Ref(), []string{s.keys(l.Ref()).latch("release", l.ID, idempotencyKey)},
+		l.ID, s.idemMs(idempotencyKey), which)
 	if err != nil {
 		return Released{}, err
 	}
-	r, err := ints(reply)
+	r, err := ints(reply) // {-1} | {holds, shared} | {0, watchdog, shared}
 	if err != nil || len(r) < 1 {
 		return Released{}, unexpectedReply("release", l.Lock, r, err)
 	}
 	if r[0] < 0 {
-		return Released{}, fmt.Errorf("%w: lock %q, lease %s", ErrLeaseLost, l.Lock, l.ID)
+		return Released{}, fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, l.Kind, l.Lock, l.ID)
 	}
-	if r[0] == 0 && len(r) == 2 && r[1] == 1 {
+	if r[0] == 0 && len(r) > 1 && r[1] == 1 {
 		s.unschedule(ctx, l)
 	}
-	return Released{Released: r[0] == 0, Holds: r[0]}, nil
+	// Answers an older build remembered for a retry carry no mode: they were exclusive.
+	shared := (r[0] > 0 && len(r) == 2 && r[1] == 1) || (r[0] == 0 && len(r) == 3 && r[2] == 1)
+	released := Released{Released: r[0] == 0, Holds: r[0], Mode: Exclusive}
+	if shared || l.Kind == KindSemaphore {
+		released.Mode = Shared
+	}
+	return released, nil
 }

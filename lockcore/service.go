@@ -67,7 +67,7 @@ type Service struct {
 	pingTimeout time.Duration
 
 	heartbeat, claimTTL, ticketGrace, idemWindow time.Duration
-	// queueArgs start the ARGV of every script built on lib.lua, formatted once.
+	// queueArgs start the ARGV of every script built on lib.lua, formatted once (the kind follows).
 	queueArgs []string
 
 	ctx    context.Context // ends at Close
@@ -205,13 +205,13 @@ func (s *Service) classify(err error) error {
 
 // runQueued runs one of the scripts built on lib.lua on lock: they take all of the lock's keys and
 // the common arguments before their own.
-func (s *Service) runQueued(ctx context.Context, script *rueidis.Lua, lock string, args ...string) ([]rueidis.RedisMessage, error) {
-	return s.exec(ctx, script, s.keys(lock).all(), append(slices.Clip(s.queueArgs), args...))
+func (s *Service) runQueued(ctx context.Context, script *rueidis.Lua, ref Ref, args ...string) ([]rueidis.RedisMessage, error) {
+	return s.exec(ctx, script, s.keys(ref).all(), append(append(slices.Clip(s.queueArgs), kindArg(ref.Kind)), args...))
 }
 
 // runWithKeys is runQueued for the scripts that take more keys after the lock's own.
-func (s *Service) runWithKeys(ctx context.Context, script *rueidis.Lua, lock string, extra []string, args ...string) ([]rueidis.RedisMessage, error) {
-	return s.exec(ctx, script, s.keys(lock).with(extra...), append(slices.Clip(s.queueArgs), args...))
+func (s *Service) runWithKeys(ctx context.Context, script *rueidis.Lua, ref Ref, extra []string, args ...string) ([]rueidis.RedisMessage, error) {
+	return s.exec(ctx, script, s.keys(ref).with(extra...), append(append(slices.Clip(s.queueArgs), kindArg(ref.Kind)), args...))
 }
 
 // idemMs is the Idempotency-Key window argument of the scripts: "0" without a key.

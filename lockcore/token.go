@@ -17,11 +17,17 @@ import (
 
 // Lease identifies one grant of a lock: who holds it, under which random lease ID, and its fence.
 type Lease struct {
-	Lock  string `json:"lock"`
+	Lock  string `json:"lock"` // the lock's or the semaphore's name
 	Owner string `json:"owner"`
 	ID    string `json:"lease"`
 	Fence int64  `json:"fence"`
+	// Kind is not in the payload: a semaphore's token is signed in a domain of its own, so that it
+	// never passes for a lock's, nor the other way round.
+	Kind Kind `json:"-"`
 }
+
+// Ref is the lock or semaphore l is a lease on.
+func (l Lease) Ref() Ref { return Ref{l.Kind, l.Lock} }
 
 // tokenPayload is the decoded first half of a token. V versions the format.
 type tokenPayload struct {
@@ -56,20 +62,24 @@ func NewTokens(secret []byte) (*Tokens, error) {
 func (t *Tokens) Mint(l Lease) string {
 	payload, _ := json.Marshal(tokenPayload{V: 1, Lease: l}) // cannot fail: strings and ints only
 	p := base64.RawURLEncoding.EncodeToString(payload)
-	return p + "." + base64.RawURLEncoding.EncodeToString(t.sign(leaseDomain, p))
+	return p + "." + base64.RawURLEncoding.EncodeToString(t.sign(leaseDomains[l.Kind], p))
 }
 
 // Parse verifies token in constant time and returns its lease. It returns ErrInvalidToken when
-// the token is malformed, its signature does not match, or it was minted for a lock other than lock.
-func (t *Tokens) Parse(token, lock string) (Lease, error) {
+// the token is malformed, its signature does not match, or it was minted for anything but ref.
+func (t *Tokens) Parse(token string, ref Ref) (Lease, error) {
 	if token == "" {
 		return Lease{}, fmt.Errorf("%w: missing", ErrInvalidToken)
 	}
 	if len(token) > maxTokenLen {
 		return Lease{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalidToken, maxTokenLen)
 	}
-	raw, err := t.verify(leaseDomain, token)
+	raw, err := t.verify(leaseDomains[ref.Kind], token)
 	if err != nil {
+		other := KindLock + KindSemaphore - ref.Kind
+		if _, e := t.verify(leaseDomains[other], token); e == nil {
+			return Lease{}, fmt.Errorf("%w: a %s's token, not a %s's", ErrInvalidToken, other, ref.Kind)
+		}
 		return Lease{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
 	var tp tokenPayload
@@ -79,18 +89,19 @@ func (t *Tokens) Parse(token, lock string) (Lease, error) {
 	if _, err := uuid.Parse(tp.ID); err != nil || tp.Fence <= 0 {
 		return Lease{}, fmt.Errorf("%w: payload is not a version 1 lease", ErrInvalidToken)
 	}
-	if tp.Lock != lock {
-		return Lease{}, fmt.Errorf("%w: minted for lock %q, not %q", ErrInvalidToken, tp.Lock, lock)
+	if tp.Lock != ref.Name {
+		return Lease{}, fmt.Errorf("%w: minted for %s %q, not %q", ErrInvalidToken, ref.Kind, tp.Lock, ref.Name)
 	}
+	tp.Kind = ref.Kind
 	return tp.Lease, nil
 }
 
-// Signing domains keep one kind of signed value from passing for another: a lease token's
-// signature covers its payload alone (the original format), a queue ticket's the prefix too.
-const (
-	leaseDomain  = ""
-	ticketDomain = "queue-ticket."
-)
+// Signing domains keep one kind of signed value from passing for another: a lock's lease token's
+// signature covers its payload alone (the original format), a semaphore's token's and a queue
+// ticket's a prefix too.
+var leaseDomains = [...]string{KindLock: "", KindSemaphore: "semaphore."}
+
+const ticketDomain = "queue-ticket."
 
 // sign returns the HMAC of domain + payload. The keyed HMACs are pooled: keying one costs two
 // SHA-256 blocks and four allocations, which every acquire and release would otherwise pay.

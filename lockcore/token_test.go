@@ -70,11 +70,11 @@ func TestTokenRoundTrip(t *testing.T) {
 			assert.Regexp(t, `^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$`, token, "base64url payload.signature")
 			assert.Equal(t, token, tokens.Mint(tc.lease), "minting is deterministic")
 
-			got, err := tokens.Parse(token, tc.lease.Lock)
+			got, err := tokens.Parse(token, lockcore.LockRef(tc.lease.Lock))
 			require.NoError(t, err)
 			assert.Equal(t, tc.lease, got)
 
-			other, err := newTokens(t, testSecret).Parse(token, tc.lease.Lock)
+			other, err := newTokens(t, testSecret).Parse(token, lockcore.LockRef(tc.lease.Lock))
 			require.NoError(t, err, "any codec with the same secret accepts the token")
 			assert.Equal(t, tc.lease, other)
 		})
@@ -85,7 +85,7 @@ func TestTokenMatchesDocumentedFormat(t *testing.T) {
 	tokens := newTokens(t, testSecret)
 	token := signed(testSecret, `{"v":1,"lock":"orders.42","owner":"billing-worker-7","lease":"`+testLeaseID+`","fence":17}`)
 	assert.Equal(t, tokens.Mint(testLease), token)
-	got, err := tokens.Parse(token, "orders.42")
+	got, err := tokens.Parse(token, lockcore.LockRef("orders.42"))
 	require.NoError(t, err)
 	assert.Equal(t, testLease, got)
 }
@@ -148,7 +148,7 @@ func TestTokenParseRejects(t *testing.T) {
 			if lock == "" {
 				lock = testLease.Lock
 			}
-			l, err := tokens.Parse(tc.token, lock)
+			l, err := tokens.Parse(tc.token, lockcore.LockRef(lock))
 			assert.ErrorIs(t, err, lockcore.ErrInvalidToken)
 			assert.Zero(t, l, "no lease on failure")
 		})
@@ -167,7 +167,7 @@ func TestNewTokens(t *testing.T) {
 	require.NoError(t, err)
 	token := tokens.Mint(testLease)
 	secret[0] ^= 0xff // the codec keeps its own copy
-	_, err = tokens.Parse(token, testLease.Lock)
+	_, err = tokens.Parse(token, lockcore.LockRef(testLease.Lock))
 	assert.NoError(t, err)
 	assert.Equal(t, token, tokens.Mint(testLease))
 }
@@ -201,7 +201,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(valid, "orders.43")
 
 	f.Fuzz(func(t *testing.T, token, lock string) {
-		l, err := tokens.Parse(token, lock)
+		l, err := tokens.Parse(token, lockcore.LockRef(lock))
 		if err != nil {
 			if !errors.Is(err, lockcore.ErrInvalidToken) {
 				t.Fatalf("Parse(%q) failed with %v, not ErrInvalidToken", token, err)

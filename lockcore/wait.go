@@ -44,7 +44,7 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 		return Grant{}, err
 	}
 	lease := uuid.NewString()
-	w, err := s.waiters.join(req.Lock, lease)
+	w, err := s.waiters.join(req.ref(), lease)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -116,16 +116,16 @@ func (wt *wait) enqueue(waitCtx context.Context) (g Grant, queued bool, err erro
 		})
 		switch {
 		case err == nil && r.status == acquireGranted:
-			return wt.s.newGrant(wt.req, wt.lease, r.fence, callStart), false, nil
+			return wt.s.newGrant(wt.req, wt.lease, r, callStart), false, nil
 		case err == nil && r.status == acquireReplayed: // a retry of a request that was granted
 			req := wt.req
 			req.TTL = r.pttl // what the first request's lease has left
-			return wt.s.newGrant(req, r.lease, r.fence, callStart), false, nil
+			return wt.s.newGrant(req, r.lease, r, callStart), false, nil
 		case err == nil && r.status == acquireReplayedLost:
-			return Grant{}, false, fmt.Errorf("%w: lock %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, wt.req.Lock)
+			return Grant{}, false, fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, wt.req.Kind, wt.req.Lock)
 		case err == nil:
 			wt.arrival = r.arrival
-			wt.s.waiters.checkBy(wt.req.Lock, time.Now().Add(r.pttl+time.Millisecond))
+			wt.s.waiters.checkBy(wt.s.keys(wt.req.ref()).lock, time.Now().Add(r.pttl+time.Millisecond))
 			return Grant{}, true, nil
 		case !errors.Is(err, ErrUnavailable) || !pause(waitCtx):
 			return Grant{}, false, err
@@ -156,11 +156,14 @@ func onFreshStack[T any](f func() (T, error)) (T, error) {
 func (wt *wait) confirm(waitCtx context.Context) (g Grant, lost bool, err error) {
 	for {
 		start := time.Now()
-		l := Lease{Lock: wt.req.Lock, Owner: wt.req.Owner, ID: wt.lease}
+		l := Lease{Lock: wt.req.Lock, Kind: wt.req.Kind, Owner: wt.req.Owner, ID: wt.lease}
 		g, err := wt.s.renewLease(waitCtx, l, wt.req.TTL, start)
 		switch {
 		case err == nil:
 			g.Token = wt.s.tokens.Mint(g.Lease)
+			if wt.req.Kind == KindSemaphore {
+				g.Permits = wt.req.Permits
+			}
 			wt.s.rememberGrant(waitCtx, wt.req, g)
 			return g, false, nil
 		case errors.Is(err, ErrLeaseLost):
@@ -193,7 +196,7 @@ func (wt *wait) end(ctx context.Context, cause error) error {
 	if cause == nil && ctx.Err() == nil {
 		ticketMs, ticketID = ms(s.ticketGrace), uuid.NewString()
 	}
-	reply, err := s.runWithKeys(context.WithoutCancel(ctx), s.dequeue, wt.req.Lock, []string{s.keys(wt.req.Lock).ticket(ticketID)},
+	reply, err := s.runWithKeys(context.WithoutCancel(ctx), s.dequeue, wt.req.ref(), []string{s.keys(wt.req.ref()).ticket(ticketID)},
 		wt.lease, ticketMs, strconv.FormatInt(wt.arrival, 10))
 	var r []int64
 	if err == nil {
@@ -203,7 +206,7 @@ func (wt *wait) end(ctx context.Context, cause error) error {
 	}
 	if err != nil {
 		// The entry ages out of the queue within the liveness window once no heartbeat refreshes it.
-		s.log.Warn("leaving the wait queue failed", "lock", wt.req.Lock, "err", err)
+		s.log.Warn("leaving the wait queue failed", wt.req.Kind.String(), wt.req.Lock, "err", err)
 	}
 	var queueTicket string
 	if err == nil && r[len(r)-1] == 1 {
@@ -219,7 +222,7 @@ func (wt *wait) end(ctx context.Context, cause error) error {
 	case err != nil:
 		return err
 	}
-	held := &HeldError{Lock: wt.req.Lock, RetryAfter: s.claimTTL, Waited: time.Since(wt.start), QueueTicket: queueTicket}
+	held := &HeldError{Lock: wt.req.Lock, Kind: wt.req.Kind, RetryAfter: s.claimTTL, Waited: time.Since(wt.start), QueueTicket: queueTicket}
 	if r[0] == 0 {
 		held.RetryAfter = time.Duration(max(r[1], 0)) * time.Millisecond
 	}

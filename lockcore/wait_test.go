@@ -73,7 +73,7 @@ func (w *waitWorld) hold(t *testing.T, svc *lockcore.Service, lock, owner string
 func (w *waitWorld) awaitWaiters(t *testing.T, lock string, n int64) {
 	t.Helper()
 	pollUntil(t, 10*time.Second, fmt.Sprintf("%d waiter(s) queued for %q", n, lock), func() bool {
-		st, err := w.svc.Inspect(context.Background(), lock, "")
+		st, err := w.svc.Inspect(context.Background(), lockcore.LockRef(lock), "")
 		return err == nil && st.Waiters == n
 	})
 }
@@ -152,12 +152,12 @@ func TestCancelledWaitLeavesQueueAndIsNeverGranted(t *testing.T) {
 	assert.Equal(t, lockcore.Grant{}, r.grant)
 	assert.Equal(t, "0", w.queueKeys(t, lock), "the waiter left the queue")
 
-	rel, err := w.svc.Release(ctx, lock, holder.Token, "")
+	rel, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: holder.Token})
 	require.NoError(t, err)
 	assert.True(t, rel.Released)
-	st, err := w.svc.Inspect(ctx, lock, "")
+	st, err := w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
 	require.NoError(t, err)
-	assert.False(t, st.Held, "the lock was not handed to the waiter that left: %+v", st)
+	assert.False(t, st.Held(), "the lock was not handed to the waiter that left: %+v", st)
 	assert.Zero(t, st.Waiters)
 	assert.Equal(t, "0", w.redis.MustDo(t, "EXISTS", w.key(lock, "")))
 }
@@ -192,15 +192,16 @@ func TestWaiterIsGrantedAfterRedisRestart(t *testing.T) {
 		// these checks retry ErrUnavailable as any caller would.
 		var st lockcore.State
 		require.NoError(t, retryUnavailable(func() (err error) {
-			st, err = svc.Inspect(ctx, lock, r.grant.Token)
+			st, err = svc.Inspect(ctx, lockcore.LockRef(lock), r.grant.Token)
 			return err
 		}))
 		require.NotNil(t, st.Yours)
 		assert.True(t, *st.Yours, "round %d: Redis has the waiter as holder: %+v", round, st)
-		assert.Equal(t, r.grant.Fence, st.Fence)
+		require.NotNil(t, st.Exclusive)
+		assert.Equal(t, r.grant.Fence, st.Exclusive.Fence)
 		var rel lockcore.Released
 		require.NoError(t, retryUnavailable(func() (err error) {
-			rel, err = svc.Release(ctx, lock, r.grant.Token, "")
+			rel, err = svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: r.grant.Token})
 			return err
 		}))
 		assert.True(t, rel.Released)
@@ -240,18 +241,18 @@ func TestWaiterIsGrantedAfterPubSubConnectionIsKilled(t *testing.T) {
 	// The holder's replica notices its dead connection on first use: an ErrUnavailable here means
 	// the release never reached Redis, so it is retried.
 	require.NoError(t, retryUnavailable(func() error {
-		_, err := other.Release(ctx, lock, holder.Token, "")
+		_, err := other.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: holder.Token})
 		return err
 	}))
 
 	r := receive(t, res, 10*time.Second, "the waiter's grant after the pub/sub connection was killed")
 	require.NoError(t, r.err)
 	assert.Greater(t, r.grant.Fence, holder.Fence)
-	st, err := w.svc.Inspect(ctx, lock, r.grant.Token)
+	st, err := w.svc.Inspect(ctx, lockcore.LockRef(lock), r.grant.Token)
 	require.NoError(t, err)
 	require.NotNil(t, st.Yours)
 	assert.True(t, *st.Yours, "Redis has the waiter as holder: %+v", st)
-	_, err = w.svc.Release(ctx, lock, r.grant.Token, "")
+	_, err = w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: r.grant.Token})
 	assert.NoError(t, err)
 }
 
@@ -287,7 +288,7 @@ func TestWaitEndingAsItIsGrantedStrandsNothing(t *testing.T) {
 		}()
 		go func() {
 			<-start
-			_, err := w.svc.Release(ctx, lock, holder.Token, "")
+			_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: holder.Token})
 			released <- err
 		}()
 		close(start)
@@ -298,7 +299,7 @@ func TestWaitEndingAsItIsGrantedStrandsNothing(t *testing.T) {
 		switch {
 		case r.err == nil:
 			outcomes["granted"]++
-			rel, err := w.svc.Release(ctx, lock, r.grant.Token, "")
+			rel, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: r.grant.Token})
 			assert.NoError(t, err, "iteration %d: a waiter that returned a grant holds the lock", i)
 			assert.True(t, rel.Released, "iteration %d", i)
 		case errors.Is(r.err, context.Canceled):
@@ -312,8 +313,8 @@ func TestWaitEndingAsItIsGrantedStrandsNothing(t *testing.T) {
 		var st lockcore.State
 		settled := func() bool {
 			var err error
-			st, err = w.svc.Inspect(ctx, lock, "")
-			return err == nil && !st.Held && st.Waiters == 0
+			st, err = w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
+			return err == nil && !st.Held() && st.Waiters == 0
 		}
 		deadline := time.Now().Add(2 * time.Second)
 		for !settled() && time.Now().Before(deadline) {

@@ -21,13 +21,13 @@ type waiters struct {
 
 	mu         sync.Mutex
 	byLease    map[string]*waiter
-	heartbeats map[string]*heartbeat // by lock name
+	heartbeats map[string]*heartbeat // by the lock's (or semaphore's) key
 }
 
 // waiter is one waiting Acquire. Its events channel receives grants addressed to it and requests
 // to queue again; sends never block (a full channel already holds something to act on).
 type waiter struct {
-	lock   string
+	key    string // its lock's (or semaphore's) key
 	lease  string
 	events chan event
 }
@@ -68,8 +68,8 @@ func (ws *waiters) subscribe() {
 }
 
 // onMessage runs on the connection's reader goroutine: it must never block. Messages are
-// "g <lease> <fence>" (the lock was handed to that waiter) and "e <lock key> <pttl>" (the lock's
-// lease runs out in pttl ms; this process has its first waiter).
+// "g <lease> <fence>" (a hold was handed to that waiter) and "e <lock key> <ms>" (the lock's, or
+// semaphore's, earliest hold runs out in ms; this process has its first waiter).
 func (ws *waiters) onMessage(m rueidis.PubSubMessage) {
 	f := strings.Fields(m.Message)
 	if len(f) != 3 {
@@ -83,10 +83,8 @@ func (ws *waiters) onMessage(m rueidis.PubSubMessage) {
 	case "g":
 		ws.deliver(f[1], event{fence: n})
 	case "e":
-		_, name, _ := strings.Cut(f[1], "{")
-		name, _, _ = strings.Cut(name, "}")
 		if n >= 0 {
-			ws.checkBy(name, time.Now().Add(time.Duration(n)*time.Millisecond+time.Millisecond))
+			ws.checkBy(f[1], time.Now().Add(time.Duration(n)*time.Millisecond+time.Millisecond))
 		}
 	}
 }
@@ -107,7 +105,7 @@ func (ws *waiters) deliver(lease string, ev event) {
 // join registers a waiter and makes sure its lock has a heartbeat. It counts the wait in the
 // Service's WaitGroup (leave calls Done), so Close waits for every wait. It fails with
 // ErrTooManyWaiters at the cap and with ErrUnavailable once the Service is closing.
-func (ws *waiters) join(lock, lease string) (*waiter, error) {
+func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.s.ctx.Err() != nil {
@@ -116,13 +114,14 @@ func (ws *waiters) join(lock, lease string) (*waiter, error) {
 	if len(ws.byLease) >= ws.max {
 		return nil, ErrTooManyWaiters
 	}
-	w := &waiter{lock: lock, lease: lease, events: make(chan event, 1)}
+	key := ws.s.keys(ref).lock
+	w := &waiter{key: key, lease: lease, events: make(chan event, 1)}
 	ws.s.wg.Add(1)
 	ws.byLease[lease] = w
-	hb := ws.heartbeats[lock]
+	hb := ws.heartbeats[key]
 	if hb == nil {
-		hb = newHeartbeat(lock)
-		ws.heartbeats[lock] = hb
+		hb = newHeartbeat(ref, key)
+		ws.heartbeats[key] = hb
 		ws.s.wg.Add(1)
 		go ws.beat(hb)
 	}
@@ -134,17 +133,18 @@ func (ws *waiters) join(lock, lease string) (*waiter, error) {
 func (ws *waiters) leave(w *waiter) {
 	ws.mu.Lock()
 	delete(ws.byLease, w.lease)
-	if hb := ws.heartbeats[w.lock]; hb != nil {
+	if hb := ws.heartbeats[w.key]; hb != nil {
 		delete(hb.leases, w.lease)
 	}
 	ws.mu.Unlock()
 	ws.s.wg.Done()
 }
 
-// checkBy makes lock's heartbeat check the lock by at, e.g. when its holder's lease runs out.
-func (ws *waiters) checkBy(lock string, at time.Time) {
+// checkBy makes the heartbeat of the lock (or semaphore) with key check it by at, e.g. when a
+// holder's lease runs out.
+func (ws *waiters) checkBy(key string, at time.Time) {
 	ws.mu.Lock()
-	hb := ws.heartbeats[lock]
+	hb := ws.heartbeats[key]
 	ws.mu.Unlock()
 	if hb != nil {
 		hb.checkBy(at)

@@ -31,7 +31,7 @@ func TestReleaseRacingTheEnqueueWakesTheWaiter(t *testing.T) {
 		released := make(chan error, 1)
 		go func() {
 			<-start
-			_, err := other.Release(ctx, lock, holder.Token, "")
+			_, err := other.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: holder.Token})
 			released <- err
 		}()
 		res := make(chan acquired, 1)
@@ -47,7 +47,7 @@ func TestReleaseRacingTheEnqueueWakesTheWaiter(t *testing.T) {
 		assert.Greater(t, r.grant.Fence, holder.Fence, "round %d", i)
 		assert.Greater(t, r.grant.Fence, lastFence, "round %d", i)
 		lastFence = r.grant.Fence
-		rel, err := w.svc.Release(ctx, lock, r.grant.Token, "")
+		rel, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: r.grant.Token})
 		require.NoError(t, err)
 		require.True(t, rel.Released, "round %d: nobody else holds or waits", i)
 	}

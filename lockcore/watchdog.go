@@ -10,7 +10,7 @@ import (
 )
 
 // The watchdog's schedule lives in Redis, not in the process that granted the lease: a zset maps
-// "<lock>\n<lease>" to when its next renewal is due, in Redis time (so gateway clocks play no
+// "<lock>\n<lease>" (a semaphore's: "<semaphore>\n<lease>\ns") to when its next renewal is due, in Redis time (so gateway clocks play no
 // part). Every replica sweeps it, so a watchdog lease outlives the replica that granted it;
 // renewal is idempotent, and a claim pushes due entries a little forward so that replicas rarely
 // renew the same lease twice.
@@ -23,7 +23,7 @@ const (
 // enroll schedules the first renewal of a new watchdog grant, a third of its TTL from now.
 func (s *Service) enroll(ctx context.Context, g Grant) error {
 	_, err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.schedule},
-		[]string{"enroll", scheduleMember(g.Lock, g.ID), ms(g.TTL / 3)}).ToInt64()
+		[]string{"enroll", scheduleMember(g.Lease), ms(g.TTL / 3)}).ToInt64()
 	if err != nil {
 		return s.classify(err)
 	}
@@ -35,22 +35,27 @@ func (s *Service) enroll(ctx context.Context, g Grant) error {
 // too late). A failure is logged: the lease then keeps its old schedule.
 func (s *Service) reschedule(ctx context.Context, g Grant) {
 	err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.schedule},
-		[]string{"reschedule", scheduleMember(g.Lock, g.ID), ms(g.TTL / 3)}).Error()
+		[]string{"reschedule", scheduleMember(g.Lease), ms(g.TTL / 3)}).Error()
 	if err != nil {
-		s.log.Warn("rescheduling a watchdog renewal failed", "lock", g.Lock, "err", err)
+		s.log.Warn("rescheduling a watchdog renewal failed", g.Kind.String(), g.Lock, "err", err)
 	}
 }
 
 // unschedule takes a released lease off the watchdog schedule. A failure is harmless: the next sweep finds the lease
 // gone and drops it then.
 func (s *Service) unschedule(ctx context.Context, l Lease) {
-	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.schedule).Member(scheduleMember(l.Lock, l.ID)).Build()).Error()
+	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.schedule).Member(scheduleMember(l)).Build()).Error()
 	if err != nil {
-		s.log.Warn("taking a lease off the watchdog schedule failed; the next sweep does it", "lock", l.Lock, "err", err)
+		s.log.Warn("taking a lease off the watchdog schedule failed; the next sweep does it", l.Kind.String(), l.Lock, "err", err)
 	}
 }
 
-func scheduleMember(lock, lease string) string { return lock + "\n" + lease }
+func scheduleMember(l Lease) string {
+	if l.Kind == KindSemaphore {
+		return l.Lock + "\n" + l.ID + "\ns"
+	}
+	return l.Lock + "\n" + l.ID
+}
 
 // sweep renews due watchdog leases until the Service closes.
 func (s *Service) sweep() {
@@ -138,11 +143,17 @@ func (s *Service) anyDue(ctx context.Context) bool {
 // renewDue renews the lease of one schedule member. It returns when the next renewal is due
 // (Redis time in ms), 0 when the lease leaves the schedule, or -1 when the renewal failed and must be retried.
 func (s *Service) renewDue(ctx context.Context, member string) int64 {
-	lock, lease, ok := strings.Cut(member, "\n")
-	if !ok {
+	parts := strings.Split(member, "\n")
+	if len(parts) < 2 {
 		return 0
 	}
-	r, err := s.watchdogRenew.Exec(ctx, s.client, []string{s.keys(lock).lock}, []string{lease}).AsIntSlice()
+	ref, lease := LockRef(parts[0]), parts[1]
+	if len(parts) == 3 && parts[2] == "s" {
+		ref.Kind = KindSemaphore
+	}
+	lock := ref.Name
+	k := s.keys(ref)
+	r, err := s.watchdogRenew.Exec(ctx, s.client, []string{k.lock, k.sh, k.shm}, []string{lease}).AsIntSlice()
 	if err == nil && (len(r) == 0 || (r[0] == 1 && len(r) != 2)) {
 		err = unexpectedReply("watchdog renew", lock, r, nil)
 	}
@@ -151,7 +162,7 @@ func (s *Service) renewDue(ctx context.Context, member string) int64 {
 			return -1
 		}
 		s.failures.Add(1)
-		s.log.Warn("watchdog renewal failed; retrying", "lock", lock, "err", err, "failures", s.failures.Load())
+		s.log.Warn("watchdog renewal failed; retrying", ref.Kind.String(), lock, "err", err, "failures", s.failures.Load())
 		return -1
 	}
 	if r[0] == 0 {

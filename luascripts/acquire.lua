@@ -1,29 +1,45 @@
--- acquire.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[6] = a queue ticket's key (wait mode:
---   taken once; a missing key is a newcomer), KEYS[7] = the Idempotency-Key latch;
---   ARGV[1..4] as in lib.lua, then
---   ARGV[5..] = [lease, ttl_ms, owner, watchdog (0|1), mode ('try'|'wait'), replica,
+-- acquire.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[8] = a queue ticket's key (wait mode:
+--   taken once; a missing key is a newcomer), KEYS[9] = the Idempotency-Key latch;
+--   ARGV[1..5] as in lib.lua, then
+--   ARGV[6..] = [lease, ttl_ms, owner, watchdog (0|1), mode ('try'|'wait'), replica,
 --                arrival_us (to keep when queueing again within one wait; 0 = the ticket's, else
---                now), max_hold_ms, idem_ms (0: no key)]
---   => {1, fence}           granted to lease: the lock was free and nobody live was queued ahead
---    | {3, fence, lease, pttl}  a retry (same Idempotency-Key and owner) of a request that was
---                           granted this lease, which still holds the lock for pttl: nothing changed
---    | {4}                  a retry of a request whose lease no longer holds the lock: nothing changed
---    | {0, pttl}            held (by another lease, or just handed to the queue head); try mode
---    | {2, pttl, arrival}   queued behind the holder (wait mode); arrival is the one to keep
--- No barging: a free lock with live waiters goes to the queue head, not to the caller.
--- A lease that already holds the lock (a retried call whose reply was lost, or a waiter queueing
--- again just as the lock reached it) is granted, never queued behind itself.
-local lease, ttl, owner, wd, mode, replica = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local arrival, hold, idem_ms, latch = tonumber(ARGV[11]), ARGV[12], tonumber(ARGV[13]), KEYS[7]
+--                now), max_hold_ms, idem_ms (0: no key), hold ('x' exclusive | 's' shared),
+--                permits (a semaphore's size; 0 for a lock)]
+--   => {1, fence, used}     granted to lease: its hold fits and nobody live was queued ahead;
+--                           used is a semaphore's permits in use (0 for a lock)
+--    | {3, fence, lease, pttl, used}  a retry (same Idempotency-Key and owner) of a request that
+--                           was granted this lease, which still holds for pttl: nothing changed
+--    | {4}                  a retry of a request whose lease no longer holds: nothing changed
+--    | {0, ms}              held (or just handed to the queue head); try mode. ms: until the
+--                           earliest hold runs out
+--    | {2, ms, arrival}     queued behind the holders (wait mode); arrival is the one to keep
+--    | {5, size}            a semaphore that someone holds or waits on has size permits, not
+--                           the request's: nothing changed
+-- No barging: holds go to the queue head first (see promote in lib.lua), so a shared request
+-- queues behind a waiting exclusive one even while other shared holds are in. A lease that already
+-- holds (a retried call whose reply was lost, or a waiter queueing again just as a grant reached
+-- it) is granted, never queued behind itself.
+local lease, ttl, owner, wd, mode, replica = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+local arrival, hold, idem_ms, latch = tonumber(ARGV[12]), ARGV[13], tonumber(ARGV[14]), KEYS[9]
+local want, permits = ARGV[15], tonumber(ARGV[16])
+
+-- used is a semaphore's permits in use (0 for a lock: nobody asks).
+local function used()
+  if kind == 's' then
+    return redis.call('ZCARD', sh)
+  end
+  return 0
+end
 
 -- The latch of a granted request holds "<lease> <owner>" (lease IDs have no spaces).
 local prev = idem_ms > 0 and redis.call('GET', latch)
 if prev then
   local prev_lease, prev_owner = string.match(prev, '^(%S+) (.*)$')
   if prev_owner == owner then
-    if redis.call('HEXISTS', lock, prev_lease) == 1 then
+    local fence, left = held_by(prev_lease)
+    if fence then
       dequeue(lease) -- a waiter's earlier call of this request may have queued it
-      return {3, tonumber(redis.call('HGET', lock, ':fence')), prev_lease, redis.call('PTTL', lock)}
+      return {3, fence, prev_lease, left, used()}
     end
     return {4}
   end
@@ -34,45 +50,80 @@ local function granted(fence)
   if idem_ms > 0 then
     redis.call('SET', latch, lease .. ' ' .. owner, 'PX', math.max(idem_ms, tonumber(ttl)))
   end
-  return {1, fence}
+  return {1, fence, used()}
 end
 
--- PTTL first: on a free lock (the uncontended path) the lease cannot hold it, so no HEXISTS.
-local pttl = redis.call('PTTL', lock)
-if pttl ~= -2 and redis.call('HEXISTS', lock, lease) == 1 then
+-- The uncontended path: nothing holds and nobody waits (one call to know it).
+if redis.call('EXISTS', lock, sh, q) == 0 then
+  if kind == 's' then
+    redis.call('HSET', shm, ':size', permits)
+  end
+  return granted(grant(lease, want, owner, ttl, wd, hold, ttl))
+end
+
+-- confirm turns lease's hold (a claim promote gave it, or a retried grant) into one of ttl ms.
+local function confirm()
+  local fence, _, held = held_by(lease)
+  if not fence then
+    return nil
+  end
   dequeue(lease)
-  redis.call('HSET', lock, ':ttl', ttl)
-  redis.call('PEXPIRE', lock, ttl)
-  return {1, tonumber(redis.call('HGET', lock, ':fence'))}
+  if held == 'x' then
+    redis.call('HSET', lock, ':ttl', ttl)
+    redis.call('PEXPIRE', lock, ttl)
+  else
+    set_shared_ttl(lease, shared_hold(lease), tonumber(ttl))
+  end
+  return fence
+end
+
+local fence = confirm()
+if fence then
+  return {1, fence, used()}
+end
+
+if kind == 's' then
+  reclaim()
+  local cur = size()
+  local busy = redis.call('EXISTS', sh) == 1 or first_live() ~= nil
+  if busy and cur and cur ~= permits then
+    return {5, cur}
+  end
+  if not busy or not cur then
+    redis.call('HSET', shm, ':size', permits)
+  end
 end
 
 if mode ~= 'wait' then
-  if pttl == -2 then
+  if fits(want, permits) then
     if not first_live() then
-      return granted(grant(lease, owner, ttl, wd, hold, ttl))
+      return granted(grant(lease, want, owner, ttl, wd, hold, ttl))
     end
     promote()
-    pttl = claim_ms
   end
-  return {0, pttl}
+  return {0, busy_ms()}
 end
 
 -- Wait: join the queue first (an earlier arrival is kept), so that a waiter coming back to its
--- place is considered with everyone else when the lock is free.
+-- place is considered with everyone else; then hand out what fits, which may be this waiter's.
 local now = now_us()
 if arrival == 0 then
-  arrival = tonumber(redis.call('GETDEL', KEYS[6]) or now)
+  arrival = tonumber(redis.call('GETDEL', KEYS[8]) or now)
+end
+local meta = {r = replica, o = owner, t = ttl, w = wd, h = hold}
+if want == 's' then
+  meta.m = 's'
+end
+if kind == 's' then
+  meta.n = permits
 end
 redis.call('ZADD', q, 'NX', string.format('%d', arrival), lease)
 redis.call('ZADD', qd, string.format('%d', math.floor(now / 1000) + liveness_ms), lease)
-redis.call('HSET', qm, lease, cjson.encode({r = replica, o = owner, t = ttl, w = wd, h = hold}))
+redis.call('HSET', qm, lease, cjson.encode(meta))
 keep_queue()
-if pttl == -2 then
-  if first_live() == lease then
-    dequeue(lease)
-    return granted(grant(lease, owner, ttl, wd, hold, ttl))
-  end
-  promote()
-  pttl = claim_ms
+promote()
+fence = confirm()
+if fence then
+  return granted(fence)
 end
-return {2, pttl, tonumber(redis.call('ZSCORE', q, lease))}
+return {2, busy_ms(), tonumber(redis.call('ZSCORE', q, lease))}

@@ -1,31 +1,40 @@
 -- dequeue.lua (+ lib.lua): a waiter gives up (its wait ran out, its client left, its gateway closes).
---   KEYS as in lib.lua, then KEYS[6] = the key of the queue ticket to hand out;
---   ARGV[1..4] as in lib.lua, then ARGV[5..7] = [lease, ticket_ms (0: no ticket), arrival_us (the
+--   KEYS as in lib.lua, then KEYS[8] = the key of the queue ticket to hand out;
+--   ARGV[1..5] as in lib.lua, then ARGV[6..8] = [lease, ticket_ms (0: no ticket), arrival_us (the
 --   waiter's arrival as its gateway knows it, used when Redis lost the entry; 0: unknown)]
---   => {1, ticketed}        the lock had already been handed to lease: it was passed on to the
---                           next waiter (or freed), so a grant never lands on someone who has gone
---    | {0, pttl, ticketed}  lease left the queue; pttl is the lock's remaining TTL (-2: free)
---   ticketed is 1 when the waiter's arrival was kept under KEYS[6] for ticket_ms, for its next
+--   => {1, ticketed}        a hold had already been handed to lease: it was passed on to the
+--                           next waiters (or freed), so a grant never lands on someone who has gone
+--    | {0, ms, ticketed}    lease left the queue; ms is how long until the earliest hold runs out
+--                           (-2: nothing holds)
+--   ticketed is 1 when the waiter's arrival was kept under KEYS[8] for ticket_ms, for its next
 --   waiting acquire to resume (see acquire.lua).
-local lease, ticket_ms, arrival = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local lease, ticket_ms, arrival = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 
 local ticketed = 0
 if ticket_ms > 0 then
   arrival = tonumber(redis.call('ZSCORE', q, lease)) or arrival
   if arrival > 0 then
-    redis.call('SET', KEYS[6], string.format('%d', arrival), 'PX', ticket_ms)
+    redis.call('SET', KEYS[8], string.format('%d', arrival), 'PX', ticket_ms)
     ticketed = 1
   end
 end
 dequeue(lease)
-if redis.call('HEXISTS', lock, lease) == 1 then
+local handed = false
+if kind == 'l' and redis.call('HEXISTS', lock, lease) == 1 then
   redis.call('DEL', lock)
+  handed = true
+end
+if shared_hold(lease) then
+  redis.call('ZREM', sh, lease)
+  redis.call('HDEL', shm, lease)
+  handed = true
+end
+if handed then
   promote()
   return {1, ticketed}
 end
-local pttl = redis.call('PTTL', lock)
-if pttl == -2 and promote() then
-  -- The holder expired and nobody had handed the lock on yet.
-  pttl = claim_ms
+-- A holder may have expired with nobody handing its place on yet.
+if promote() > 0 then
+  return {0, claim_ms, ticketed}
 end
-return {0, pttl, ticketed}
+return {0, busy_ms(), ticketed}

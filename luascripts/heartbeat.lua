@@ -1,16 +1,18 @@
--- heartbeat.lua (+ lib.lua): one replica's periodic care of one lock it has waiters for.
---   KEYS and ARGV[1..4] as in lib.lua, then ARGV[5..] = that replica's waiting leases.
---   It pushes their liveness deadlines and the queue keys' expiry forward, drops dead entries,
---   hands a free lock to the queue head (a holder's expiry publishes nothing, so this is how expiry
---   is noticed), and reports:
---   => {holder lease or '', holder fence or 0, pttl (-2: free), missing lease...}
---   where the missing leases are the given ones that are neither queued nor holding (e.g. Redis
---   lost the queue in a restart): their replica queues them again at their original arrival.
+-- heartbeat.lua (+ lib.lua): one replica's periodic care of one lock (or semaphore) it has waiters for.
+--   KEYS and ARGV[1..5] as in lib.lua, then ARGV[6..] = that replica's waiting leases.
+--   It pushes their liveness deadlines and the queue keys' expiry forward, drops dead entries and
+--   expired shared holds, hands out what fits to the head of the line (a holder's expiry publishes
+--   nothing, so this is how expiry is noticed), and reports:
+--   => {ms, n, lease 1, fence 1, ..., lease n, fence n, missing lease...}
+--   where ms is how long until the earliest hold runs out (-2: nothing holds), the n leases are
+--   the given ones that hold (a grant whose message may have been lost), and the missing leases
+--   are the given ones that are neither queued nor holding (e.g. Redis lost the queue in a
+--   restart): their replica queues them again at their original arrival.
 --   Any number of leases may be given: they are handled in chunks (see lib.lua).
-local first, last = 5, #ARGV
+local first, last = 6, #ARGV
 
 if last >= first and redis.call('EXISTS', q) == 1 then
-  local deadline = string.format('%d', math.floor(now_us() / 1000) + liveness_ms)
+  local deadline = string.format('%d', now_ms() + liveness_ms)
   for from = first, last, chunk do
     local args = {'XX', 'GT'}
     for i = from, math.min(from + chunk - 1, last) do
@@ -22,17 +24,20 @@ if last >= first and redis.call('EXISTS', q) == 1 then
   keep_queue()
 end
 
-local pttl = redis.call('PTTL', lock)
-if pttl == -2 then
-  promote()
-  pttl = redis.call('PTTL', lock)
-else
-  first_live() -- prune
-end
+reclaim()
+promote() -- also drops dead queue entries (see first_live)
 
-local holder, fence = '', 0
-if pttl ~= -2 then
+local holding = {}
+local reply = {busy_ms(), 0}
+local function report(lease, fence)
+  holding[lease] = true
+  reply[#reply + 1] = lease
+  reply[#reply + 1] = fence
+  reply[2] = reply[2] + 1
+end
+if kind == 'l' then
   local h = redis.call('HGETALL', lock)
+  local holder, fence
   for i = 1, #h, 2 do
     if h[i] == ':fence' then
       fence = tonumber(h[i + 1])
@@ -40,16 +45,37 @@ if pttl ~= -2 then
       holder = h[i]
     end
   end
-end
-
-local reply = {holder, fence, pttl}
-for from = first, last, chunk do
-  local to = math.min(from + chunk - 1, last)
-  local scores = redis.call('ZMSCORE', q, unpack(ARGV, from, to))
-  for i = from, to do
-    if not scores[i - from + 1] and ARGV[i] ~= holder then
-      reply[#reply + 1] = ARGV[i]
+  if holder then
+    for i = first, last do
+      if ARGV[i] == holder then
+        report(holder, fence)
+        break
+      end
     end
   end
+end
+local missing = {}
+local has_shared = redis.call('EXISTS', sh) == 1
+for from = first, last, chunk do
+  local to = math.min(from + chunk - 1, last)
+  local queued = redis.call('ZMSCORE', q, unpack(ARGV, from, to))
+  local held = has_shared and redis.call('ZMSCORE', sh, unpack(ARGV, from, to)) or {}
+  for i = from, to do
+    local lease = ARGV[i]
+    if not holding[lease] and held[i - from + 1] then
+      local m = shared_hold(lease)
+      if m then
+        report(lease, m.fence)
+      end
+    end
+  end
+  for i = from, to do
+    if not queued[i - from + 1] and not holding[ARGV[i]] then
+      missing[#missing + 1] = ARGV[i]
+    end
+  end
+end
+for _, lease in ipairs(missing) do
+  reply[#reply + 1] = lease
 end
 return reply

@@ -1,26 +1,56 @@
--- inspect.lua (read-only): KEYS = [lock, q, qd]  ARGV = []
---   => {waiters}                                                free; waiters = live queue entries
---    | {waiters, lease, owner, fence, holds, pttl, watchdog, hold_left_ms}    held; hold_left_ms
---      is how much longer the watchdog renews the lease (0 without a watchdog)
-local lock, q, qd = KEYS[1], KEYS[2], KEYS[3]
+-- inspect.lua (read-only): KEYS = [lock, q, qd, sh, shm] (see lib.lua)  ARGV = [lease or '']
+--   => {waiters, size, yours, exclusive, [lease, owner, fence, holds, pttl, watchdog, hold_left_ms]
+--       if exclusive is 1, shared_count, [lease, owner, fence, holds, pttl, watchdog, hold_left_ms]
+--       for each of the first 100 shared holders (in expiry order)}
+--   waiters = live queue entries; size = a semaphore's permits (0 for a lock); yours = 1 when the
+--   given lease holds (either way); hold_left_ms is how much longer the watchdog renews a lease
+--   (0 without a watchdog).
+local lock, q, qd, sh, shm, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
 
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local waiters = redis.call('ZCOUNT', qd, now_ms, '+inf')
-local h = redis.call('HGETALL', lock)
-if #h == 0 then
-  return {waiters}
+local function left_of(wd, until_ms)
+  if wd == '1' then
+    return math.max(tonumber(until_ms) - now_ms, 0)
+  end
+  return 0
 end
-local lease, holds, meta = '', 0, {}
-for i = 1, #h, 2 do
-  if string.sub(h[i], 1, 1) == ':' then
-    meta[h[i]] = h[i + 1]
-  else
-    lease, holds = h[i], tonumber(h[i + 1])
+
+local reply = {redis.call('ZCOUNT', qd, now_ms, '+inf'), tonumber(redis.call('HGET', shm, ':size')) or 0, 0, 0}
+local h = redis.call('HGETALL', lock)
+if #h > 0 then
+  local holder, holds, meta = '', 0, {}
+  for i = 1, #h, 2 do
+    if string.sub(h[i], 1, 1) == ':' then
+      meta[h[i]] = h[i + 1]
+    else
+      holder, holds = h[i], tonumber(h[i + 1])
+    end
+  end
+  reply[4] = 1
+  if holder == lease then
+    reply[3] = 1
+  end
+  for _, v in ipairs({holder, meta[':owner'], tonumber(meta[':fence']), holds, redis.call('PTTL', lock),
+    tonumber(meta[':wd']), left_of(meta[':wd'], meta[':until'])}) do
+    reply[#reply + 1] = v
   end
 end
-local left = 0
-if meta[':wd'] == '1' then
-  left = math.max(tonumber(meta[':until']) - now_ms, 0)
+
+reply[#reply + 1] = redis.call('ZCOUNT', sh, '(' .. now_ms, '+inf')
+local mine = lease ~= '' and tonumber(redis.call('ZSCORE', sh, lease))
+if mine and mine > now_ms then
+  reply[3] = 1
 end
-return {waiters, lease, meta[':owner'], tonumber(meta[':fence']), holds, redis.call('PTTL', lock), tonumber(meta[':wd']), left}
+local shared = redis.call('ZRANGEBYSCORE', sh, '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, 100)
+for i = 1, #shared, 2 do
+  local raw = redis.call('HGET', shm, shared[i])
+  if raw then
+    local holds, fence, _, wd, until_ms, owner = string.match(raw, '^(%d+) (%d+) (%d+) (%d) (%d+) (.*)$')
+    for _, v in ipairs({shared[i], owner, tonumber(fence), tonumber(holds), tonumber(shared[i + 1]) - now_ms,
+      tonumber(wd), left_of(wd, until_ms)}) do
+      reply[#reply + 1] = v
+    end
+  end
+end
+return reply

@@ -1,15 +1,29 @@
 -- lib.lua: shared by every script that grants a lock or touches its wait queue. It is prepended to
 -- those scripts when they are loaded (see scripts.go), so each still runs as one atomic EVAL.
 --
--- Every such script takes KEYS = [lock, fence, q, qd, qm] and starts its ARGV with
---   [chanprefix, claim_ms, liveness_ms, fence_ttl_ms]; its own arguments follow from ARGV[5].
+-- Every such script takes KEYS = [lock, fence, q, qd, qm, sh, shm] and starts its ARGV with
+--   [chanprefix, claim_ms, liveness_ms, fence_ttl_ms, kind]; its own arguments follow from ARGV[6].
+-- kind is 'l' for a lock (exclusive and shared holds) or 's' for a semaphore (permits: shared holds,
+-- at most its size at once, and no exclusive ones).
 --
--- Queue of lock N (all under the hash tag {N}):
+-- Holders of resource N (a lock or a semaphore; all keys under the hash tag {N}):
+--   lock  hash  the exclusive holder: <lease> -> reentry count, plus :owner, :fence, :ttl, :wd,
+--               :until; PEXPIRE = the lease's TTL (locks only)
+--   sh    zset  shared holders (a lock's readers, a semaphore's permits): lease -> expiry in ms
+--               (Redis time); each expires on its own, and scripts drop expired ones (reclaim)
+--   shm   hash  lease -> "<holds> <fence> <ttl_ms> <wd> <until_ms> <owner>" for each shared holder;
+--               on a semaphore also :size, its number of permits
+--   sh and shm live at least as long as their last holder (and a semaphore's shm as long as its
+--   queue), see extend.
+-- A lease may hold a lock both ways: an exclusive holder that took a shared hold too (downgrade).
+--
+-- Queue of resource N:
 --   q   zset  lease id -> arrival time in microseconds (FIFO order; a waiter queueing again keeps
 --             its arrival)
 --   qd  zset  lease id -> liveness deadline in ms (Redis time); its replica pushes it forward while
 --             the waiter waits, so the entries of a dead replica age out
---   qm  hash  lease id -> JSON {r: replica, o: owner, t: ttl_ms, w: watchdog, h: max_hold_ms}
+--   qm  hash  lease id -> JSON {r: replica, o: owner, t: ttl_ms, w: watchdog, h: max_hold_ms,
+--             m: mode ('x' exclusive, 's' shared; absent: 'x'), n: a semaphore's size}
 -- The three expire queue_ttl_ms after the last enqueue or heartbeat (see keep_queue), so the queue
 -- of a lock whose waiters' replicas all died does not stay in Redis forever.
 --   ticket:<id>  string, arrival µs: a queue ticket's place, kept TicketGrace after a wait ended
@@ -18,8 +32,9 @@
 --             ("<lease> <owner>" for a new acquire, whose lease part is empty; the reply's integers
 --             for a release or re-entry), replayed to its retries (see remember and replay)
 -- The fence key expires fence_ttl_ms after the lock's last grant (see grant).
-local lock, fencekey, q, qd, qm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lock, fencekey, q, qd, qm, sh, shm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local chanprefix, claim_ms, liveness_ms, fence_ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local kind = ARGV[5]
 local queue_ttl_ms = liveness_ms * 10
 
 -- Redis caps the arguments one command may take from Lua's unpack() (~8000), so long lists go in
@@ -37,12 +52,96 @@ local function now_us()
   return now_cache
 end
 
--- grant gives the free lock to lease with a new fence and a PEXPIRE of pexpire_ms; returns the fence.
--- fence = max(last fence + 1, now in µs): strictly increasing while the fence key lives, and still
--- increasing after it expired (fence_ttl_ms after the last grant), was lost, or was rolled back by a
--- failover, as long as the Redis clock moves forward. A watchdog lease (wd '1') records :until, the
--- Redis time in ms after which the watchdog no longer renews it (grant + hold_ms).
-local function grant(lease, owner, ttl, wd, hold_ms, pexpire_ms)
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- extend makes key live at least ms more (PEXPIRE GT would skip a key without a TTL).
+local function extend(key, ms)
+  local left = redis.call('PTTL', key)
+  if left ~= -2 and left < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- A shared holder's entry in shm.
+local function pack(holds, fence, ttl, wd, until_ms, owner)
+  return string.format('%d %d %d %s %d ', holds, fence, ttl, wd, until_ms) .. owner
+end
+
+local function unpack_meta(raw)
+  local holds, fence, ttl, wd, until_ms, owner = string.match(raw, '^(%d+) (%d+) (%d+) (%d) (%d+) (.*)$')
+  return {holds = tonumber(holds), fence = tonumber(fence), ttl = tonumber(ttl), wd = wd, until_ms = tonumber(until_ms),
+    owner = owner}
+end
+
+-- reclaim drops shared holders whose lease ran out (a thousand at a time).
+local function reclaim()
+  local gone = redis.call('ZRANGEBYSCORE', sh, '-inf', now_ms(), 'LIMIT', 0, chunk)
+  if #gone > 0 then
+    redis.call('ZREM', sh, unpack(gone))
+    redis.call('HDEL', shm, unpack(gone))
+  end
+end
+
+-- shared_hold returns lease's shared hold ({holds, fence, ttl, wd, until_ms, owner, left}), or
+-- nil when it has none (or it ran out).
+local function shared_hold(lease)
+  local expiry = tonumber(redis.call('ZSCORE', sh, lease))
+  if not expiry or expiry <= now_ms() then
+    return nil
+  end
+  local raw = redis.call('HGET', shm, lease)
+  if not raw then
+    return nil
+  end
+  local m = unpack_meta(raw)
+  m.left = expiry - now_ms()
+  return m
+end
+
+-- size is a semaphore's number of permits (nil when unknown).
+local function size()
+  return tonumber(redis.call('HGET', shm, ':size'))
+end
+
+-- fits says whether a new hold of mode ('x' or 's') fits beside the current holders; n is the
+-- semaphore size the request names (used when Redis lost the recorded one).
+local function fits(mode, n)
+  if kind == 's' then
+    reclaim()
+    return redis.call('ZCARD', sh) < (size() or tonumber(n) or 0)
+  end
+  if redis.call('EXISTS', lock) == 1 then
+    return false
+  end
+  if mode == 's' then
+    return true
+  end
+  reclaim()
+  return redis.call('EXISTS', sh) == 0
+end
+
+-- busy_ms is how long until the earliest current hold runs out (-2: nothing holds): when a waiter
+-- should look again, an expiry publishing nothing by itself.
+local function busy_ms()
+  local best = redis.call('PTTL', lock)
+  local first = redis.call('ZRANGE', sh, 0, 0, 'WITHSCORES')
+  if first[2] then
+    local left = math.max(tonumber(first[2]) - now_ms(), 0)
+    if best < 0 or left < best then
+      best = left
+    end
+  end
+  return best
+end
+
+-- grant gives lease a new hold of mode ('x' exclusive, 's' shared) with a new fence, for
+-- pexpire_ms; returns the fence. fence = max(last fence + 1, now in µs): strictly increasing while
+-- the fence key lives, and still increasing after it expired (fence_ttl_ms after the last grant),
+-- was lost, or was rolled back by a failover, as long as the Redis clock moves forward. A watchdog
+-- lease (wd '1') records when the watchdog stops renewing it (until: grant + hold_ms, Redis ms).
+local function grant(lease, mode, owner, ttl, wd, hold_ms, pexpire_ms)
   local fence = now_us()
   local last = tonumber(redis.call('GET', fencekey) or '0')
   if fence <= last then
@@ -51,12 +150,27 @@ local function grant(lease, owner, ttl, wd, hold_ms, pexpire_ms)
   redis.call('SET', fencekey, string.format('%d', fence), 'PX', fence_ttl_ms)
   local hold_until = 0
   if wd == '1' then
-    hold_until = math.floor(now_us() / 1000) + tonumber(hold_ms)
+    hold_until = now_ms() + tonumber(hold_ms)
+  end
+  if mode == 's' then
+    redis.call('ZADD', sh, now_ms() + pexpire_ms, lease)
+    redis.call('HSET', shm, lease, pack(1, fence, ttl, wd, hold_until, owner))
+    extend(sh, pexpire_ms)
+    extend(shm, pexpire_ms)
+    return fence
   end
   redis.call('HSET', lock, lease, 1, ':owner', owner, ':fence', string.format('%d', fence), ':ttl', ttl, ':wd', wd,
     ':until', string.format('%d', hold_until))
   redis.call('PEXPIRE', lock, pexpire_ms)
   return fence
+end
+
+-- set_shared_ttl gives lease's shared hold m a TTL of ttl ms from now (holds: its new count).
+local function set_shared_ttl(lease, m, ttl, holds)
+  redis.call('ZADD', sh, 'XX', now_ms() + ttl, lease)
+  redis.call('HSET', shm, lease, pack(holds or m.holds, m.fence, ttl, m.wd, m.until_ms, m.owner))
+  extend(sh, ttl)
+  extend(shm, ttl)
 end
 
 -- replay returns the integer reply remembered under latch (nil if none), for a retried request;
@@ -100,6 +214,9 @@ local function keep_queue()
   redis.call('PEXPIRE', q, queue_ttl_ms)
   redis.call('PEXPIRE', qd, queue_ttl_ms)
   redis.call('PEXPIRE', qm, queue_ttl_ms)
+  if kind == 's' then
+    extend(shm, queue_ttl_ms) -- a semaphore's size lives as long as anyone waits
+  end
 end
 
 -- prune drops up to 100 queue entries whose liveness deadline has passed.
@@ -135,36 +252,61 @@ local function first_live()
   return nil
 end
 
--- hint tells the replica of the first waiter when the lock's lease runs out ("e <lock key> <pttl>"),
+-- hint tells the replica of the first waiter when the earliest hold runs out ("e <lock key> <ms>"),
 -- so that it checks the lock right then: an expiry publishes nothing by itself.
 local function hint()
   local head = redis.call('ZRANGE', q, 0, 0)[1]
   local raw = head and redis.call('HGET', qm, head)
   if raw then
-    redis.call('PUBLISH', chanprefix .. cjson.decode(raw).r, 'e ' .. lock .. ' ' .. redis.call('PTTL', lock))
+    redis.call('PUBLISH', chanprefix .. cjson.decode(raw).r, 'e ' .. lock .. ' ' .. busy_ms())
   end
 end
 
--- promote hands the free lock to the first live waiter for claim_ms and publishes
--- "g <lease> <fence>" on its replica's channel (chanprefix .. replica): one message, one waiter
--- (plus an expiry hint to the next waiter's replica, in case the claim lapses).
--- The waiter's replica extends the claim to the waiter's TTL, or passes it on if the waiter left.
--- Returns the grantee's lease and fence, or nil when nobody waits.
+-- promote hands holds to the waiters at the head of the line while they fit: the first waiter, and
+-- after a shared one every shared one behind it (a semaphore: while permits are free). Each gets
+-- its hold for claim_ms and one message on its replica's channel (chanprefix .. replica),
+-- "g <lease> <fence>"; the next waiter's replica gets an expiry hint. The waiter's replica extends
+-- the claim to the waiter's TTL, or passes it on if the waiter left. Returns how many it granted.
 local function promote()
-  for _ = 1, 10 do
+  local granted = 0
+  for _ = 1, chunk do
     local head = first_live()
     if not head then
-      return nil
+      break
     end
     local raw = redis.call('HGET', qm, head)
-    dequeue(head)
     if raw then
       local m = cjson.decode(raw)
-      local fence = grant(head, m.o, m.t, m.w, m.h, claim_ms)
+      local mode = m.m or 'x'
+      if not fits(mode, m.n) then
+        break
+      end
+      dequeue(head)
+      local fence = grant(head, mode, m.o, m.t, m.w, m.h, claim_ms)
       redis.call('PUBLISH', chanprefix .. m.r, 'g ' .. head .. ' ' .. string.format('%d', fence))
-      hint()
-      return head, fence
+      granted = granted + 1
+      if mode == 'x' then
+        break
+      end
+    else
+      dequeue(head) -- an entry Redis lost part of: its replica queues it again
     end
+  end
+  if granted > 0 then
+    hint()
+  end
+  return granted
+end
+
+-- held_by returns the fence and remaining ms of lease's hold (the exclusive one if it has both),
+-- and its mode; nil when it holds nothing.
+local function held_by(lease)
+  if redis.call('HEXISTS', lock, lease) == 1 then
+    return tonumber(redis.call('HGET', lock, ':fence')), redis.call('PTTL', lock), 'x'
+  end
+  local m = shared_hold(lease)
+  if m then
+    return m.fence, m.left, 's'
   end
   return nil
 end

@@ -1,31 +1,62 @@
--- release.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[6] = the Idempotency-Key latch;
---   ARGV[1..4] as in lib.lua, then ARGV[5..6] = [lease, idem_ms (0: no key)]
---   => {-1}              lease does not hold the lock; nothing changed
---    | {holds}           count decremented, still held
---    | {0, watchdog}     fully released: the lock went to the first live waiter (see promote in
---                        lib.lua) or, with nobody waiting, was deleted; watchdog is 1 when the
---                        lease had a watchdog duty, which the caller drops
--- The releasing lease leaves the queue first, so the lock can never be handed straight back to it.
--- A retry of a release that was applied (same Idempotency-Key) gets the first answer again and
--- changes nothing, so a reentrant lease is never decremented twice.
-local lease, idem_ms, latch = ARGV[5], tonumber(ARGV[6]), KEYS[6]
+-- release.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[8] = the Idempotency-Key latch;
+--   ARGV[1..5] as in lib.lua, then ARGV[6..8] = [lease, idem_ms (0: no key),
+--   which ('' = the exclusive hold if the lease has one, else the shared one; 'x'; 's')]
+--   => {-1}                   lease does not hold (that way); nothing changed
+--    | {holds, shared}        count decremented, still held; shared is 1 for a shared hold
+--    | {0, watchdog, shared}  that hold is given back: what it leaves fits goes to the waiters at
+--                             the head of the line (see promote in lib.lua); watchdog is 1 when
+--                             the lease now holds nothing and had a watchdog duty, which the
+--                             caller drops
+-- A lease that holds a lock both ways gives back its exclusive hold first: it keeps its shared one
+-- (a downgrade), so no exclusive waiter gets in between. The releasing lease leaves the queue
+-- first, so a hold can never be handed straight back to it. A retry of a release that was applied
+-- (same Idempotency-Key) gets the first answer again and changes nothing, so a reentrant lease is
+-- never decremented twice.
+local lease, idem_ms, which, latch = ARGV[6], tonumber(ARGV[7]), ARGV[8], KEYS[8]
 
 local prev = replay(latch, idem_ms)
 if prev then
   return prev
 end
-local v = redis.call('HMGET', lock, lease, ':ttl', ':wd')
-local holds, ttl = tonumber(v[1]), v[2]
-if not holds then
+
+-- after gives the hold's place to the waiters; the lease's watchdog duty ends with its last hold.
+local function after(ttl, wd, still_held, shared)
+  if redis.call('EXISTS', q) == 1 then
+    dequeue(lease)
+    promote()
+  end
+  if still_held then
+    wd = 0
+  end
+  return remember(latch, idem_ms, ttl, {0, wd, shared})
+end
+
+if which ~= 's' and kind == 'l' then
+  local v = redis.call('HMGET', lock, lease, ':ttl', ':wd')
+  local holds, ttl = tonumber(v[1]), v[2]
+  if holds then
+    if holds > 1 then
+      return remember(latch, idem_ms, ttl, {redis.call('HINCRBY', lock, lease, -1), 0})
+    end
+    redis.call('DEL', lock)
+    if redis.call('EXISTS', q, sh) == 0 then -- the uncontended path: nobody waits, no shared holds
+      return remember(latch, idem_ms, ttl, {0, tonumber(v[3]), 0})
+    end
+    return after(ttl, tonumber(v[3]), shared_hold(lease) ~= nil, 0)
+  end
+  if which == 'x' then
+    return {-1}
+  end
+end
+
+local m = shared_hold(lease)
+if not m then
   return {-1}
 end
-if holds > 1 then
-  return remember(latch, idem_ms, ttl, {redis.call('HINCRBY', lock, lease, -1)})
+if m.holds > 1 then
+  redis.call('HSET', shm, lease, pack(m.holds - 1, m.fence, m.ttl, m.wd, m.until_ms, m.owner))
+  return remember(latch, idem_ms, m.ttl, {m.holds - 1, 1})
 end
-redis.call('DEL', lock)
--- The queue keys exist only while someone waits (see lib.lua): with none, nothing to dequeue or promote.
-if redis.call('EXISTS', q) == 1 then
-  dequeue(lease)
-  promote()
-end
-return remember(latch, idem_ms, ttl, {0, tonumber(v[3])})
+redis.call('ZREM', sh, lease)
+redis.call('HDEL', shm, lease)
+return after(m.ttl, tonumber(m.wd), redis.call('HEXISTS', lock, lease) == 1, 1)

@@ -1,25 +1,45 @@
--- renew.lua (+ lib.lua): KEYS and ARGV[1..4] as in lib.lua, then
---   ARGV[5..6] = [lease, ttl_ms (0 = keep the lease's ttl)]
---   => {holds, fence, ttl_ms, watchdog}  lease held: TTL set to ttl_ms
---    | {0}                               lease does not hold the lock; nothing changed (never resurrects)
--- Also confirms a lock handed to a waiter. With others waiting, the first one's replica is told
--- when the lease now runs out. A renewal is idempotent by nature (a retry sets the same TTL, from a
+-- renew.lua (+ lib.lua): KEYS as in lib.lua; ARGV[1..5] as in lib.lua, then
+--   ARGV[6..7] = [lease, ttl_ms (0 = keep the lease's ttl)]
+--   => {holds, fence, ttl_ms, watchdog, shared, used}  lease held: TTL set to ttl_ms (every hold it
+--                                        has; the figures are its exclusive hold's when it has one,
+--                                        shared = 0, else its shared hold's, shared = 1); used: a
+--                                        semaphore's permits in use (0 for a lock)
+--    | {0}                               lease holds nothing; nothing changed (never resurrects)
+-- Also confirms a hold handed to a waiter. With others waiting, the first one's replica is told
+-- when the holds now run out. A renewal is idempotent by nature (a retry sets the same TTL, from a
 -- little later, and never revives a lease), so it keeps no Idempotency-Key latch: a retry after the
 -- lease is gone answers {0}, the truth.
-local lease, ttl = ARGV[5], tonumber(ARGV[6])
+local lease, ttl = ARGV[6], tonumber(ARGV[7])
 
-local holds = tonumber(redis.call('HGET', lock, lease))
-if not holds then
+local reply
+local holds = kind == 'l' and tonumber(redis.call('HGET', lock, lease))
+if holds then
+  local x_ttl = ttl
+  if ttl == 0 then
+    x_ttl = tonumber(redis.call('HGET', lock, ':ttl'))
+  else
+    redis.call('HSET', lock, ':ttl', ARGV[7])
+  end
+  redis.call('PEXPIRE', lock, x_ttl)
+  local meta = redis.call('HMGET', lock, ':fence', ':wd')
+  reply = {holds, tonumber(meta[1]), x_ttl, tonumber(meta[2]), 0, 0}
+end
+local m = redis.call('EXISTS', sh) == 1 and shared_hold(lease)
+if m then
+  local s_ttl = ttl
+  if ttl == 0 then
+    s_ttl = m.ttl
+  end
+  set_shared_ttl(lease, m, s_ttl)
+  reply = reply or {m.holds, m.fence, s_ttl, tonumber(m.wd), 1, 0}
+end
+if not reply then
   return {0}
 end
-if ttl == 0 then
-  ttl = tonumber(redis.call('HGET', lock, ':ttl'))
-else
-  redis.call('HSET', lock, ':ttl', ARGV[6])
+if kind == 's' then
+  reply[6] = redis.call('ZCARD', sh)
 end
-redis.call('PEXPIRE', lock, ttl)
 if redis.call('EXISTS', q) == 1 then
   hint()
 end
-local meta = redis.call('HMGET', lock, ':fence', ':wd')
-return {holds, tonumber(meta[1]), ttl, tonumber(meta[2])}
+return reply

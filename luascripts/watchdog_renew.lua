@@ -1,19 +1,40 @@
 -- watchdog_renew.lua: renews one watchdog lease when its schedule says it is due.
---   KEYS = [lock]  ARGV = [lease]
---   => {1, due_ms}  renewed to its TTL; the next renewal is due at due_ms (Redis time, ttl/3 on)
---    | {0}          drop the duty: the lease no longer holds the lock, is no watchdog lease, or
---                   is past its max hold (it then runs out its last TTL). Never resurrects.
-local lock, lease = KEYS[1], ARGV[1]
+--   KEYS = [lock, sh, shm] (see lib.lua)  ARGV = [lease]
+--   => {1, due_ms}  renewed to its TTL (each hold it has: exclusive, shared); the next renewal is
+--                   due at due_ms (Redis time, a third of the shortest TTL on)
+--    | {0}          drop the duty: the lease holds nothing, is no watchdog lease, or is past its
+--                   max hold (it then runs out its last TTL). Never resurrects.
+local lock, sh, shm, lease = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 
-local v = redis.call('HMGET', lock, lease, ':wd', ':until', ':ttl')
-if not v[1] or v[2] ~= '1' then
-  return {0}
-end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if now_ms >= tonumber(v[3]) then
+local next_due
+
+local v = redis.call('HMGET', lock, lease, ':wd', ':until', ':ttl')
+if v[1] and v[2] == '1' and now_ms < tonumber(v[3]) then
+  local ttl = tonumber(v[4])
+  redis.call('PEXPIRE', lock, ttl)
+  next_due = now_ms + math.floor(ttl / 3)
+end
+
+local expiry = tonumber(redis.call('ZSCORE', sh, lease))
+local raw = expiry and expiry > now_ms and redis.call('HGET', shm, lease)
+if raw then
+  local holds, fence, ttl, wd, until_ms, owner = string.match(raw, '^(%d+) (%d+) (%d+) (%d) (%d+) (.*)$')
+  ttl = tonumber(ttl)
+  if wd == '1' and now_ms < tonumber(until_ms) then
+    redis.call('ZADD', sh, 'XX', now_ms + ttl, lease)
+    for _, key in ipairs({sh, shm}) do
+      local left = redis.call('PTTL', key)
+      if left ~= -2 and left < ttl then
+        redis.call('PEXPIRE', key, ttl)
+      end
+    end
+    next_due = math.min(next_due or math.huge, now_ms + math.floor(ttl / 3))
+  end
+end
+
+if not next_due then
   return {0}
 end
-local ttl = tonumber(v[4])
-redis.call('PEXPIRE', lock, ttl)
-return {1, now_ms + math.floor(ttl / 3)}
+return {1, next_due}

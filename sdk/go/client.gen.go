@@ -34,6 +34,42 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for Mode.
+const (
+	ModeExclusive Mode = "exclusive"
+	ModeShared    Mode = "shared"
+)
+
+// Valid indicates whether the value is a known member of the Mode enum.
+func (e Mode) Valid() bool {
+	switch e {
+	case ModeExclusive:
+		return true
+	case ModeShared:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleaseLockParamsMode.
+const (
+	ReleaseLockParamsModeExclusive ReleaseLockParamsMode = "exclusive"
+	ReleaseLockParamsModeShared    ReleaseLockParamsMode = "shared"
+)
+
+// Valid indicates whether the value is a known member of the ReleaseLockParamsMode enum.
+func (e ReleaseLockParamsMode) Valid() bool {
+	switch e {
+	case ReleaseLockParamsModeExclusive:
+		return true
+	case ReleaseLockParamsModeShared:
+		return true
+	default:
+		return false
+	}
+}
+
 // AcquireRequest defines model for AcquireRequest.
 type AcquireRequest struct {
 	// MaxHoldMs Watchdog leases only (400 otherwise): the watchdog stops renewing the lease this many
@@ -43,6 +79,10 @@ type AcquireRequest struct {
 	//
 	// Example: 600000
 	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
+
+	// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
+	// and no exclusive one).
+	Mode *Mode `json:"mode,omitempty"`
 
 	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
 	//
@@ -108,6 +148,10 @@ type Grant struct {
 	// Example: orders.42
 	Lock LockName `json:"lock"`
 
+	// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
+	// and no exclusive one).
+	Mode Mode `json:"mode"`
+
 	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
 	//
 	// Example: billing-worker-7
@@ -139,6 +183,24 @@ type Health struct {
 // HealthStatus defines model for Health.Status.
 type HealthStatus string
 
+// Holder One shared holder (a lock's reader, a semaphore's permit).
+type Holder struct {
+	Fence int64 `json:"fence"`
+	Holds int64 `json:"holds"`
+
+	// MaxHoldMs How much longer the watchdog renews it. Watchdog leases only.
+	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner Owner `json:"owner"`
+
+	// TtlMs Its remaining time to live in milliseconds.
+	TtlMs    int64 `json:"ttl_ms"`
+	Watchdog bool  `json:"watchdog"`
+}
+
 // InvalidParam defines model for InvalidParam.
 type InvalidParam struct {
 	// Name The rejected input, for example a body member name.
@@ -165,6 +227,12 @@ type LockState struct {
 	// Held Whether a lease holds the lock.
 	Held bool `json:"held"`
 
+	// HolderCount How many shared holders there are. Only while shared holds exist.
+	HolderCount *int64 `json:"holder_count,omitempty"`
+
+	// Holders The shared holders (the first 100, soonest to expire first). Only while shared holds exist.
+	Holders *[]Holder `json:"holders,omitempty"`
+
 	// Holds The holder's re-entry count. Only while held.
 	Holds *int64 `json:"holds,omitempty"`
 
@@ -175,6 +243,10 @@ type LockState struct {
 
 	// MaxHoldMs How much longer the watchdog renews the holder's lease, in milliseconds. Only while held by a watchdog lease.
 	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
+
+	// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
+	// and no exclusive one).
+	Mode *Mode `json:"mode,omitempty"`
 
 	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
 	//
@@ -190,9 +262,13 @@ type LockState struct {
 	// Watchdog Whether the gateway renews the holder's lease. Only while held.
 	Watchdog *bool `json:"watchdog,omitempty"`
 
-	// Yours Whether the lease of the sent `Lease-Token` holds the lock. Only when a `Lease-Token` was sent.
+	// Yours Whether the lease of the sent `Lease-Token` holds the lock (either way). Only when a `Lease-Token` was sent.
 	Yours *bool `json:"yours,omitempty"`
 }
+
+// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
+// and no exclusive one).
+type Mode string
 
 // Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
 //
@@ -209,6 +285,9 @@ type Owner = string
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
@@ -226,6 +305,9 @@ type Problem struct {
 	// Lock The lock name the problem concerns.
 	Lock *string `json:"lock,omitempty"`
 
+	// Permits With permits-mismatch, the semaphore's size.
+	Permits *int64 `json:"permits,omitempty"`
+
 	// QueueTicket With lock-held after a wait, or shutting-down: send it as `queue_ticket` in the next
 	// waiting acquire (same lock and owner, within 10 s, once) to keep this wait's place in
 	// the queue.
@@ -236,6 +318,9 @@ type Problem struct {
 
 	// RetryAfterMs With lock-held, the holder's remaining time to live in milliseconds.
 	RetryAfterMs *int64 `json:"retry_after_ms,omitempty"`
+
+	// Semaphore The semaphore name the problem concerns.
+	Semaphore *string `json:"semaphore,omitempty"`
 
 	// Status The HTTP status code.
 	//
@@ -258,7 +343,7 @@ type Problem struct {
 
 // Release defines model for Release.
 type Release struct {
-	// Holds Holds the lease still has after this release.
+	// Holds Holds of that mode the lease still has after this release.
 	Holds int64 `json:"holds"`
 
 	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
@@ -266,7 +351,11 @@ type Release struct {
 	// Example: orders.42
 	Lock LockName `json:"lock"`
 
-	// Released True only when the re-entry count reached zero and the lock is free.
+	// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
+	// and no exclusive one).
+	Mode Mode `json:"mode"`
+
+	// Released True only when the hold's re-entry count reached zero and the hold is given back.
 	Released bool `json:"released"`
 }
 
@@ -278,6 +367,102 @@ type RenewRequest struct {
 	//
 	// Example: 30000
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
+}
+
+// SemaphoreAcquireRequest defines model for SemaphoreAcquireRequest.
+type SemaphoreAcquireRequest struct {
+	// MaxHoldMs Watchdog leases only, as for locks.
+	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner Owner `json:"owner"`
+
+	// Permits The semaphore's size. Set by whoever acquires while nobody holds or waits; otherwise it
+	// must match (409 `permits-mismatch`).
+	//
+	//
+	// Example: 5
+	Permits int64 `json:"permits"`
+
+	// QueueTicket Waiting requests only, as for locks.
+	QueueTicket *string `json:"queue_ticket,omitempty"`
+
+	// TtlMs The permit's lease time to live in milliseconds, as for locks.
+	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// WaitMs How long to wait for a permit, in milliseconds, as for locks.
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+
+	// Watchdog If true, the gateway renews the permit's lease itself, as for locks.
+	Watchdog *bool `json:"watchdog,omitempty"`
+}
+
+// SemaphoreGrant A lease that holds one permit of a semaphore.
+type SemaphoreGrant struct {
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Fence Fencing token, strictly greater than every fence granted earlier for this semaphore.
+	Fence int64 `json:"fence"`
+	Holds int64 `json:"holds"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner Owner `json:"owner"`
+
+	// Permits The semaphore's size.
+	Permits int64 `json:"permits"`
+
+	// Semaphore A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	//
+	// Example: orders.42
+	Semaphore LockName `json:"semaphore"`
+
+	// Token The lease token (a semaphore's; lock endpoints refuse it).
+	Token string `json:"token"`
+	TtlMs int64  `json:"ttl_ms"`
+
+	// Used Permits in use just after this grant, this one included.
+	Used     int64 `json:"used"`
+	Watchdog bool  `json:"watchdog"`
+}
+
+// SemaphoreRelease defines model for SemaphoreRelease.
+type SemaphoreRelease struct {
+	Holds int64 `json:"holds"`
+
+	// Released True when the permit's re-entry count reached zero and the permit is free.
+	Released bool `json:"released"`
+
+	// Semaphore A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	//
+	// Example: orders.42
+	Semaphore LockName `json:"semaphore"`
+}
+
+// SemaphoreState defines model for SemaphoreState.
+type SemaphoreState struct {
+	HolderCount int64 `json:"holder_count"`
+
+	// Holders The first 100 holders, soonest to expire first.
+	Holders []Holder `json:"holders"`
+
+	// Name A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	//
+	// Example: orders.42
+	Name LockName `json:"name"`
+
+	// Permits The semaphore's size; 0 while nobody holds or waits.
+	Permits int64 `json:"permits"`
+
+	// Used Permits in use.
+	Used    int64 `json:"used"`
+	Waiters int64 `json:"waiters"`
+
+	// Yours Whether the lease of the sent `Lease-Token` holds a permit. Only when one was sent.
+	Yours *bool `json:"yours,omitempty"`
 }
 
 // IdempotencyKey Example: 4f9c6a0e-8d2b-4c1e-9f3a-2b7d5e6c8a10
@@ -292,6 +477,9 @@ type LeaseTokenRequired = string
 // LockNameParam defines model for LockNameParam.
 type LockNameParam = string
 
+// SemaphoreNameParam defines model for SemaphoreNameParam.
+type SemaphoreNameParam = string
+
 // BackendUnavailable An RFC 9457 problem details body with leasegate's extension members. Clients switch
 // on `type`, never on `title`. The problem types:
 //
@@ -302,6 +490,9 @@ type LockNameParam = string
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
@@ -321,6 +512,9 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
@@ -340,6 +534,9 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
@@ -359,6 +556,9 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
@@ -381,6 +581,9 @@ type Healthy = Health
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
@@ -400,6 +603,9 @@ type Internal = Problem
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
@@ -419,6 +625,9 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
@@ -427,6 +636,28 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type LockHeld = Problem
+
+// SemaphoreConflict An RFC 9457 problem details body with leasegate's extension members. Clients switch
+// on `type`, never on `title`. The problem types:
+//
+// | type | status | meaning |
+// | --- | --- | --- |
+// | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
+// | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:not-found` | 404 | No such route. |
+// | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
+type SemaphoreConflict = Problem
 
 // Unexpected An RFC 9457 problem details body with leasegate's extension members. Clients switch
 // on `type`, never on `title`. The problem types:
@@ -438,6 +669,9 @@ type LockHeld = Problem
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
@@ -449,6 +683,9 @@ type Unexpected = Problem
 
 // ReleaseLockParams defines parameters for ReleaseLock.
 type ReleaseLockParams struct {
+	// Mode Which hold to give back, for a lease holding the lock both ways.
+	Mode *ReleaseLockParamsMode `form:"mode,omitempty" json:"mode,omitempty"`
+
 	// LeaseToken The lease token from a grant (`token`). Opaque to clients, but self-describing:
 	// `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
 	// `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
@@ -471,6 +708,9 @@ type ReleaseLockParams struct {
 	// 1-255 visible ASCII characters, else 400.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
+
+// ReleaseLockParamsMode defines parameters for ReleaseLock.
+type ReleaseLockParamsMode string
 
 // InspectLockParams defines parameters for InspectLock.
 type InspectLockParams struct {
@@ -535,11 +775,105 @@ type RenewLockParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ReleaseSemaphoreParams defines parameters for ReleaseSemaphore.
+type ReleaseSemaphoreParams struct {
+	// LeaseToken The lease token from a grant (`token`). Opaque to clients, but self-describing:
+	// `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
+	// `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
+	// `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
+	// A malformed or forged token, or one issued for another lock, answers 400
+	// `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
+	// the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
+	// `yours: false`).
+	LeaseToken LeaseTokenRequired `json:"Lease-Token"`
+
+	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+	// answers as the first call did and changes nothing. A retried release never gives back a
+	// second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+	// (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+	// `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+	// acquire sent with a key whose answer could not be delivered keeps its grant for the
+	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// 1-255 visible ASCII characters, else 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// InspectSemaphoreParams defines parameters for InspectSemaphore.
+type InspectSemaphoreParams struct {
+	// LeaseToken The lease token from a grant (`token`). Opaque to clients, but self-describing:
+	// `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
+	// `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
+	// `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
+	// A malformed or forged token, or one issued for another lock, answers 400
+	// `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
+	// the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
+	// `yours: false`).
+	LeaseToken *LeaseTokenOptional `json:"Lease-Token,omitempty"`
+}
+
+// AcquireSemaphoreParams defines parameters for AcquireSemaphore.
+type AcquireSemaphoreParams struct {
+	// LeaseToken The lease token from a grant (`token`). Opaque to clients, but self-describing:
+	// `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
+	// `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
+	// `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
+	// A malformed or forged token, or one issued for another lock, answers 400
+	// `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
+	// the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
+	// `yours: false`).
+	LeaseToken *LeaseTokenOptional `json:"Lease-Token,omitempty"`
+
+	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+	// answers as the first call did and changes nothing. A retried release never gives back a
+	// second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+	// (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+	// `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+	// acquire sent with a key whose answer could not be delivered keeps its grant for the
+	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// 1-255 visible ASCII characters, else 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// RenewSemaphoreParams defines parameters for RenewSemaphore.
+type RenewSemaphoreParams struct {
+	// LeaseToken The lease token from a grant (`token`). Opaque to clients, but self-describing:
+	// `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
+	// `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
+	// `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
+	// A malformed or forged token, or one issued for another lock, answers 400
+	// `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
+	// the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
+	// `yours: false`).
+	LeaseToken LeaseTokenRequired `json:"Lease-Token"`
+
+	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+	// answers as the first call did and changes nothing. A retried release never gives back a
+	// second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+	// (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+	// `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+	// acquire sent with a key whose answer could not be delivered keeps its grant for the
+	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// 1-255 visible ASCII characters, else 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // AcquireLockJSONRequestBody defines body for AcquireLock for application/json ContentType.
 type AcquireLockJSONRequestBody = AcquireRequest
 
 // RenewLockJSONRequestBody defines body for RenewLock for application/json ContentType.
 type RenewLockJSONRequestBody = RenewRequest
+
+// AcquireSemaphoreJSONRequestBody defines body for AcquireSemaphore for application/json ContentType.
+type AcquireSemaphoreJSONRequestBody = SemaphoreAcquireRequest
+
+// RenewSemaphoreJSONRequestBody defines body for RenewSemaphore for application/json ContentType.
+type RenewSemaphoreJSONRequestBody = RenewRequest
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -624,18 +958,21 @@ type ClientInterface interface {
 
 	// ReleaseLock Release a hold on a lock
 	//
-	// Releases one hold of the lease named by `Lease-Token`. The lock becomes free
-	// (`released: true`) only when the re-entry count reaches zero; otherwise `holds` tells
-	// how many holds remain.
+	// Releases one hold of the lease named by `Lease-Token`. That hold is given back
+	// (`released: true`) only when its re-entry count reaches zero; otherwise `holds` tells
+	// how many remain. A lease that holds the lock both ways gives back its exclusive hold
+	// first and keeps its shared one (a downgrade), unless `mode` picks the hold.
 	//
 	// Corresponds with DELETE /locks/{name} (the `ReleaseLock` operationId).
 	ReleaseLock(ctx context.Context, name LockNameParam, params *ReleaseLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// InspectLock Inspect a lock
 	//
-	// Tells whether the lock is held and how many requests wait for it. `owner`, `fence`,
-	// `holds`, `ttl_ms` (remaining) and `watchdog` are present only while it is held;
-	// `yours` only when the request carried a `Lease-Token`.
+	// Tells whether the lock is held, how (`mode`), and how many requests wait for it.
+	// `owner`, `fence`, `holds`, `ttl_ms` (remaining) and `watchdog` describe the exclusive
+	// holder and are present only while it is held exclusively; `holders` (the first 100,
+	// soonest to expire first) and `holder_count` describe shared holders; `yours` is present
+	// only when the request carried a `Lease-Token`.
 	//
 	// Corresponds with GET /locks/{name} (the `InspectLock` operationId).
 	InspectLock(ctx context.Context, name LockNameParam, params *InspectLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -646,7 +983,9 @@ type ClientInterface interface {
 	// that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 	// reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
 	// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
-	// an earlier wait.
+	// an earlier wait. `mode` asks for an exclusive (default) or a shared hold; re-entry with
+	// the same mode increments `holds`, an exclusive holder asking for `shared` takes a shared
+	// hold too, and a shared holder asking for `exclusive` gets 409 `upgrade-refused`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -659,7 +998,9 @@ type ClientInterface interface {
 	// that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 	// reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
 	// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
-	// an earlier wait.
+	// an earlier wait. `mode` asks for an exclusive (default) or a shared hold; re-entry with
+	// the same mode increments `holds`, an exclusive holder asking for `shared` takes a shared
+	// hold too, and a shared holder asking for `exclusive` gets 409 `upgrade-refused`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -669,8 +1010,8 @@ type ClientInterface interface {
 	// RenewLockWithBody Renew a lease
 	//
 	// Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
-	// current TTL) and returns the grant with the new `expires_at`. A lease that has
-	// already expired is never resurrected: that answers 410.
+	// current TTL), every hold it has, and returns the grant with the new `expires_at`. A
+	// lease that has already expired is never resurrected: that answers 410.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -680,8 +1021,8 @@ type ClientInterface interface {
 	// RenewLock Renew a lease
 	//
 	// Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
-	// current TTL) and returns the grant with the new `expires_at`. A lease that has
-	// already expired is never resurrected: that answers 410.
+	// current TTL), every hold it has, and returns the grant with the new `expires_at`. A
+	// lease that has already expired is never resurrected: that answers 410.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -701,6 +1042,73 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseSemaphore Give back a hold of a permit
+	//
+	// Releases one hold of the permit's lease named by `Lease-Token`; at zero holds the
+	// permit is free (`released: true`) and goes to the first waiter.
+	//
+	// Corresponds with DELETE /semaphores/{name} (the `ReleaseSemaphore` operationId).
+	ReleaseSemaphore(ctx context.Context, name SemaphoreNameParam, params *ReleaseSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// InspectSemaphore Inspect a semaphore
+	//
+	// Its size (`permits`, 0 while nobody holds or waits), the permits in use, their holders
+	// (the first 100, soonest to expire first) and how many requests wait; `yours` only when
+	// the request carried a `Lease-Token`.
+	//
+	// Corresponds with GET /semaphores/{name} (the `InspectSemaphore` operationId).
+	InspectSemaphore(ctx context.Context, name SemaphoreNameParam, params *InspectSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireSemaphoreWithBody Take (or re-enter) a permit of a semaphore
+	//
+	// Takes one permit of the semaphore `name` of `permits` permits (201), or, with the
+	// `Lease-Token` of a lease that still holds a permit, re-enters it (200: `holds`
+	// incremented, still one permit). The size is set by whoever acquires while nobody holds
+	// or waits; a request naming another size while someone does gets 409 `permits-mismatch`.
+	// A permit expires with its lease (a crashed holder's permit comes back when its TTL runs
+	// out). With `wait_ms` > 0 the request waits in FIFO order; a freed permit goes to the
+	// head of the line directly.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /semaphores/{name} (the `AcquireSemaphore` operationId).
+	AcquireSemaphoreWithBody(ctx context.Context, name SemaphoreNameParam, params *AcquireSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireSemaphore Take (or re-enter) a permit of a semaphore
+	//
+	// Takes one permit of the semaphore `name` of `permits` permits (201), or, with the
+	// `Lease-Token` of a lease that still holds a permit, re-enters it (200: `holds`
+	// incremented, still one permit). The size is set by whoever acquires while nobody holds
+	// or waits; a request naming another size while someone does gets 409 `permits-mismatch`.
+	// A permit expires with its lease (a crashed holder's permit comes back when its TTL runs
+	// out). With `wait_ms` > 0 the request waits in FIFO order; a freed permit goes to the
+	// head of the line directly.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /semaphores/{name} (the `AcquireSemaphore` operationId).
+	AcquireSemaphore(ctx context.Context, name SemaphoreNameParam, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewSemaphoreWithBody Renew a permit's lease
+	//
+	// Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
+	// current TTL). A lease that has already expired is never resurrected: that answers 410.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /semaphores/{name}/renew (the `RenewSemaphore` operationId).
+	RenewSemaphoreWithBody(ctx context.Context, name SemaphoreNameParam, params *RenewSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewSemaphore Renew a permit's lease
+	//
+	// Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
+	// current TTL). A lease that has already expired is never resurrected: that answers 410.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /semaphores/{name}/renew (the `RenewSemaphore` operationId).
+	RenewSemaphore(ctx context.Context, name SemaphoreNameParam, params *RenewSemaphoreParams, body RenewSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Healthz Liveness probe
@@ -722,9 +1130,10 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 
 // ReleaseLock Release a hold on a lock
 //
-// Releases one hold of the lease named by `Lease-Token`. The lock becomes free
-// (`released: true`) only when the re-entry count reaches zero; otherwise `holds` tells
-// how many holds remain.
+// Releases one hold of the lease named by `Lease-Token`. That hold is given back
+// (`released: true`) only when its re-entry count reaches zero; otherwise `holds` tells
+// how many remain. A lease that holds the lock both ways gives back its exclusive hold
+// first and keeps its shared one (a downgrade), unless `mode` picks the hold.
 //
 // Corresponds with DELETE /locks/{name} (the `ReleaseLock` operationId).
 func (c *Client) ReleaseLock(ctx context.Context, name LockNameParam, params *ReleaseLockParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -741,9 +1150,11 @@ func (c *Client) ReleaseLock(ctx context.Context, name LockNameParam, params *Re
 
 // InspectLock Inspect a lock
 //
-// Tells whether the lock is held and how many requests wait for it. `owner`, `fence`,
-// `holds`, `ttl_ms` (remaining) and `watchdog` are present only while it is held;
-// `yours` only when the request carried a `Lease-Token`.
+// Tells whether the lock is held, how (`mode`), and how many requests wait for it.
+// `owner`, `fence`, `holds`, `ttl_ms` (remaining) and `watchdog` describe the exclusive
+// holder and are present only while it is held exclusively; `holders` (the first 100,
+// soonest to expire first) and `holder_count` describe shared holders; `yours` is present
+// only when the request carried a `Lease-Token`.
 //
 // Corresponds with GET /locks/{name} (the `InspectLock` operationId).
 func (c *Client) InspectLock(ctx context.Context, name LockNameParam, params *InspectLockParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -764,7 +1175,9 @@ func (c *Client) InspectLock(ctx context.Context, name LockNameParam, params *In
 // that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 // reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
 // until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
-// an earlier wait.
+// an earlier wait. `mode` asks for an exclusive (default) or a shared hold; re-entry with
+// the same mode increments `holds`, an exclusive holder asking for `shared` takes a shared
+// hold too, and a shared holder asking for `exclusive` gets 409 `upgrade-refused`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -787,7 +1200,9 @@ func (c *Client) AcquireLockWithBody(ctx context.Context, name LockNameParam, pa
 // that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 // reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
 // until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
-// an earlier wait.
+// an earlier wait. `mode` asks for an exclusive (default) or a shared hold; re-entry with
+// the same mode increments `holds`, an exclusive holder asking for `shared` takes a shared
+// hold too, and a shared holder asking for `exclusive` gets 409 `upgrade-refused`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -807,8 +1222,8 @@ func (c *Client) AcquireLock(ctx context.Context, name LockNameParam, params *Ac
 // RenewLockWithBody Renew a lease
 //
 // Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
-// current TTL) and returns the grant with the new `expires_at`. A lease that has
-// already expired is never resurrected: that answers 410.
+// current TTL), every hold it has, and returns the grant with the new `expires_at`. A
+// lease that has already expired is never resurrected: that answers 410.
 //
 // Takes any type of body and a specified content type.
 //
@@ -828,8 +1243,8 @@ func (c *Client) RenewLockWithBody(ctx context.Context, name LockNameParam, para
 // RenewLock Renew a lease
 //
 // Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
-// current TTL) and returns the grant with the new `expires_at`. A lease that has
-// already expired is never resurrected: that answers 410.
+// current TTL), every hold it has, and returns the grant with the new `expires_at`. A
+// lease that has already expired is never resurrected: that answers 410.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -870,6 +1285,133 @@ func (c *Client) OpenapiSpec(ctx context.Context, reqEditors ...RequestEditorFn)
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseSemaphore Give back a hold of a permit
+//
+// Releases one hold of the permit's lease named by `Lease-Token`; at zero holds the
+// permit is free (`released: true`) and goes to the first waiter.
+//
+// Corresponds with DELETE /semaphores/{name} (the `ReleaseSemaphore` operationId).
+func (c *Client) ReleaseSemaphore(ctx context.Context, name SemaphoreNameParam, params *ReleaseSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseSemaphoreRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// InspectSemaphore Inspect a semaphore
+//
+// Its size (`permits`, 0 while nobody holds or waits), the permits in use, their holders
+// (the first 100, soonest to expire first) and how many requests wait; `yours` only when
+// the request carried a `Lease-Token`.
+//
+// Corresponds with GET /semaphores/{name} (the `InspectSemaphore` operationId).
+func (c *Client) InspectSemaphore(ctx context.Context, name SemaphoreNameParam, params *InspectSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewInspectSemaphoreRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireSemaphoreWithBody Take (or re-enter) a permit of a semaphore
+//
+// Takes one permit of the semaphore `name` of `permits` permits (201), or, with the
+// `Lease-Token` of a lease that still holds a permit, re-enters it (200: `holds`
+// incremented, still one permit). The size is set by whoever acquires while nobody holds
+// or waits; a request naming another size while someone does gets 409 `permits-mismatch`.
+// A permit expires with its lease (a crashed holder's permit comes back when its TTL runs
+// out). With `wait_ms` > 0 the request waits in FIFO order; a freed permit goes to the
+// head of the line directly.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /semaphores/{name} (the `AcquireSemaphore` operationId).
+func (c *Client) AcquireSemaphoreWithBody(ctx context.Context, name SemaphoreNameParam, params *AcquireSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireSemaphoreRequestWithBody(c.Server, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireSemaphore Take (or re-enter) a permit of a semaphore
+//
+// Takes one permit of the semaphore `name` of `permits` permits (201), or, with the
+// `Lease-Token` of a lease that still holds a permit, re-enters it (200: `holds`
+// incremented, still one permit). The size is set by whoever acquires while nobody holds
+// or waits; a request naming another size while someone does gets 409 `permits-mismatch`.
+// A permit expires with its lease (a crashed holder's permit comes back when its TTL runs
+// out). With `wait_ms` > 0 the request waits in FIFO order; a freed permit goes to the
+// head of the line directly.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /semaphores/{name} (the `AcquireSemaphore` operationId).
+func (c *Client) AcquireSemaphore(ctx context.Context, name SemaphoreNameParam, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireSemaphoreRequest(c.Server, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewSemaphoreWithBody Renew a permit's lease
+//
+// Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
+// current TTL). A lease that has already expired is never resurrected: that answers 410.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /semaphores/{name}/renew (the `RenewSemaphore` operationId).
+func (c *Client) RenewSemaphoreWithBody(ctx context.Context, name SemaphoreNameParam, params *RenewSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewSemaphoreRequestWithBody(c.Server, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewSemaphore Renew a permit's lease
+//
+// Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
+// current TTL). A lease that has already expired is never resurrected: that answers 410.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /semaphores/{name}/renew (the `RenewSemaphore` operationId).
+func (c *Client) RenewSemaphore(ctx context.Context, name SemaphoreNameParam, params *RenewSemaphoreParams, body RenewSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewSemaphoreRequest(c.Server, name, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -931,6 +1473,33 @@ func NewReleaseLockRequest(server string, name LockNameParam, params *ReleaseLoc
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Mode != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "mode", *params.Mode, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
@@ -1212,6 +1781,257 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewReleaseSemaphoreRequest constructs an http.Request for the ReleaseSemaphore method
+func NewReleaseSemaphoreRequest(server string, name SemaphoreNameParam, params *ReleaseSemaphoreParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewInspectSemaphoreRequest constructs an http.Request for the InspectSemaphore method
+func NewInspectSemaphoreRequest(server string, name SemaphoreNameParam, params *InspectSemaphoreParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LeaseToken != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", *params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Lease-Token", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewAcquireSemaphoreRequest calls the generic AcquireSemaphore builder with application/json body
+func NewAcquireSemaphoreRequest(server string, name SemaphoreNameParam, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcquireSemaphoreRequestWithBody(server, name, params, "application/json", bodyReader)
+}
+
+// NewAcquireSemaphoreRequestWithBody constructs an http.Request for the AcquireSemaphore method, with any body, and a specified content type
+func NewAcquireSemaphoreRequestWithBody(server string, name SemaphoreNameParam, params *AcquireSemaphoreParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.LeaseToken != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", *params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Lease-Token", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewRenewSemaphoreRequest calls the generic RenewSemaphore builder with application/json body
+func NewRenewSemaphoreRequest(server string, name SemaphoreNameParam, params *RenewSemaphoreParams, body RenewSemaphoreJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewSemaphoreRequestWithBody(server, name, params, "application/json", bodyReader)
+}
+
+// NewRenewSemaphoreRequestWithBody constructs an http.Request for the RenewSemaphore method, with any body, and a specified content type
+func NewRenewSemaphoreRequestWithBody(server string, name SemaphoreNameParam, params *RenewSemaphoreParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores/%s/renew", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -1267,9 +2087,10 @@ type ClientWithResponsesInterface interface {
 
 	// ReleaseLockWithResponse Release a hold on a lock
 	//
-	// Releases one hold of the lease named by `Lease-Token`. The lock becomes free
-	// (`released: true`) only when the re-entry count reaches zero; otherwise `holds` tells
-	// how many holds remain.
+	// Releases one hold of the lease named by `Lease-Token`. That hold is given back
+	// (`released: true`) only when its re-entry count reaches zero; otherwise `holds` tells
+	// how many remain. A lease that holds the lock both ways gives back its exclusive hold
+	// first and keeps its shared one (a downgrade), unless `mode` picks the hold.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1278,9 +2099,11 @@ type ClientWithResponsesInterface interface {
 
 	// InspectLockWithResponse Inspect a lock
 	//
-	// Tells whether the lock is held and how many requests wait for it. `owner`, `fence`,
-	// `holds`, `ttl_ms` (remaining) and `watchdog` are present only while it is held;
-	// `yours` only when the request carried a `Lease-Token`.
+	// Tells whether the lock is held, how (`mode`), and how many requests wait for it.
+	// `owner`, `fence`, `holds`, `ttl_ms` (remaining) and `watchdog` describe the exclusive
+	// holder and are present only while it is held exclusively; `holders` (the first 100,
+	// soonest to expire first) and `holder_count` describe shared holders; `yours` is present
+	// only when the request carried a `Lease-Token`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1293,7 +2116,9 @@ type ClientWithResponsesInterface interface {
 	// that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 	// reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
 	// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
-	// an earlier wait.
+	// an earlier wait. `mode` asks for an exclusive (default) or a shared hold; re-entry with
+	// the same mode increments `holds`, an exclusive holder asking for `shared` takes a shared
+	// hold too, and a shared holder asking for `exclusive` gets 409 `upgrade-refused`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1306,7 +2131,9 @@ type ClientWithResponsesInterface interface {
 	// that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 	// reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
 	// until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
-	// an earlier wait.
+	// an earlier wait. `mode` asks for an exclusive (default) or a shared hold; re-entry with
+	// the same mode increments `holds`, an exclusive holder asking for `shared` takes a shared
+	// hold too, and a shared holder asking for `exclusive` gets 409 `upgrade-refused`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1316,8 +2143,8 @@ type ClientWithResponsesInterface interface {
 	// RenewLockWithBodyWithResponse Renew a lease
 	//
 	// Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
-	// current TTL) and returns the grant with the new `expires_at`. A lease that has
-	// already expired is never resurrected: that answers 410.
+	// current TTL), every hold it has, and returns the grant with the new `expires_at`. A
+	// lease that has already expired is never resurrected: that answers 410.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1327,8 +2154,8 @@ type ClientWithResponsesInterface interface {
 	// RenewLockWithResponse Renew a lease
 	//
 	// Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
-	// current TTL) and returns the grant with the new `expires_at`. A lease that has
-	// already expired is never resurrected: that answers 410.
+	// current TTL), every hold it has, and returns the grant with the new `expires_at`. A
+	// lease that has already expired is never resurrected: that answers 410.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1352,6 +2179,77 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
+
+	// ReleaseSemaphoreWithResponse Give back a hold of a permit
+	//
+	// Releases one hold of the permit's lease named by `Lease-Token`; at zero holds the
+	// permit is free (`released: true`) and goes to the first waiter.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /semaphores/{name} (the `ReleaseSemaphore` operationId).
+	ReleaseSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *ReleaseSemaphoreParams, reqEditors ...RequestEditorFn) (*ReleaseSemaphoreResponse, error)
+
+	// InspectSemaphoreWithResponse Inspect a semaphore
+	//
+	// Its size (`permits`, 0 while nobody holds or waits), the permits in use, their holders
+	// (the first 100, soonest to expire first) and how many requests wait; `yours` only when
+	// the request carried a `Lease-Token`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /semaphores/{name} (the `InspectSemaphore` operationId).
+	InspectSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *InspectSemaphoreParams, reqEditors ...RequestEditorFn) (*InspectSemaphoreResponse, error)
+
+	// AcquireSemaphoreWithBodyWithResponse Take (or re-enter) a permit of a semaphore
+	//
+	// Takes one permit of the semaphore `name` of `permits` permits (201), or, with the
+	// `Lease-Token` of a lease that still holds a permit, re-enters it (200: `holds`
+	// incremented, still one permit). The size is set by whoever acquires while nobody holds
+	// or waits; a request naming another size while someone does gets 409 `permits-mismatch`.
+	// A permit expires with its lease (a crashed holder's permit comes back when its TTL runs
+	// out). With `wait_ms` > 0 the request waits in FIFO order; a freed permit goes to the
+	// head of the line directly.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /semaphores/{name} (the `AcquireSemaphore` operationId).
+	AcquireSemaphoreWithBodyWithResponse(ctx context.Context, name SemaphoreNameParam, params *AcquireSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireSemaphoreResponse, error)
+
+	// AcquireSemaphoreWithResponse Take (or re-enter) a permit of a semaphore
+	//
+	// Takes one permit of the semaphore `name` of `permits` permits (201), or, with the
+	// `Lease-Token` of a lease that still holds a permit, re-enters it (200: `holds`
+	// incremented, still one permit). The size is set by whoever acquires while nobody holds
+	// or waits; a request naming another size while someone does gets 409 `permits-mismatch`.
+	// A permit expires with its lease (a crashed holder's permit comes back when its TTL runs
+	// out). With `wait_ms` > 0 the request waits in FIFO order; a freed permit goes to the
+	// head of the line directly.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /semaphores/{name} (the `AcquireSemaphore` operationId).
+	AcquireSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireSemaphoreResponse, error)
+
+	// RenewSemaphoreWithBodyWithResponse Renew a permit's lease
+	//
+	// Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
+	// current TTL). A lease that has already expired is never resurrected: that answers 410.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /semaphores/{name}/renew (the `RenewSemaphore` operationId).
+	RenewSemaphoreWithBodyWithResponse(ctx context.Context, name SemaphoreNameParam, params *RenewSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewSemaphoreResponse, error)
+
+	// RenewSemaphoreWithResponse Renew a permit's lease
+	//
+	// Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
+	// current TTL). A lease that has already expired is never resurrected: that answers 410.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /semaphores/{name}/renew (the `RenewSemaphore` operationId).
+	RenewSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *RenewSemaphoreParams, body RenewSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewSemaphoreResponse, error)
 }
 
 // HealthzResponse200Headers the declared response headers of an HTTP 200 response for Healthz
@@ -2129,6 +3027,526 @@ func (r ReadyzResponse) ContentType() string {
 	return ""
 }
 
+// ReleaseSemaphoreResponse200Headers the declared response headers of an HTTP 200 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse200Headers struct {
+	XRequestId string
+}
+
+// ReleaseSemaphoreResponse400Headers the declared response headers of an HTTP 400 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse400Headers struct {
+	XRequestId string
+}
+
+// ReleaseSemaphoreResponse410Headers the declared response headers of an HTTP 410 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse410Headers struct {
+	XRequestId string
+}
+
+// ReleaseSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse500Headers struct {
+	XRequestId string
+}
+
+// ReleaseSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ReleaseSemaphoreResponseDefaultHeaders the declared response headers of an HTTP default response for ReleaseSemaphore
+type ReleaseSemaphoreResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type ReleaseSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SemaphoreRelease
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReleaseSemaphoreResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReleaseSemaphoreResponse400Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *ReleaseSemaphoreResponse410Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ReleaseSemaphoreResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseSemaphoreResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ReleaseSemaphoreResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseSemaphoreResponse) GetJSON200() *SemaphoreRelease {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// InspectSemaphoreResponse200Headers the declared response headers of an HTTP 200 response for InspectSemaphore
+type InspectSemaphoreResponse200Headers struct {
+	XRequestId string
+}
+
+// InspectSemaphoreResponse400Headers the declared response headers of an HTTP 400 response for InspectSemaphore
+type InspectSemaphoreResponse400Headers struct {
+	XRequestId string
+}
+
+// InspectSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for InspectSemaphore
+type InspectSemaphoreResponse500Headers struct {
+	XRequestId string
+}
+
+// InspectSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for InspectSemaphore
+type InspectSemaphoreResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// InspectSemaphoreResponseDefaultHeaders the declared response headers of an HTTP default response for InspectSemaphore
+type InspectSemaphoreResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type InspectSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SemaphoreState
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *InspectSemaphoreResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *InspectSemaphoreResponse400Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *InspectSemaphoreResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *InspectSemaphoreResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *InspectSemaphoreResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r InspectSemaphoreResponse) GetJSON200() *SemaphoreState {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r InspectSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r InspectSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r InspectSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r InspectSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AcquireSemaphoreResponse200Headers the declared response headers of an HTTP 200 response for AcquireSemaphore
+type AcquireSemaphoreResponse200Headers struct {
+	XRequestId string
+}
+
+// AcquireSemaphoreResponse201Headers the declared response headers of an HTTP 201 response for AcquireSemaphore
+type AcquireSemaphoreResponse201Headers struct {
+	Location   string
+	XRequestId string
+}
+
+// AcquireSemaphoreResponse400Headers the declared response headers of an HTTP 400 response for AcquireSemaphore
+type AcquireSemaphoreResponse400Headers struct {
+	XRequestId string
+}
+
+// AcquireSemaphoreResponse409Headers the declared response headers of an HTTP 409 response for AcquireSemaphore
+type AcquireSemaphoreResponse409Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// AcquireSemaphoreResponse410Headers the declared response headers of an HTTP 410 response for AcquireSemaphore
+type AcquireSemaphoreResponse410Headers struct {
+	XRequestId string
+}
+
+// AcquireSemaphoreResponse413Headers the declared response headers of an HTTP 413 response for AcquireSemaphore
+type AcquireSemaphoreResponse413Headers struct {
+	XRequestId string
+}
+
+// AcquireSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for AcquireSemaphore
+type AcquireSemaphoreResponse500Headers struct {
+	XRequestId string
+}
+
+// AcquireSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for AcquireSemaphore
+type AcquireSemaphoreResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// AcquireSemaphoreResponseDefaultHeaders the declared response headers of an HTTP default response for AcquireSemaphore
+type AcquireSemaphoreResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type AcquireSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SemaphoreGrant
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *SemaphoreGrant
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *SemaphoreConflict
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AcquireSemaphoreResponse200Headers
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *AcquireSemaphoreResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AcquireSemaphoreResponse400Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *AcquireSemaphoreResponse409Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *AcquireSemaphoreResponse410Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *AcquireSemaphoreResponse413Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *AcquireSemaphoreResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AcquireSemaphoreResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *AcquireSemaphoreResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AcquireSemaphoreResponse) GetJSON200() *SemaphoreGrant {
+	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r AcquireSemaphoreResponse) GetJSON201() *SemaphoreGrant {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON409() *SemaphoreConflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AcquireSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcquireSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcquireSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcquireSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewSemaphoreResponse200Headers the declared response headers of an HTTP 200 response for RenewSemaphore
+type RenewSemaphoreResponse200Headers struct {
+	XRequestId string
+}
+
+// RenewSemaphoreResponse400Headers the declared response headers of an HTTP 400 response for RenewSemaphore
+type RenewSemaphoreResponse400Headers struct {
+	XRequestId string
+}
+
+// RenewSemaphoreResponse410Headers the declared response headers of an HTTP 410 response for RenewSemaphore
+type RenewSemaphoreResponse410Headers struct {
+	XRequestId string
+}
+
+// RenewSemaphoreResponse413Headers the declared response headers of an HTTP 413 response for RenewSemaphore
+type RenewSemaphoreResponse413Headers struct {
+	XRequestId string
+}
+
+// RenewSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for RenewSemaphore
+type RenewSemaphoreResponse500Headers struct {
+	XRequestId string
+}
+
+// RenewSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for RenewSemaphore
+type RenewSemaphoreResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// RenewSemaphoreResponseDefaultHeaders the declared response headers of an HTTP default response for RenewSemaphore
+type RenewSemaphoreResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type RenewSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SemaphoreGrant
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RenewSemaphoreResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RenewSemaphoreResponse400Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *RenewSemaphoreResponse410Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RenewSemaphoreResponse413Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *RenewSemaphoreResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewSemaphoreResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *RenewSemaphoreResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewSemaphoreResponse) GetJSON200() *SemaphoreGrant {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // HealthzWithResponse Liveness probe
 //
 // Answers 200 while the process runs, whether or not Redis answers.
@@ -2146,9 +3564,10 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 
 // ReleaseLockWithResponse Release a hold on a lock
 //
-// Releases one hold of the lease named by `Lease-Token`. The lock becomes free
-// (`released: true`) only when the re-entry count reaches zero; otherwise `holds` tells
-// how many holds remain.
+// Releases one hold of the lease named by `Lease-Token`. That hold is given back
+// (`released: true`) only when its re-entry count reaches zero; otherwise `holds` tells
+// how many remain. A lease that holds the lock both ways gives back its exclusive hold
+// first and keeps its shared one (a downgrade), unless `mode` picks the hold.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2163,9 +3582,11 @@ func (c *ClientWithResponses) ReleaseLockWithResponse(ctx context.Context, name 
 
 // InspectLockWithResponse Inspect a lock
 //
-// Tells whether the lock is held and how many requests wait for it. `owner`, `fence`,
-// `holds`, `ttl_ms` (remaining) and `watchdog` are present only while it is held;
-// `yours` only when the request carried a `Lease-Token`.
+// Tells whether the lock is held, how (`mode`), and how many requests wait for it.
+// `owner`, `fence`, `holds`, `ttl_ms` (remaining) and `watchdog` describe the exclusive
+// holder and are present only while it is held exclusively; `holders` (the first 100,
+// soonest to expire first) and `holder_count` describe shared holders; `yours` is present
+// only when the request carried a `Lease-Token`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2184,7 +3605,9 @@ func (c *ClientWithResponses) InspectLockWithResponse(ctx context.Context, name 
 // that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 // reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
 // until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
-// an earlier wait.
+// an earlier wait. `mode` asks for an exclusive (default) or a shared hold; re-entry with
+// the same mode increments `holds`, an exclusive holder asking for `shared` takes a shared
+// hold too, and a shared holder asking for `exclusive` gets 409 `upgrade-refused`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2203,7 +3626,9 @@ func (c *ClientWithResponses) AcquireLockWithBodyWithResponse(ctx context.Contex
 // that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
 // reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
 // until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
-// an earlier wait.
+// an earlier wait. `mode` asks for an exclusive (default) or a shared hold; re-entry with
+// the same mode increments `holds`, an exclusive holder asking for `shared` takes a shared
+// hold too, and a shared holder asking for `exclusive` gets 409 `upgrade-refused`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2219,8 +3644,8 @@ func (c *ClientWithResponses) AcquireLockWithResponse(ctx context.Context, name 
 // RenewLockWithBodyWithResponse Renew a lease
 //
 // Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
-// current TTL) and returns the grant with the new `expires_at`. A lease that has
-// already expired is never resurrected: that answers 410.
+// current TTL), every hold it has, and returns the grant with the new `expires_at`. A
+// lease that has already expired is never resurrected: that answers 410.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2236,8 +3661,8 @@ func (c *ClientWithResponses) RenewLockWithBodyWithResponse(ctx context.Context,
 // RenewLockWithResponse Renew a lease
 //
 // Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
-// current TTL) and returns the grant with the new `expires_at`. A lease that has
-// already expired is never resurrected: that answers 410.
+// current TTL), every hold it has, and returns the grant with the new `expires_at`. A
+// lease that has already expired is never resurrected: that answers 410.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2278,6 +3703,113 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 		return nil, err
 	}
 	return ParseReadyzResponse(rsp)
+}
+
+// ReleaseSemaphoreWithResponse Give back a hold of a permit
+//
+// Releases one hold of the permit's lease named by `Lease-Token`; at zero holds the
+// permit is free (`released: true`) and goes to the first waiter.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /semaphores/{name} (the `ReleaseSemaphore` operationId).
+func (c *ClientWithResponses) ReleaseSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *ReleaseSemaphoreParams, reqEditors ...RequestEditorFn) (*ReleaseSemaphoreResponse, error) {
+	rsp, err := c.ReleaseSemaphore(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseSemaphoreResponse(rsp)
+}
+
+// InspectSemaphoreWithResponse Inspect a semaphore
+//
+// Its size (`permits`, 0 while nobody holds or waits), the permits in use, their holders
+// (the first 100, soonest to expire first) and how many requests wait; `yours` only when
+// the request carried a `Lease-Token`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /semaphores/{name} (the `InspectSemaphore` operationId).
+func (c *ClientWithResponses) InspectSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *InspectSemaphoreParams, reqEditors ...RequestEditorFn) (*InspectSemaphoreResponse, error) {
+	rsp, err := c.InspectSemaphore(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseInspectSemaphoreResponse(rsp)
+}
+
+// AcquireSemaphoreWithBodyWithResponse Take (or re-enter) a permit of a semaphore
+//
+// Takes one permit of the semaphore `name` of `permits` permits (201), or, with the
+// `Lease-Token` of a lease that still holds a permit, re-enters it (200: `holds`
+// incremented, still one permit). The size is set by whoever acquires while nobody holds
+// or waits; a request naming another size while someone does gets 409 `permits-mismatch`.
+// A permit expires with its lease (a crashed holder's permit comes back when its TTL runs
+// out). With `wait_ms` > 0 the request waits in FIFO order; a freed permit goes to the
+// head of the line directly.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /semaphores/{name} (the `AcquireSemaphore` operationId).
+func (c *ClientWithResponses) AcquireSemaphoreWithBodyWithResponse(ctx context.Context, name SemaphoreNameParam, params *AcquireSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireSemaphoreResponse, error) {
+	rsp, err := c.AcquireSemaphoreWithBody(ctx, name, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireSemaphoreResponse(rsp)
+}
+
+// AcquireSemaphoreWithResponse Take (or re-enter) a permit of a semaphore
+//
+// Takes one permit of the semaphore `name` of `permits` permits (201), or, with the
+// `Lease-Token` of a lease that still holds a permit, re-enters it (200: `holds`
+// incremented, still one permit). The size is set by whoever acquires while nobody holds
+// or waits; a request naming another size while someone does gets 409 `permits-mismatch`.
+// A permit expires with its lease (a crashed holder's permit comes back when its TTL runs
+// out). With `wait_ms` > 0 the request waits in FIFO order; a freed permit goes to the
+// head of the line directly.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /semaphores/{name} (the `AcquireSemaphore` operationId).
+func (c *ClientWithResponses) AcquireSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireSemaphoreResponse, error) {
+	rsp, err := c.AcquireSemaphore(ctx, name, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireSemaphoreResponse(rsp)
+}
+
+// RenewSemaphoreWithBodyWithResponse Renew a permit's lease
+//
+// Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
+// current TTL). A lease that has already expired is never resurrected: that answers 410.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /semaphores/{name}/renew (the `RenewSemaphore` operationId).
+func (c *ClientWithResponses) RenewSemaphoreWithBodyWithResponse(ctx context.Context, name SemaphoreNameParam, params *RenewSemaphoreParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewSemaphoreResponse, error) {
+	rsp, err := c.RenewSemaphoreWithBody(ctx, name, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewSemaphoreResponse(rsp)
+}
+
+// RenewSemaphoreWithResponse Renew a permit's lease
+//
+// Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
+// current TTL). A lease that has already expired is never resurrected: that answers 410.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /semaphores/{name}/renew (the `RenewSemaphore` operationId).
+func (c *ClientWithResponses) RenewSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *RenewSemaphoreParams, body RenewSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewSemaphoreResponse, error) {
+	rsp, err := c.RenewSemaphore(ctx, name, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewSemaphoreResponse(rsp)
 }
 
 // ParseHealthzResponse parses an HTTP response from a HealthzWithResponse call
@@ -3105,6 +4637,595 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers ReadyzResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseSemaphoreResponse parses an HTTP response from a ReleaseSemaphoreWithResponse call
+func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SemaphoreRelease
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReleaseSemaphoreResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReleaseSemaphoreResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 410:
+		var headers ReleaseSemaphoreResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 500:
+		var headers ReleaseSemaphoreResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ReleaseSemaphoreResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseInspectSemaphoreResponse parses an HTTP response from a InspectSemaphoreWithResponse call
+func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &InspectSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SemaphoreState
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers InspectSemaphoreResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers InspectSemaphoreResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 500:
+		var headers InspectSemaphoreResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers InspectSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers InspectSemaphoreResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAcquireSemaphoreResponse parses an HTTP response from a AcquireSemaphoreWithResponse call
+func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcquireSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SemaphoreGrant
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest SemaphoreGrant
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest SemaphoreConflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AcquireSemaphoreResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 201:
+		var headers AcquireSemaphoreResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers AcquireSemaphoreResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 409:
+		var headers AcquireSemaphoreResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 410:
+		var headers AcquireSemaphoreResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 413:
+		var headers AcquireSemaphoreResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 500:
+		var headers AcquireSemaphoreResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers AcquireSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers AcquireSemaphoreResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewSemaphoreResponse parses an HTTP response from a RenewSemaphoreWithResponse call
+func ParseRenewSemaphoreResponse(rsp *http.Response) (*RenewSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SemaphoreGrant
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RenewSemaphoreResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers RenewSemaphoreResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 410:
+		var headers RenewSemaphoreResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 413:
+		var headers RenewSemaphoreResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 500:
+		var headers RenewSemaphoreResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers RenewSemaphoreResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

@@ -20,9 +20,11 @@ export interface paths {
         };
         /**
          * Inspect a lock
-         * @description Tells whether the lock is held and how many requests wait for it. `owner`, `fence`,
-         *     `holds`, `ttl_ms` (remaining) and `watchdog` are present only while it is held;
-         *     `yours` only when the request carried a `Lease-Token`.
+         * @description Tells whether the lock is held, how (`mode`), and how many requests wait for it.
+         *     `owner`, `fence`, `holds`, `ttl_ms` (remaining) and `watchdog` describe the exclusive
+         *     holder and are present only while it is held exclusively; `holders` (the first 100,
+         *     soonest to expire first) and `holder_count` describe shared holders; `yours` is present
+         *     only when the request carried a `Lease-Token`.
          */
         get: operations["inspectLock"];
         put?: never;
@@ -32,14 +34,17 @@ export interface paths {
          *     that still holds the lock, re-enters it (200: `holds` incremented, same fence, TTL
          *     reset). With `wait_ms` > 0 the request waits, in FIFO order across all replicas,
          *     until the lock is granted or `wait_ms` runs out; `queue_ticket` resumes the place of
-         *     an earlier wait.
+         *     an earlier wait. `mode` asks for an exclusive (default) or a shared hold; re-entry with
+         *     the same mode increments `holds`, an exclusive holder asking for `shared` takes a shared
+         *     hold too, and a shared holder asking for `exclusive` gets 409 `upgrade-refused`.
          */
         post: operations["acquireLock"];
         /**
          * Release a hold on a lock
-         * @description Releases one hold of the lease named by `Lease-Token`. The lock becomes free
-         *     (`released: true`) only when the re-entry count reaches zero; otherwise `holds` tells
-         *     how many holds remain.
+         * @description Releases one hold of the lease named by `Lease-Token`. That hold is given back
+         *     (`released: true`) only when its re-entry count reaches zero; otherwise `holds` tells
+         *     how many remain. A lease that holds the lock both ways gives back its exclusive hold
+         *     first and keeps its shared one (a downgrade), unless `mode` picks the hold.
          */
         delete: operations["releaseLock"];
         options?: never;
@@ -66,10 +71,82 @@ export interface paths {
         /**
          * Renew a lease
          * @description Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
-         *     current TTL) and returns the grant with the new `expires_at`. A lease that has
-         *     already expired is never resurrected: that answers 410.
+         *     current TTL), every hold it has, and returns the grant with the new `expires_at`. A
+         *     lease that has already expired is never resurrected: that answers 410.
          */
         post: operations["renewLock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/semaphores/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The semaphore's name, with the same rules as a lock's (semaphores and locks are separate
+                 *     name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example partner-api
+                 */
+                name: components["parameters"]["SemaphoreNameParam"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Inspect a semaphore
+         * @description Its size (`permits`, 0 while nobody holds or waits), the permits in use, their holders
+         *     (the first 100, soonest to expire first) and how many requests wait; `yours` only when
+         *     the request carried a `Lease-Token`.
+         */
+        get: operations["inspectSemaphore"];
+        put?: never;
+        /**
+         * Take (or re-enter) a permit of a semaphore
+         * @description Takes one permit of the semaphore `name` of `permits` permits (201), or, with the
+         *     `Lease-Token` of a lease that still holds a permit, re-enters it (200: `holds`
+         *     incremented, still one permit). The size is set by whoever acquires while nobody holds
+         *     or waits; a request naming another size while someone does gets 409 `permits-mismatch`.
+         *     A permit expires with its lease (a crashed holder's permit comes back when its TTL runs
+         *     out). With `wait_ms` > 0 the request waits in FIFO order; a freed permit goes to the
+         *     head of the line directly.
+         */
+        post: operations["acquireSemaphore"];
+        /**
+         * Give back a hold of a permit
+         * @description Releases one hold of the permit's lease named by `Lease-Token`; at zero holds the
+         *     permit is free (`released: true`) and goes to the first waiter.
+         */
+        delete: operations["releaseSemaphore"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/semaphores/{name}/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The semaphore's name, with the same rules as a lock's (semaphores and locks are separate
+                 *     name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example partner-api
+                 */
+                name: components["parameters"]["SemaphoreNameParam"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renew a permit's lease
+         * @description Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
+         *     current TTL). A lease that has already expired is never resurrected: that answers 410.
+         */
+        post: operations["renewSemaphore"];
         delete?: never;
         options?: never;
         head?: never;
@@ -152,6 +229,7 @@ export interface components {
         Owner: string;
         AcquireRequest: {
             owner: components["schemas"]["Owner"];
+            mode?: components["schemas"]["Mode"];
             /**
              * Format: int64
              * @description Lease time to live in milliseconds, from 1 to the configured maximum
@@ -198,6 +276,47 @@ export interface components {
              */
             queue_ticket?: string;
         };
+        /**
+         * @description How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
+         *     and no exclusive one).
+         * @default exclusive
+         * @enum {string}
+         */
+        Mode: "exclusive" | "shared";
+        SemaphoreAcquireRequest: {
+            owner: components["schemas"]["Owner"];
+            /**
+             * Format: int64
+             * @description The semaphore's size. Set by whoever acquires while nobody holds or waits; otherwise it
+             *     must match (409 `permits-mismatch`).
+             * @example 5
+             */
+            permits: number;
+            /**
+             * Format: int64
+             * @description The permit's lease time to live in milliseconds, as for locks.
+             * @default 30000
+             */
+            ttl_ms?: number;
+            /**
+             * Format: int64
+             * @description How long to wait for a permit, in milliseconds, as for locks.
+             * @default 0
+             */
+            wait_ms?: number;
+            /**
+             * @description If true, the gateway renews the permit's lease itself, as for locks.
+             * @default false
+             */
+            watchdog?: boolean;
+            /**
+             * Format: int64
+             * @description Watchdog leases only, as for locks.
+             */
+            max_hold_ms?: number;
+            /** @description Waiting requests only, as for locks. */
+            queue_ticket?: string;
+        };
         RenewRequest: {
             /**
              * Format: int64
@@ -210,6 +329,7 @@ export interface components {
         /** @description A lease that holds the lock. */
         Grant: {
             lock: components["schemas"]["LockName"];
+            mode: components["schemas"]["Mode"];
             owner: components["schemas"]["Owner"];
             /**
              * @description The lease token, to send back in the `Lease-Token` header. Opaque to clients:
@@ -250,18 +370,103 @@ export interface components {
         };
         Release: {
             lock: components["schemas"]["LockName"];
-            /** @description True only when the re-entry count reached zero and the lock is free. */
+            /** @description True only when the hold's re-entry count reached zero and the hold is given back. */
             released: boolean;
             /**
              * Format: int64
-             * @description Holds the lease still has after this release.
+             * @description Holds of that mode the lease still has after this release.
              */
             holds: number;
+            mode: components["schemas"]["Mode"];
+        };
+        /** @description A lease that holds one permit of a semaphore. */
+        SemaphoreGrant: {
+            semaphore: components["schemas"]["LockName"];
+            owner: components["schemas"]["Owner"];
+            /** @description The lease token (a semaphore's; lock endpoints refuse it). */
+            token: string;
+            /**
+             * Format: int64
+             * @description Fencing token, strictly greater than every fence granted earlier for this semaphore.
+             */
+            fence: number;
+            /** Format: int64 */
+            ttl_ms: number;
+            /** Format: date-time */
+            expires_at: string;
+            /** Format: int64 */
+            holds: number;
+            watchdog: boolean;
+            /**
+             * Format: int64
+             * @description The semaphore's size.
+             */
+            permits: number;
+            /**
+             * Format: int64
+             * @description Permits in use just after this grant, this one included.
+             */
+            used: number;
+        };
+        SemaphoreRelease: {
+            semaphore: components["schemas"]["LockName"];
+            /** @description True when the permit's re-entry count reached zero and the permit is free. */
+            released: boolean;
+            /** Format: int64 */
+            holds: number;
+        };
+        /** @description One shared holder (a lock's reader, a semaphore's permit). */
+        Holder: {
+            owner: components["schemas"]["Owner"];
+            /** Format: int64 */
+            fence: number;
+            /** Format: int64 */
+            holds: number;
+            /**
+             * Format: int64
+             * @description Its remaining time to live in milliseconds.
+             */
+            ttl_ms: number;
+            watchdog: boolean;
+            /**
+             * Format: int64
+             * @description How much longer the watchdog renews it. Watchdog leases only.
+             */
+            max_hold_ms?: number;
+        };
+        SemaphoreState: {
+            name: components["schemas"]["LockName"];
+            /**
+             * Format: int64
+             * @description The semaphore's size; 0 while nobody holds or waits.
+             */
+            permits: number;
+            /**
+             * Format: int64
+             * @description Permits in use.
+             */
+            used: number;
+            /** @description The first 100 holders, soonest to expire first. */
+            holders: components["schemas"]["Holder"][];
+            /** Format: int64 */
+            holder_count: number;
+            /** Format: int64 */
+            waiters: number;
+            /** @description Whether the lease of the sent `Lease-Token` holds a permit. Only when one was sent. */
+            yours?: boolean;
         };
         LockState: {
             lock: components["schemas"]["LockName"];
             /** @description Whether a lease holds the lock. */
             held: boolean;
+            mode?: components["schemas"]["Mode"];
+            /** @description The shared holders (the first 100, soonest to expire first). Only while shared holds exist. */
+            holders?: components["schemas"]["Holder"][];
+            /**
+             * Format: int64
+             * @description How many shared holders there are. Only while shared holds exist.
+             */
+            holder_count?: number;
             owner?: components["schemas"]["Owner"];
             /**
              * Format: int64
@@ -290,7 +495,7 @@ export interface components {
              * @description How much longer the watchdog renews the holder's lease, in milliseconds. Only while held by a watchdog lease.
              */
             max_hold_ms?: number;
-            /** @description Whether the lease of the sent `Lease-Token` holds the lock. Only when a `Lease-Token` was sent. */
+            /** @description Whether the lease of the sent `Lease-Token` holds the lock (either way). Only when a `Lease-Token` was sent. */
             yours?: boolean;
         };
         Health: {
@@ -308,6 +513,9 @@ export interface components {
          *     | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
          *     | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
          *     | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+         *     | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+         *     | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+         *     | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
          *     | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
          *     | `urn:leasegate:problem:not-found` | 404 | No such route. |
          *     | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
@@ -339,6 +547,13 @@ export interface components {
             request_id?: string;
             /** @description The lock name the problem concerns. */
             lock?: string;
+            /** @description The semaphore name the problem concerns. */
+            semaphore?: string;
+            /**
+             * Format: int64
+             * @description With permits-mismatch, the semaphore's size.
+             */
+            permits?: number;
             /**
              * Format: int64
              * @description With lock-held, the holder's remaining time to live in milliseconds.
@@ -392,8 +607,19 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Another lease holds the lock, or others wait for it. */
+        /** @description Another lease holds the lock, or others wait for it; or a shared holder asked to upgrade. */
         LockHeld: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description Every permit is taken (or others wait for one), or the semaphore has another size. */
+        SemaphoreConflict: {
             headers: {
                 "Retry-After": components["headers"]["Retry-After"];
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -473,6 +699,12 @@ export interface components {
          */
         LockNameParam: string;
         /**
+         * @description The semaphore's name, with the same rules as a lock's (semaphores and locks are separate
+         *     name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+         * @example partner-api
+         */
+        SemaphoreNameParam: string;
+        /**
          * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
          *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
          *     answers as the first call did and changes nothing. A retried release never gives back a
@@ -518,7 +750,7 @@ export interface components {
          */
         "X-Request-Id": string;
         /**
-         * @description The path of the granted lock, `/locks/{name}`.
+         * @description The path of the granted lock or semaphore, `/locks/{name}` or `/semaphores/{name}`.
          * @example /locks/orders.42
          */
         Location: string;
@@ -655,7 +887,10 @@ export interface operations {
     };
     releaseLock: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Which hold to give back, for a lease holding the lock both ways. */
+                mode?: "exclusive" | "shared";
+            };
             header: {
                 /**
                  * @description The lease token from a grant (`token`). Opaque to clients, but self-describing:
@@ -766,6 +1001,250 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Grant"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            410: components["responses"]["LeaseGone"];
+            413: components["responses"]["BodyTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    inspectSemaphore: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The lease token from a grant (`token`). Opaque to clients, but self-describing:
+                 *     `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
+                 *     `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
+                 *     `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
+                 *     A malformed or forged token, or one issued for another lock, answers 400
+                 *     `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
+                 *     the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
+                 *     `yours: false`).
+                 * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token"?: components["parameters"]["LeaseTokenOptional"];
+            };
+            path: {
+                /**
+                 * @description The semaphore's name, with the same rules as a lock's (semaphores and locks are separate
+                 *     name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example partner-api
+                 */
+                name: components["parameters"]["SemaphoreNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The semaphore's current state. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SemaphoreState"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    acquireSemaphore: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The lease token from a grant (`token`). Opaque to clients, but self-describing:
+                 *     `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
+                 *     `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
+                 *     `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
+                 *     A malformed or forged token, or one issued for another lock, answers 400
+                 *     `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
+                 *     the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
+                 *     `yours: false`).
+                 * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token"?: components["parameters"]["LeaseTokenOptional"];
+                /**
+                 * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+                 *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+                 *     answers as the first call did and changes nothing. A retried release never gives back a
+                 *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+                 *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+                 *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+                 *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+                 *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     1-255 visible ASCII characters, else 400.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description The semaphore's name, with the same rules as a lock's (semaphores and locks are separate
+                 *     name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example partner-api
+                 */
+                name: components["parameters"]["SemaphoreNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SemaphoreAcquireRequest"];
+            };
+        };
+        responses: {
+            /** @description The permit's lease was re-entered (holds incremented, same fence, TTL reset). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SemaphoreGrant"];
+                };
+            };
+            /** @description A permit was granted. */
+            201: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SemaphoreGrant"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            409: components["responses"]["SemaphoreConflict"];
+            410: components["responses"]["LeaseGone"];
+            413: components["responses"]["BodyTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    releaseSemaphore: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The lease token from a grant (`token`). Opaque to clients, but self-describing:
+                 *     `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
+                 *     `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
+                 *     `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
+                 *     A malformed or forged token, or one issued for another lock, answers 400
+                 *     `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
+                 *     the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
+                 *     `yours: false`).
+                 * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token": components["parameters"]["LeaseTokenRequired"];
+                /**
+                 * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+                 *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+                 *     answers as the first call did and changes nothing. A retried release never gives back a
+                 *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+                 *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+                 *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+                 *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+                 *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     1-255 visible ASCII characters, else 400.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description The semaphore's name, with the same rules as a lock's (semaphores and locks are separate
+                 *     name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example partner-api
+                 */
+                name: components["parameters"]["SemaphoreNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One hold was released. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SemaphoreRelease"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            410: components["responses"]["LeaseGone"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    renewSemaphore: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The lease token from a grant (`token`). Opaque to clients, but self-describing:
+                 *     `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
+                 *     `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
+                 *     `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
+                 *     A malformed or forged token, or one issued for another lock, answers 400
+                 *     `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
+                 *     the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
+                 *     `yours: false`).
+                 * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token": components["parameters"]["LeaseTokenRequired"];
+                /**
+                 * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+                 *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+                 *     answers as the first call did and changes nothing. A retried release never gives back a
+                 *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+                 *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+                 *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+                 *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+                 *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     1-255 visible ASCII characters, else 400.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description The semaphore's name, with the same rules as a lock's (semaphores and locks are separate
+                 *     name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example partner-api
+                 */
+                name: components["parameters"]["SemaphoreNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RenewRequest"];
+            };
+        };
+        responses: {
+            /** @description The lease was renewed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SemaphoreGrant"];
                 };
             };
             400: components["responses"]["BadRequest"];

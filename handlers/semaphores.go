@@ -1,0 +1,97 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/lockcore"
+)
+
+// Semaphores: /semaphores/{name}, a name space of their own. Each acquire takes one permit of a
+// semaphore whose size (permits) the first acquirer sets; the rest is as for locks.
+
+// semaphoreName returns the validated {name} path parameter (the same rules as a lock's name).
+func semaphoreName(r *http.Request) (string, error) { return lockName(r) }
+
+// acquireSemaphore handles POST /semaphores/{name}: 201 for a new permit, 200 for a re-entry.
+func (h *lockHandlers) acquireSemaphore(w http.ResponseWriter, r *http.Request) {
+	name, err := semaphoreName(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	idem, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	var body api.SemaphoreAcquireRequest
+	if err := decodeBody(w, r, &body, false); err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	req, bad := body.Validate(h.limits)
+	if bad != nil {
+		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
+		return
+	}
+	h.grant(w, r, lockcore.AcquireRequest{
+		Lock: name, Kind: lockcore.KindSemaphore, Permits: req.Permits, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait,
+		Watchdog: req.Watchdog, MaxHold: req.MaxHold, Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket,
+		IdempotencyKey: idem,
+	}, "/semaphores/"+name, func(g lockcore.Grant) any { return semaphoreGrantBody(g) })
+}
+
+// releaseSemaphore handles DELETE /semaphores/{name}.
+func (h *lockHandlers) releaseSemaphore(w http.ResponseWriter, r *http.Request) {
+	name, err := semaphoreName(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	idem, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	rel, err := h.locker.Release(r.Context(), lockcore.ReleaseRequest{Ref: lockcore.SemaphoreRef(name),
+		Token: r.Header.Get(leaseTokenHeader), IdempotencyKey: idem})
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.SemaphoreRelease{Semaphore: name, Released: rel.Released, Holds: rel.Holds})
+}
+
+// renewSemaphore handles POST /semaphores/{name}/renew.
+func (h *lockHandlers) renewSemaphore(w http.ResponseWriter, r *http.Request) {
+	name, err := semaphoreName(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	h.renewRef(w, r, lockcore.SemaphoreRef(name), func(g lockcore.Grant) any { return semaphoreGrantBody(g) })
+}
+
+// inspectSemaphore handles GET /semaphores/{name}.
+func (h *lockHandlers) inspectSemaphore(w http.ResponseWriter, r *http.Request) {
+	name, err := semaphoreName(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	st, err := h.locker.Inspect(r.Context(), lockcore.SemaphoreRef(name), r.Header.Get(leaseTokenHeader))
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.SemaphoreState{Name: name, Permits: st.Permits, Used: st.SharedCount,
+		Holders: holders(st.Shared), HolderCount: st.SharedCount, Waiters: st.Waiters, Yours: st.Yours})
+}
+
+func semaphoreGrantBody(g lockcore.Grant) api.SemaphoreGrant {
+	return api.SemaphoreGrant{
+		Semaphore: g.Lock, Owner: g.Owner, Token: g.Token, Fence: g.Fence, TTLms: g.TTL.Milliseconds(),
+		ExpiresAt: api.Timestamp(g.ExpiresAt), Holds: g.Holds, Watchdog: g.Watchdog, Permits: g.Permits, Used: g.Used,
+	}
+}
