@@ -35,15 +35,16 @@ func (s *Service) renewLease(ctx context.Context, l Lease, ttl time.Duration, st
 	if err != nil {
 		return Grant{}, err
 	}
-	r, err := ints(reply) // {0} | {holds, fence, ttl, watchdog, shared, used}
-	if err != nil || (len(r) != 1 && len(r) != 6) {
+	r, err := ints(reply) // {0} | {holds, fence, ttl, watchdog, shared, used, size}
+	if err != nil || (len(r) != 1 && len(r) != 7) {
 		return Grant{}, unexpectedReply("renew", l.Lock, r, err)
 	}
 	if r[0] == 0 {
 		return Grant{}, fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, l.Kind, l.Lock, l.ID)
 	}
 	l.Fence, ttl = r[1], time.Duration(r[2])*time.Millisecond
-	g := Grant{Lease: l, Mode: Exclusive, TTL: ttl, ExpiresAt: start.Add(ttl), Holds: r[0], Watchdog: r[3] == 1, Used: r[5]}
+	g := Grant{Lease: l, Mode: Exclusive, TTL: ttl, ExpiresAt: start.Add(ttl), Holds: r[0], Watchdog: r[3] == 1,
+		Used: r[5], Permits: r[6]}
 	if r[4] == 1 {
 		g.Mode = Shared
 	}

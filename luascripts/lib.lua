@@ -58,6 +58,7 @@ end
 
 -- extend makes key live at least ms more (PEXPIRE GT would skip a key without a TTL).
 local function extend(key, ms)
+  ms = tonumber(ms)
   local left = redis.call('PTTL', key)
   if left ~= -2 and left < ms then
     redis.call('PEXPIRE', key, ms)
@@ -153,7 +154,7 @@ local function grant(lease, mode, owner, ttl, wd, hold_ms, pexpire_ms)
     hold_until = now_ms() + tonumber(hold_ms)
   end
   if mode == 's' then
-    redis.call('ZADD', sh, now_ms() + pexpire_ms, lease)
+    redis.call('ZADD', sh, now_ms() + tonumber(pexpire_ms), lease)
     redis.call('HSET', shm, lease, pack(1, fence, ttl, wd, hold_until, owner))
     extend(sh, pexpire_ms)
     extend(shm, pexpire_ms)

@@ -1,9 +1,10 @@
 -- renew.lua (+ lib.lua): KEYS as in lib.lua; ARGV[1..5] as in lib.lua, then
 --   ARGV[6..7] = [lease, ttl_ms (0 = keep the lease's ttl)]
---   => {holds, fence, ttl_ms, watchdog, shared, used}  lease held: TTL set to ttl_ms (every hold it
---                                        has; the figures are its exclusive hold's when it has one,
---                                        shared = 0, else its shared hold's, shared = 1); used: a
---                                        semaphore's permits in use (0 for a lock)
+--   => {holds, fence, ttl_ms, watchdog, shared, used, size}  lease held: TTL set to ttl_ms (every
+--                                        hold it has; the figures are its exclusive hold's when it
+--                                        has one, shared = 0, else its shared hold's, shared = 1);
+--                                        used and size: a semaphore's permits in use and its size
+--                                        (0 for a lock)
 --    | {0}                               lease holds nothing; nothing changed (never resurrects)
 -- Also confirms a hold handed to a waiter. With others waiting, the first one's replica is told
 -- when the holds now run out. A renewal is idempotent by nature (a retry sets the same TTL, from a
@@ -22,7 +23,7 @@ if holds then
   end
   redis.call('PEXPIRE', lock, x_ttl)
   local meta = redis.call('HMGET', lock, ':fence', ':wd')
-  reply = {holds, tonumber(meta[1]), x_ttl, tonumber(meta[2]), 0, 0}
+  reply = {holds, tonumber(meta[1]), x_ttl, tonumber(meta[2]), 0, 0, 0}
 end
 local m = redis.call('EXISTS', sh) == 1 and shared_hold(lease)
 if m then
@@ -31,13 +32,14 @@ if m then
     s_ttl = m.ttl
   end
   set_shared_ttl(lease, m, s_ttl)
-  reply = reply or {m.holds, m.fence, s_ttl, tonumber(m.wd), 1, 0}
+  reply = reply or {m.holds, m.fence, s_ttl, tonumber(m.wd), 1, 0, 0}
 end
 if not reply then
   return {0}
 end
 if kind == 's' then
   reply[6] = redis.call('ZCARD', sh)
+  reply[7] = size() or 0
 end
 if redis.call('EXISTS', q) == 1 then
   hint()

@@ -1,0 +1,293 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+// Semaphores: /semaphores/{name}, across two gateway replicas.
+
+func permitBody(owner string, permits, ttlMs, waitMs int64) string {
+	return fmt.Sprintf(`{"owner":%q,"permits":%d,"ttl_ms":%d,"wait_ms":%d}`, owner, permits, ttlMs, waitMs)
+}
+
+func (w *redissonWorld) semState(name string) *harness.Response {
+	return w.clients[0].Do(http.MethodGet, "/semaphores/"+name, nil, "")
+}
+
+func (w *redissonWorld) awaitSemWaiters(t *testing.T, name string, n int64) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("%d waiter(s) for semaphore %q", n, name), func() bool {
+		return w.semState(name).Int("waiters") == n
+	})
+}
+
+func postPermit(c *harness.Client, name, body string) <-chan *harness.Response {
+	out := make(chan *harness.Response, 1)
+	go func() { out <- c.Do(http.MethodPost, "/semaphores/"+name, nil, body) }()
+	return out
+}
+
+func TestSemaphoreTryOnceGrantsExactlyItsPermits(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	const n, permits = 200, 5
+	var granted, full atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r := w.replica(i).Do(http.MethodPost, "/semaphores/api", nil, permitBody(fmt.Sprintf("c%d", i), permits, 60000, 0))
+			switch {
+			case r.Status == http.StatusCreated:
+				granted.Add(1)
+			case r.Status == http.StatusConflict && r.Str("type") == "urn:leasegate:problem:semaphore-full":
+				full.Add(1)
+			default:
+				t.Errorf("acquire %d: %d %s", i, r.Status, r.Body)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	assert.Equal(t, int64(permits), granted.Load())
+	assert.Equal(t, int64(n-permits), full.Load())
+	st := w.semState("api")
+	assert.Equal(t, int64(permits), st.Int("permits"))
+	assert.Equal(t, int64(permits), st.Int("used"))
+	assert.Len(t, st.JSON()["holders"], permits)
+}
+
+// TestSemaphoreWaitersNeverExceedItsPermits: 100 waiters on a semaphore of 3, on two replicas,
+// each holding briefly: never more than 3 at once, every one granted, fences all distinct.
+func TestSemaphoreWaitersNeverExceedItsPermits(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	const n, permits = 100, 3
+	var holding, most atomic.Int64
+	var mu sync.Mutex
+	fences := map[int64]bool{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := w.replica(i)
+			r := c.Do(http.MethodPost, "/semaphores/pool", nil, permitBody(fmt.Sprintf("w%d", i), permits, 30000, 30000))
+			if r.Status != http.StatusCreated {
+				t.Errorf("waiter %d: %d %s", i, r.Status, r.Body)
+				return
+			}
+			now := holding.Add(1)
+			for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+			}
+			mu.Lock()
+			if fences[r.Int("fence")] {
+				t.Errorf("fence %d granted twice", r.Int("fence"))
+			}
+			fences[r.Int("fence")] = true
+			mu.Unlock()
+			holding.Add(-1)
+			rel := c.Do(http.MethodDelete, "/semaphores/pool", tokenHeader(r.Str("token")), "")
+			if rel.Status != http.StatusOK {
+				t.Errorf("release %d: %d %s", i, rel.Status, rel.Body)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, most.Load(), int64(permits), "never more holders than permits")
+	assert.Len(t, fences, n)
+	st := w.semState("pool")
+	assert.Equal(t, int64(0), st.Int("used"))
+	assert.Equal(t, int64(0), st.Int("waiters"))
+}
+
+// TestSemaphorePermitExpiryGoesToTheHeadWaiter: a permit whose holder never releases comes back
+// when its lease runs out, and goes to the first waiter at once.
+func TestSemaphorePermitExpiryGoesToTheHeadWaiter(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	crashed := w.replica(0).Do(http.MethodPost, "/semaphores/one", nil, permitBody("crashed", 1, 500, 0))
+	require.Equal(t, http.StatusCreated, crashed.Status, "%s", crashed.Body)
+	first := postPermit(w.replica(1), "one", permitBody("first", 1, 60000, 20000))
+	w.awaitSemWaiters(t, "one", 1)
+	second := postPermit(w.replica(0), "one", permitBody("second", 1, 60000, 20000))
+	w.awaitSemWaiters(t, "one", 2)
+	start := time.Now()
+	r := w.response(t, first, "the first waiter")
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	assert.Less(t, time.Since(start), 3*time.Second, "granted when the crashed holder's lease ran out")
+	assert.Greater(t, r.Int("fence"), crashed.Int("fence"))
+	assert.Equal(t, int64(1), w.semState("one").Int("waiters"), "the second still waits")
+	rel := w.replica(0).Do(http.MethodDelete, "/semaphores/one", tokenHeader(crashed.Str("token")), "")
+	assert.Equal(t, http.StatusGone, rel.Status, "the expired permit is gone")
+	assert.Equal(t, int64(1), w.semState("one").Int("used"), "and giving it back credits nothing")
+	w.replica(1).Do(http.MethodDelete, "/semaphores/one", tokenHeader(r.Str("token")), "")
+	s := w.response(t, second, "the second waiter")
+	require.Equal(t, http.StatusCreated, s.Status, "%s", s.Body)
+}
+
+func TestSemaphorePermitsMismatch(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	h := w.replica(0).Do(http.MethodPost, "/semaphores/sized", nil, permitBody("a", 5, 60000, 0))
+	require.Equal(t, http.StatusCreated, h.Status, "%s", h.Body)
+	assert.Equal(t, int64(5), h.Int("permits"))
+	assert.Equal(t, int64(1), h.Int("used"))
+	r := w.replica(1).Do(http.MethodPost, "/semaphores/sized", nil, permitBody("b", 3, 60000, 0))
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	assert.Equal(t, "urn:leasegate:problem:permits-mismatch", r.Str("type"))
+	assert.Equal(t, int64(5), r.Int("permits"))
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	assert.Equal(t, int64(1), w.semState("sized").Int("used"), "nothing changed")
+	reenter := w.replica(1).Do(http.MethodPost, "/semaphores/sized", tokenHeader(h.Str("token")), permitBody("a", 3, 60000, 0))
+	assert.Equal(t, http.StatusConflict, reenter.Status, "a re-entry naming another size too: %s", reenter.Body)
+
+	w.replica(0).Do(http.MethodDelete, "/semaphores/sized", tokenHeader(h.Str("token")), "")
+	r = w.replica(1).Do(http.MethodPost, "/semaphores/sized", nil, permitBody("b", 3, 60000, 0))
+	require.Equal(t, http.StatusCreated, r.Status, "with nobody holding or waiting, the next acquirer sets the size: %s", r.Body)
+	assert.Equal(t, int64(3), r.Int("permits"))
+}
+
+func TestSemaphoreReentryKeepsOnePermit(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	h := w.replica(0).Do(http.MethodPost, "/semaphores/re", nil, permitBody("a", 2, 60000, 0))
+	require.Equal(t, http.StatusCreated, h.Status, "%s", h.Body)
+	r := w.replica(1).Do(http.MethodPost, "/semaphores/re", tokenHeader(h.Str("token")), permitBody("a", 2, 60000, 0))
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.Equal(t, int64(2), r.Int("holds"))
+	assert.Equal(t, int64(1), r.Int("used"), "still one permit")
+	assert.Equal(t, h.Int("fence"), r.Int("fence"))
+	rel := w.replica(1).Do(http.MethodDelete, "/semaphores/re", tokenHeader(h.Str("token")), "")
+	require.Equal(t, http.StatusOK, rel.Status)
+	assert.Equal(t, false, rel.JSON()["released"])
+	rel = w.replica(0).Do(http.MethodDelete, "/semaphores/re", tokenHeader(h.Str("token")), "")
+	assert.Equal(t, true, rel.JSON()["released"])
+	assert.Equal(t, int64(0), w.semState("re").Int("used"))
+}
+
+// TestLockAndSemaphoreTokensDoNotMix: the same name is a lock and a semaphore apart, and neither's
+// token works on the other.
+func TestLockAndSemaphoreTokensDoNotMix(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	lock := w.tryLock(t, w.replica(0), "same", "a", 60000)
+	sem := w.replica(0).Do(http.MethodPost, "/semaphores/same", nil, permitBody("a", 1, 60000, 0))
+	require.Equal(t, http.StatusCreated, sem.Status, "a semaphore and a lock of one name are apart: %s", sem.Body)
+	for _, tc := range []struct{ path, token string }{
+		{"/semaphores/same", lock.Str("token")},
+		{"/locks/same", sem.Str("token")},
+	} {
+		r := w.replica(1).Do(http.MethodDelete, tc.path, tokenHeader(tc.token), "")
+		assert.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", tc.path, r.Body)
+		assert.Equal(t, "urn:leasegate:problem:invalid-lease-token", r.Str("type"))
+		r = w.replica(1).Do(http.MethodPost, tc.path+"/renew", tokenHeader(tc.token), "")
+		assert.Equal(t, http.StatusBadRequest, r.Status, "%s renew: %s", tc.path, r.Body)
+	}
+	assert.Equal(t, true, w.state("same").JSON()["held"], "nothing changed")
+	assert.Equal(t, int64(1), w.semState("same").Int("used"))
+}
+
+func TestSemaphoreBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	for _, body := range []string{
+		`{"owner":"a"}`,
+		`{"owner":"a","permits":0}`,
+		`{"owner":"a","permits":10001}`,
+		`{"owner":"a","permits":"5"}`,
+		`{"owner":"a","permits":5,"mode":"shared"}`,
+	} {
+		r := w.replica(0).Do(http.MethodPost, "/semaphores/bad", nil, body)
+		assert.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", body, r.Body)
+		assert.Equal(t, "urn:leasegate:problem:invalid-request", r.Str("type"), body)
+	}
+	st := w.semState("bad")
+	assert.Equal(t, int64(0), st.Int("permits"), "nothing changed")
+	assert.Equal(t, int64(0), st.Int("used"))
+	assert.Equal(t, "0", w.redis.MustDo(t, "DBSIZE"), "Redis untouched")
+}
+
+func TestSemaphoreWaiterThatLeavesLeavesTheLine(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	h := w.replica(0).Do(http.MethodPost, "/semaphores/lv", nil, permitBody("holder", 1, 60000, 0))
+	require.Equal(t, http.StatusCreated, h.Status)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = w.replica(1).Send(ctx, http.MethodPost, "/semaphores/lv", nil, permitBody("leaver", 1, 60000, 20000))
+	}()
+	w.awaitSemWaiters(t, "lv", 1)
+	cancel()
+	<-done
+	w.awaitSemWaiters(t, "lv", 0)
+	w.replica(0).Do(http.MethodDelete, "/semaphores/lv", tokenHeader(h.Str("token")), "")
+	assert.Equal(t, int64(0), w.semState("lv").Int("used"), "nobody was granted the permit")
+}
+
+// TestSemaphoreWatchdogOutlivesItsReplica: a watchdog permit keeps being renewed after the replica
+// that granted it is killed, and its renewal keeps the permit counted.
+func TestSemaphoreWatchdogOutlivesItsReplica(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	gwA := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	a := harness.NewClient(t, gwA.URL)
+	r := a.Do(http.MethodPost, "/semaphores/wd", nil, `{"owner":"h","permits":1,"ttl_ms":600,"watchdog":true}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	require.NoError(t, gwA.Kill())
+	deadline := time.Now().Add(2500 * time.Millisecond) // four TTLs
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for now := range tick.C {
+		st := e.client.Do(http.MethodGet, "/semaphores/wd", nil, "")
+		require.Equal(t, int64(1), st.Int("used"), "the watchdog permit is still held: %s", st.Body)
+		if now.After(deadline) {
+			break
+		}
+	}
+	full := e.client.Do(http.MethodPost, "/semaphores/wd", nil, permitBody("other", 1, 60000, 0))
+	assert.Equal(t, http.StatusConflict, full.Status)
+	rel := e.client.Do(http.MethodDelete, "/semaphores/wd", tokenHeader(r.Str("token")), "")
+	require.Equal(t, http.StatusOK, rel.Status, "%s", rel.Body)
+	assert.Equal(t, int64(0), e.client.Do(http.MethodGet, "/semaphores/wd", nil, "").Int("used"))
+}
+
+// TestSemaphoreRenew: renewing a permit pushes its expiry; a renewal after expiry is 410.
+func TestSemaphoreRenew(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	h := w.replica(0).Do(http.MethodPost, "/semaphores/rn", nil, permitBody("h", 2, 500, 0))
+	require.Equal(t, http.StatusCreated, h.Status)
+	r := w.replica(1).Do(http.MethodPost, "/semaphores/rn/renew", tokenHeader(h.Str("token")), `{"ttl_ms":60000}`)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	assert.Equal(t, int64(60000), r.Int("ttl_ms"))
+	holders := w.semState("rn").JSON()["holders"].([]any)
+	require.Len(t, holders, 1)
+	left, err := holders[0].(map[string]any)["ttl_ms"].(json.Number).Int64()
+	require.NoError(t, err)
+	assert.Greater(t, left, int64(50000))
+
+	short := w.replica(0).Do(http.MethodPost, "/semaphores/rn", nil, permitBody("s", 2, 300, 0))
+	require.Equal(t, http.StatusCreated, short.Status)
+	eventually(t, 5*time.Second, "the short permit's expiry", func() bool { return w.semState("rn").Int("used") == 1 })
+	r = w.replica(1).Do(http.MethodPost, "/semaphores/rn/renew", tokenHeader(short.Str("token")), "")
+	assert.Equal(t, http.StatusGone, r.Status, "a permit that ran out is never resurrected")
+	assert.Equal(t, int64(1), w.semState("rn").Int("used"))
+}
