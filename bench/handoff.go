@@ -10,22 +10,33 @@ import (
 	"github.com/leasegate/leasegate/tests/harness"
 )
 
-// handoff measures contended hand-offs on one lock through two gateway replicas: n waiters stay
-// queued while the holder of the moment releases and queues again. For each hand-off it records
-// the time from the release's response (and from its request) to the next holder's 201.
-func handoff(redis *harness.Redis, n int, d time.Duration) error {
+// participant is one client of a contention run: where it acquires and with what body.
+type participant struct {
+	path string // e.g. /locks/x or /semaphores/x
+	body []byte
+}
+
+// contention is what a contention run recorded.
+type contention struct {
+	events      []handoffEvent
+	elapsed     time.Duration
+	scriptCalls int64
+	redisShare  float64 // redis-server's CPU over the run, in cores
+}
+
+// contend runs the participants through two gateway replicas (participant i on replica i%2) for
+// d: each waits for its grant, releases at once and queues again.
+func contend(redis *harness.Redis, ps []participant, d time.Duration) (contention, error) {
 	gws := make([]*gateway, 2)
 	prefix := harness.RandomPrefix() // replicas share the key prefix
 	for i := range gws {
 		g, err := startGateway(redis.Addr, prefix)
 		if err != nil {
-			return err
+			return contention{}, err
 		}
 		defer g.Close()
 		gws[i] = g
 	}
-	lock := fmt.Sprintf("%s/locks/handoff-%d", "%s", n)
-
 	var (
 		mu       sync.Mutex
 		events   []handoffEvent
@@ -41,25 +52,24 @@ func handoff(redis *harness.Redis, n int, d time.Duration) error {
 		mu.Unlock()
 	}
 
-	tr := &http.Transport{MaxIdleConnsPerHost: n + 2}
+	tr := &http.Transport{MaxIdleConnsPerHost: len(ps) + 2}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
-	body := []byte(`{"owner":"bench","ttl_ms":30000,"wait_ms":60000}`)
 	redis.Do("CONFIG", "RESETSTAT")
 	cpu0 := redisCPU(redis)
 	start := time.Now()
-	for i := 0; i <= n; i++ { // n waiters plus the holder of the moment
+	for i, p := range ps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			url := fmt.Sprintf(lock, gws[i%2].URL)
+			url := gws[i%2].URL + p.path
 			for {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				tok, err := call(client, http.MethodPost, url, "", body, http.StatusCreated)
+				tok, err := call(client, http.MethodPost, url, "", p.body, http.StatusCreated)
 				if err != nil {
 					fail(err)
 					return
@@ -81,39 +91,109 @@ func handoff(redis *harness.Redis, n int, d time.Duration) error {
 	wg.Wait()
 	elapsed := time.Since(start)
 	if firstErr != nil {
-		return firstErr
+		return contention{}, firstErr
 	}
 	calls, err := redis.ScriptCalls()
 	if err != nil {
+		return contention{}, err
+	}
+	sort.Slice(events, func(i, j int) bool { return events[i].at.Before(events[j].at) })
+	return contention{events: events, elapsed: elapsed, scriptCalls: calls,
+		redisShare: (redisCPU(redis) - cpu0) / elapsed.Seconds()}, nil
+}
+
+// grants counts the run's grants.
+func (c contention) grants() int {
+	n := 0
+	for _, ev := range c.events {
+		if ev.kind == granted {
+			n++
+		}
+	}
+	return n
+}
+
+// handoffs pairs every grant that directly follows a release with that release: the time from
+// the release's response (and from its request) to the 201. Grants that follow another grant (the
+// rest of a batch of shared grants) are not hand-offs of their own.
+func (c contention) handoffs() (fromResp, fromSent []time.Duration) {
+	for i := 1; i < len(c.events); i++ {
+		prev, ev := c.events[i-1], c.events[i]
+		if ev.kind == granted && prev.kind == released {
+			fromResp = append(fromResp, max(ev.at.Sub(prev.at), 0))
+			fromSent = append(fromSent, ev.at.Sub(prev.sent))
+		}
+	}
+	return fromResp, fromSent
+}
+
+// handoff measures contended hand-offs on one lock through two gateway replicas: n waiters stay
+// queued while the holder of the moment releases and queues again. For each hand-off it records
+// the time from the release's response (and from its request) to the next holder's 201.
+func handoff(redis *harness.Redis, n int, d time.Duration) error {
+	ps := make([]participant, n+1) // n waiters plus the holder of the moment
+	for i := range ps {
+		ps[i] = participant{fmt.Sprintf("/locks/handoff-%d", n), []byte(`{"owner":"bench","ttl_ms":30000,"wait_ms":60000}`)}
+	}
+	c, err := contend(redis, ps, d)
+	if err != nil {
 		return err
 	}
-	redisShare := (redisCPU(redis) - cpu0) / elapsed.Seconds()
-
-	// Pair each release with the next grant; grants and releases alternate in time because only
-	// one participant holds the lock at a time.
-	sort.Slice(events, func(i, j int) bool { return events[i].at.Before(events[j].at) })
-	var fromResp, fromSent []time.Duration
-	handoffs := 0
-	for i, ev := range events {
-		if ev.kind != released {
-			continue
-		}
-		for j := i + 1; j < len(events); j++ {
-			if events[j].kind == granted {
-				fromResp = append(fromResp, max(events[j].at.Sub(ev.at), 0))
-				fromSent = append(fromSent, events[j].at.Sub(ev.sent))
-				handoffs++
-				break
-			}
-		}
-	}
-	if handoffs == 0 {
+	fromResp, fromSent := c.handoffs()
+	if len(fromResp) == 0 {
 		return fmt.Errorf("no hand-offs recorded")
 	}
 	fmt.Printf("  %3d waiters: %6d hand-offs, %6.0f hand-offs/s, release response -> 201: p50 %s p99 %s; release request -> 201: p50 %s p99 %s; %.2f script calls per cycle (queue + release + confirm); redis-server %.0f%% of a core\n",
-		n, handoffs, float64(handoffs)/elapsed.Seconds(),
+		n, len(fromResp), float64(len(fromResp))/c.elapsed.Seconds(),
 		ms3(pct(fromResp, 50)), ms3(pct(fromResp, 99)), ms3(pct(fromSent, 50)), ms3(pct(fromSent, 99)),
-		float64(calls)/float64(handoffs), 100*redisShare)
+		float64(c.scriptCalls)/float64(c.grants()), 100*c.redisShare)
+	return nil
+}
+
+// readWrite measures a lock with 100 waiters, each group of 10 shared ones followed by an
+// exclusive one, every holder releasing at once and queueing again.
+func readWrite(redis *harness.Redis, d time.Duration) error {
+	ps := make([]participant, 100)
+	for i := range ps {
+		body := `{"owner":"reader","ttl_ms":30000,"wait_ms":60000,"mode":"shared"}`
+		if i%11 == 10 {
+			body = `{"owner":"writer","ttl_ms":30000,"wait_ms":60000}`
+		}
+		ps[i] = participant{"/locks/read-write", []byte(body)}
+	}
+	c, err := contend(redis, ps, d)
+	if err != nil {
+		return err
+	}
+	fromResp, fromSent := c.handoffs()
+	if len(fromResp) == 0 {
+		return fmt.Errorf("no hand-offs recorded")
+	}
+	fmt.Printf("  read-write lock, 100 waiters (10 shared, 1 exclusive, ...): %6d grants, %6.0f grants/s, %6.0f hand-offs/s, release response -> next 201: p50 %s p99 %s; release request -> 201: p50 %s p99 %s; %.2f script calls per grant; redis-server %.0f%% of a core\n",
+		c.grants(), float64(c.grants())/c.elapsed.Seconds(), float64(len(fromResp))/c.elapsed.Seconds(),
+		ms3(pct(fromResp, 50)), ms3(pct(fromResp, 99)), ms3(pct(fromSent, 50)), ms3(pct(fromSent, 99)),
+		float64(c.scriptCalls)/float64(c.grants()), 100*c.redisShare)
+	return nil
+}
+
+// semaphore measures a semaphore of 10 permits with 100 waiters, every holder releasing at once
+// and queueing again.
+func semaphore(redis *harness.Redis, d time.Duration) error {
+	ps := make([]participant, 100)
+	for i := range ps {
+		ps[i] = participant{"/semaphores/pool", []byte(`{"owner":"bench","permits":10,"ttl_ms":30000,"wait_ms":60000}`)}
+	}
+	c, err := contend(redis, ps, d)
+	if err != nil {
+		return err
+	}
+	fromResp, _ := c.handoffs()
+	if len(fromResp) == 0 {
+		return fmt.Errorf("no hand-offs recorded")
+	}
+	fmt.Printf("  semaphore of 10, 100 waiters: %6d grants, %6.0f grants/s, release response -> next 201: p50 %s p99 %s; %.2f script calls per grant; redis-server %.0f%% of a core\n",
+		c.grants(), float64(c.grants())/c.elapsed.Seconds(), ms3(pct(fromResp, 50)), ms3(pct(fromResp, 99)),
+		float64(c.scriptCalls)/float64(c.grants()), 100*c.redisShare)
 	return nil
 }
 

@@ -27,7 +27,7 @@ import (
 )
 
 var (
-	only      = flag.String("only", "", "run one scenario: throughput, handoff, waiting, outside")
+	only      = flag.String("only", "", "run one scenario: throughput, handoff, rwsem, waiting, outside")
 	duration  = flag.Duration("duration", 3*time.Second, "length of one measured round")
 	rounds    = flag.Int("rounds", 3, "rounds per side; the median is reported")
 	clients   = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
@@ -79,6 +79,20 @@ func run() error {
 		fmt.Printf("hand-off on one contended lock, waiters spread over 2 gateway replicas, %v per row:\n", *duration)
 		for _, n := range []int{1, 10, 100} {
 			if err := handoff(redis, n, *duration); err != nil {
+				return err
+			}
+		}
+	}
+	if *only == "" || *only == "rwsem" {
+		fmt.Printf("read-write lock and semaphore hand-offs, waiters spread over 2 gateway replicas, %v per row (%d rounds):\n", *duration, *rounds)
+		for range *rounds {
+			if err := readWrite(redis, *duration); err != nil {
+				return err
+			}
+			if err := semaphore(redis, *duration); err != nil {
+				return err
+			}
+			if err := handoff(redis, 100, *duration); err != nil {
 				return err
 			}
 		}

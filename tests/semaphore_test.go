@@ -291,3 +291,51 @@ func TestSemaphoreRenew(t *testing.T) {
 	assert.Equal(t, http.StatusGone, r.Status, "a permit that ran out is never resurrected")
 	assert.Equal(t, int64(1), w.semState("rn").Int("used"))
 }
+
+// TestShutdownEndsSharedAndPermitWaits: a replica that stops answers its shared and permit waiters
+// 503 shutting-down with a queue ticket; the holders keep their holds.
+func TestShutdownEndsSharedAndPermitWaits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	gwB := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	b := harness.NewClient(t, gwB.URL)
+	x := e.client.Do(http.MethodPost, "/locks/sd", nil, exclusiveBody("writer", 60000, 0))
+	require.Equal(t, http.StatusCreated, x.Status)
+	p := e.client.Do(http.MethodPost, "/semaphores/sd", nil, permitBody("holder", 1, 60000, 0))
+	require.Equal(t, http.StatusCreated, p.Status)
+	reader := make(chan *harness.Response, 1)
+	go func() { reader <- b.Do(http.MethodPost, "/locks/sd", nil, sharedBody("reader", 60000, 30000)) }()
+	permit := postPermit(b, "sd", permitBody("waiter", 1, 60000, 30000))
+	eventually(t, 5*time.Second, "both waiting", func() bool {
+		return e.client.Do(http.MethodGet, "/locks/sd", nil, "").Int("waiters") == 1 &&
+			e.client.Do(http.MethodGet, "/semaphores/sd", nil, "").Int("waiters") == 1
+	})
+	require.NoError(t, gwB.Stop())
+	for _, ch := range []<-chan *harness.Response{reader, permit} {
+		r := redissonReceive(t, ch, 10*time.Second, "a waiter's answer")
+		assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+		assert.Equal(t, "urn:leasegate:problem:shutting-down", r.Str("type"))
+		assert.NotEmpty(t, r.Str("queue_ticket"))
+	}
+	assert.Equal(t, "writer", e.client.Do(http.MethodGet, "/locks/sd", nil, "").Str("owner"))
+	assert.Equal(t, int64(1), e.client.Do(http.MethodGet, "/semaphores/sd", nil, "").Int("used"))
+}
+
+// TestSharedMaxHoldEndsTheWatchdog: the watchdog stops renewing a shared lease max_hold_ms after
+// its grant, and the reader's hold then runs out.
+func TestSharedMaxHoldEndsTheWatchdog(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	r := w.replica(0).Do(http.MethodPost, "/locks/mh", nil, `{"owner":"reader","ttl_ms":300,"mode":"shared","watchdog":true,"max_hold_ms":900}`)
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	start := time.Now()
+	eventually(t, 5*time.Second, "the reader's hold to run out", func() bool {
+		return w.state("mh").JSON()["held"] == false
+	})
+	assert.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "renewed until max_hold_ms")
+	p := w.replica(1).Do(http.MethodPost, "/semaphores/mh", nil, `{"owner":"h","permits":1,"ttl_ms":300,"watchdog":true,"max_hold_ms":900}`)
+	require.Equal(t, http.StatusCreated, p.Status, "%s", p.Body)
+	start = time.Now()
+	eventually(t, 5*time.Second, "the permit to run out", func() bool { return w.semState("mh").Int("used") == 0 })
+	assert.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "renewed until max_hold_ms")
+}
