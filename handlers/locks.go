@@ -39,24 +39,8 @@ type lockHandlers struct {
 
 // acquire handles POST /locks/{name}: 201 for a new grant, 200 for a re-entry.
 func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
-	name, err := lockName(r)
-	if err != nil {
-		writeError(w, r, h.log, err)
-		return
-	}
-	idem, err := idempotencyKey(r)
-	if err != nil {
-		writeError(w, r, h.log, err)
-		return
-	}
-	var body api.AcquireRequest
-	if err := decodeBody(w, r, &body, false); err != nil {
-		writeError(w, r, h.log, err)
-		return
-	}
-	req, bad := body.Validate(h.limits)
-	if bad != nil {
-		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
+	name, idem, req, ok := readAcquire[api.AcquireRequest](h, w, r)
+	if !ok {
 		return
 	}
 	mode := lockcore.Exclusive
@@ -67,6 +51,35 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 		Lock: name, Mode: mode, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold,
 		Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket, IdempotencyKey: idem,
 	}, "/locks/"+name, func(g lockcore.Grant) any { return grantBody(g) })
+}
+
+// acquireBody is a lock's or a semaphore's acquire body.
+type acquireBody interface {
+	Validate(api.Limits) (api.Acquire, []api.InvalidParam)
+}
+
+// readAcquire reads what an acquire needs before lockcore: the name, the Idempotency-Key and the
+// validated body of type B. It answers the problem and reports !ok when any is invalid.
+func readAcquire[B acquireBody](h *lockHandlers, w http.ResponseWriter, r *http.Request) (name, idem string, req api.Acquire, ok bool) {
+	name, err := lockName(r)
+	if err == nil {
+		idem, err = idempotencyKey(r)
+	}
+	var body B
+	if err == nil {
+		err = decodeBody(w, r, &body, false)
+	}
+	if err == nil {
+		var bad []api.InvalidParam
+		if req, bad = body.Validate(h.limits); bad != nil {
+			err = invalidRequest("request body has invalid fields", bad)
+		}
+	}
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return "", "", api.Acquire{}, false
+	}
+	return name, idem, req, true
 }
 
 // grant runs an acquire (a lock's or a semaphore's) and answers it: 201 with a Location for a new

@@ -10,29 +10,11 @@ import (
 // Semaphores: /semaphores/{name}, a name space of their own. Each acquire takes one permit of a
 // semaphore whose size (permits) the first acquirer sets; the rest is as for locks.
 
-// semaphoreName returns the validated {name} path parameter (the same rules as a lock's name).
-func semaphoreName(r *http.Request) (string, error) { return lockName(r) }
-
 // acquireSemaphore handles POST /semaphores/{name}: 201 for a new permit, 200 for a re-entry.
+// Semaphore names follow the rules of lock names.
 func (h *lockHandlers) acquireSemaphore(w http.ResponseWriter, r *http.Request) {
-	name, err := semaphoreName(r)
-	if err != nil {
-		writeError(w, r, h.log, err)
-		return
-	}
-	idem, err := idempotencyKey(r)
-	if err != nil {
-		writeError(w, r, h.log, err)
-		return
-	}
-	var body api.SemaphoreAcquireRequest
-	if err := decodeBody(w, r, &body, false); err != nil {
-		writeError(w, r, h.log, err)
-		return
-	}
-	req, bad := body.Validate(h.limits)
-	if bad != nil {
-		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
+	name, idem, req, ok := readAcquire[api.SemaphoreAcquireRequest](h, w, r)
+	if !ok {
 		return
 	}
 	h.grant(w, r, lockcore.AcquireRequest{
@@ -44,7 +26,7 @@ func (h *lockHandlers) acquireSemaphore(w http.ResponseWriter, r *http.Request) 
 
 // releaseSemaphore handles DELETE /semaphores/{name}.
 func (h *lockHandlers) releaseSemaphore(w http.ResponseWriter, r *http.Request) {
-	name, err := semaphoreName(r)
+	name, err := lockName(r)
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return
@@ -65,7 +47,7 @@ func (h *lockHandlers) releaseSemaphore(w http.ResponseWriter, r *http.Request) 
 
 // renewSemaphore handles POST /semaphores/{name}/renew.
 func (h *lockHandlers) renewSemaphore(w http.ResponseWriter, r *http.Request) {
-	name, err := semaphoreName(r)
+	name, err := lockName(r)
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return
@@ -75,7 +57,7 @@ func (h *lockHandlers) renewSemaphore(w http.ResponseWriter, r *http.Request) {
 
 // inspectSemaphore handles GET /semaphores/{name}.
 func (h *lockHandlers) inspectSemaphore(w http.ResponseWriter, r *http.Request) {
-	name, err := semaphoreName(r)
+	name, err := lockName(r)
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return

@@ -275,19 +275,26 @@ func TestSharedWatchdogOutlivesItsReplica(t *testing.T) {
 	r := a.Do(http.MethodPost, "/locks/wd", nil, `{"owner":"reader","ttl_ms":600,"mode":"shared","watchdog":true}`)
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	require.NoError(t, gwA.Kill())
-	deadline := time.Now().Add(2500 * time.Millisecond) // four TTLs
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for now := range tick.C {
-		st := e.client.Do(http.MethodGet, "/locks/wd", nil, "")
-		require.Equal(t, int64(1), st.Int("holder_count"), "the shared watchdog lease is still held: %s", st.Body)
-		if now.After(deadline) {
-			break
-		}
-	}
+	throughout(t, 2500*time.Millisecond, "the shared watchdog lease is still held", func() bool { // four TTLs
+		return e.client.Do(http.MethodGet, "/locks/wd", nil, "").Int("holder_count") == 1
+	})
 	rel := e.client.Do(http.MethodDelete, "/locks/wd", tokenHeader(r.Str("token")), "")
 	require.Equal(t, http.StatusOK, rel.Status, "%s", rel.Body)
 	assert.Equal(t, false, e.client.Do(http.MethodGet, "/locks/wd", nil, "").JSON()["held"])
+}
+
+// throughout checks cond every 100 ms for d; it must hold every time.
+func throughout(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for now := range tick.C {
+		require.True(t, cond(), what)
+		if now.After(deadline) {
+			return
+		}
+	}
 }
 
 // TestSharedWaiterThatLeavesLeavesTheLine: a shared waiter whose client disconnects leaves the

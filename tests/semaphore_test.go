@@ -252,16 +252,9 @@ func TestSemaphoreWatchdogOutlivesItsReplica(t *testing.T) {
 	r := a.Do(http.MethodPost, "/semaphores/wd", nil, `{"owner":"h","permits":1,"ttl_ms":600,"watchdog":true}`)
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	require.NoError(t, gwA.Kill())
-	deadline := time.Now().Add(2500 * time.Millisecond) // four TTLs
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for now := range tick.C {
-		st := e.client.Do(http.MethodGet, "/semaphores/wd", nil, "")
-		require.Equal(t, int64(1), st.Int("used"), "the watchdog permit is still held: %s", st.Body)
-		if now.After(deadline) {
-			break
-		}
-	}
+	throughout(t, 2500*time.Millisecond, "the watchdog permit is still held", func() bool { // four TTLs
+		return e.client.Do(http.MethodGet, "/semaphores/wd", nil, "").Int("used") == 1
+	})
 	full := e.client.Do(http.MethodPost, "/semaphores/wd", nil, permitBody("other", 1, 60000, 0))
 	assert.Equal(t, http.StatusConflict, full.Status)
 	rel := e.client.Do(http.MethodDelete, "/semaphores/wd", tokenHeader(r.Str("token")), "")
