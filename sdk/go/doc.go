@@ -1,5 +1,5 @@
-// Package leasegate is the Go client of the leasegate lock gateway: take a lock, keep its lease
-// alive, and stop work before the lease can lapse.
+// Package leasegate is the Go client of the leasegate lock gateway: take a lock (exclusive or
+// shared) or a semaphore's permit, keep its lease alive, and stop work before the lease can lapse.
 //
 //	gw, _ := leasegate.New("http://127.0.0.1:8080")
 //	lease, err := gw.Lock(ctx, "nightly-report", leasegate.LockOptions{Owner: "cron-7", TTL: 30 * time.Second, Wait: 10 * time.Minute})
@@ -16,6 +16,30 @@
 // Reenter and Release carry an Idempotency-Key and retry a lost answer or a 503 with it, so a
 // retry never takes or gives back a hold twice. Errors from the gateway are *ProblemError, whose
 // message includes the problem's detail and every rejected input.
+//
+// # Read-write locks
+//
+// LockOptions.Mode ModeShared takes a shared (read) hold: shared leases of a lock coexist, and an
+// exclusive one (the default) excludes every other. Lease.Mode tells how a lease holds its lock.
+// A shared lease asking for ModeExclusive (ReenterMode) gets ErrUpgradeRefused; an exclusive one
+// may take a shared hold too, and then holds the lock both ways: Release gives back its exclusive
+// hold first (a downgrade, with nobody in between), ReleaseMode picks the hold.
+//
+//	r, err := gw.Lock(ctx, "catalog", leasegate.LockOptions{Owner: "reader-2", Mode: leasegate.ModeShared, Wait: time.Minute})
+//
+// # Semaphores
+//
+// AcquireSemaphore takes one permit of a counting semaphore of SemaphoreOptions.Permits permits
+// (its size, set by whoever acquires while nobody holds or waits). It waits as Lock does, and the
+// permit is a *Lease like a lock's: KeepAlive, Done/Context/Err, ValidUntil, Renew, Reenter and
+// Release work the same, and Lease.Permits is the semaphore's size. A wait that runs out returns
+// an error matching ErrSemaphoreFull; a request naming another size, ErrPermitsMismatch, whose
+// *ProblemError tells the size (SemaphorePermits). Semaphores are a name space apart from locks:
+// neither's token is accepted by the other's endpoints.
+//
+//	permit, err := gw.AcquireSemaphore(ctx, "partner-api", leasegate.SemaphoreOptions{Owner: "worker-3", Permits: 5, Wait: time.Minute})
+//	if errors.Is(err, leasegate.ErrSemaphoreFull) { ... } // no permit came free within a minute
+//	defer permit.Release(context.Background())
 //
 // client.gen.go is the generated client (oapi-codegen, from openapi.yaml: cd sdk/go && go generate; a
 // test fails when it is stale); Gateway.API exposes it for calls this layer does not wrap.

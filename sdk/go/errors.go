@@ -13,6 +13,15 @@ import (
 var (
 	ErrHeld      = errors.New("lock is held by another lease")  // 409 lock-held
 	ErrLeaseGone = errors.New("lease no longer holds the lock") // 410 lease-gone
+	// ErrUpgradeRefused: a shared holder asked for the lock exclusively (409 upgrade-refused).
+	// Upgrades deadlock; release the shared hold, then lock exclusively.
+	ErrUpgradeRefused = errors.New("a shared hold cannot be upgraded to exclusive")
+	// ErrSemaphoreFull: no permit of the semaphore is free, or others wait for one (409
+	// semaphore-full); the semaphore's ErrHeld.
+	ErrSemaphoreFull = errors.New("no permit of the semaphore is free")
+	// ErrPermitsMismatch: the semaphore, which someone holds or waits on, has another size (409
+	// permits-mismatch); ProblemError.SemaphorePermits tells its size.
+	ErrPermitsMismatch = errors.New("the semaphore has another number of permits")
 	// ErrLeaseLapsing: the lease was not renewed and is about to lapse (Lease.Err, Lease.Context).
 	ErrLeaseLapsing = errors.New("lease about to lapse: no renewal succeeded in time")
 	// ErrReleased: the lease was released (Lease.Err, Lease.Context).
@@ -36,23 +45,39 @@ func (e *ProblemError) Error() string {
 	return b.String()
 }
 
-// Is matches ErrHeld and ErrLeaseGone by problem type.
+// Is matches ErrHeld, ErrLeaseGone, ErrUpgradeRefused, ErrSemaphoreFull and ErrPermitsMismatch
+// by problem type.
 func (e *ProblemError) Is(target error) bool {
 	switch target {
 	case ErrHeld:
 		return e.Type == "urn:leasegate:problem:lock-held"
 	case ErrLeaseGone:
 		return e.Type == "urn:leasegate:problem:lease-gone"
+	case ErrUpgradeRefused:
+		return e.Type == "urn:leasegate:problem:upgrade-refused"
+	case ErrSemaphoreFull:
+		return e.Type == "urn:leasegate:problem:semaphore-full"
+	case ErrPermitsMismatch:
+		return e.Type == "urn:leasegate:problem:permits-mismatch"
 	}
 	return false
 }
 
-// RetryAfter is how long until the holder's lease runs out, for lock-held problems.
+// RetryAfter is how long until the holder's lease runs out, for lock-held problems (for
+// semaphore-full, until the first permit's lease runs out).
 func (e *ProblemError) RetryAfter() time.Duration {
 	if e.RetryAfterMs == nil {
 		return 0
 	}
 	return time.Duration(*e.RetryAfterMs) * time.Millisecond
+}
+
+// SemaphorePermits is the semaphore's size, for permits-mismatch problems; 0 otherwise.
+func (e *ProblemError) SemaphorePermits() int64 {
+	if e.Permits == nil {
+		return 0
+	}
+	return *e.Permits
 }
 
 // problem turns a non-2xx answer into a *ProblemError.

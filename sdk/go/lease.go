@@ -3,43 +3,66 @@ package leasegate
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"net/http"
 	"sync"
 	"time"
-
-	"github.com/google/uuid"
 )
 
-// Lease is a held lock. Its identity (Lock, Owner, Token, Fence) never changes; the rest follows
-// its latest grant, renewal, re-entry and release. A Lease is safe for concurrent use: work may
-// read it while KeepAlive renews it.
+// Lease is a held lock, or a held permit of a semaphore (Gateway.AcquireSemaphore). Its identity
+// (Lock, Owner, Token, Fence, Watchdog, Permits) never changes; the rest follows its latest grant,
+// renewal, re-entry and release. A Lease is safe for concurrent use: work may read it while
+// KeepAlive renews it.
+//
+// A lock's lease holds it exclusively or shared (Mode). An exclusive lease may take a shared hold
+// too (ReenterMode); it then holds the lock both ways, each way with its own re-entry count and
+// TTL, until ReleaseMode (or Release, which gives back the exclusive hold first) gives one back. A
+// semaphore's permit is a shared hold.
 //
 // Done, Context and Err say when work under the lease must stop: when a renewal answers that the
 // lease is gone, when it is released, or a safety margin before it can lapse (ValidUntil) with no
 // renewal having pushed that back. Call KeepAlive to have it renewed for you. (A watchdog lease is
 // renewed by the gateway, so only a 410 or its release end it here.)
 type Lease struct {
-	Lock, Owner, Token string
+	Lock, Owner, Token string // Lock: the lock's name, or the semaphore's for a permit
 	Fence              int64
-	Watchdog           bool // the gateway renews it (see LockOptions.Watchdog)
+	Watchdog           bool  // the gateway renews it (see LockOptions.Watchdog)
+	Permits            int64 // a permit's: the semaphore's size; 0 for a lock
 
 	client *Gateway
+	calls  calls           // the lock's or the semaphore's endpoints
 	ctx    context.Context // ends when work must stop; its cause is Err
 	stop   context.CancelCauseFunc
 
-	mu         sync.Mutex
-	grant      Grant
+	mu    sync.Mutex
+	grant Grant
+	used  int64
+	holds [2]hold // by slot(mode)
+	// ttl and validUntil are those of the hold that lapses first (the last one's, once none is left).
+	ttl        time.Duration
 	validUntil time.Time
 	lapse      *time.Timer // stops the lease margin before validUntil; nil for watchdog leases
 	keeping    bool        // KeepAlive's goroutine runs
 }
 
-func newLease(c *Gateway, g *Grant, sent time.Time) *Lease {
-	l := &Lease{Lock: g.Lock, Owner: g.Owner, Token: g.Token, Fence: g.Fence, Watchdog: g.Watchdog, client: c, grant: *g}
+// hold is one way a lease holds its lock: exclusively, or shared (also a semaphore's permit).
+type hold struct {
+	count      int64 // re-entry count; 0: not held that way
+	ttl        time.Duration
+	validUntil time.Time // when the request that last set ttl was sent, + ttl
+}
+
+// slot is the index of mode's hold in Lease.holds.
+func slot(mode Mode) int {
+	if mode == ModeShared {
+		return 1
+	}
+	return 0
+}
+
+func newLease(c *Gateway, kind calls, a *answer, sent time.Time) *Lease {
+	l := &Lease{Lock: a.Lock, Owner: a.Owner, Token: a.Token, Fence: a.Fence, Watchdog: a.Watchdog, Permits: a.Permits,
+		client: c, calls: kind}
 	l.ctx, l.stop = context.WithCancelCause(context.Background())
-	l.validUntil = validUntil(sent, g)
+	l.granted(a, sent)
 	return l
 }
 
@@ -53,23 +76,48 @@ func (l *Lease) arm() {
 	}
 }
 
-// Grant returns the latest grant body (TTL, expiry, holds).
+// Grant returns the latest grant, re-entry or renewal body (TTL, expiry, holds, mode). For a
+// semaphore's permit, Lock is the semaphore's name and Mode is ModeShared.
 func (l *Lease) Grant() Grant {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.grant
 }
 
-// Holds returns how many holds the lease has: 1 after the grant, +1 per re-entry, -1 per release.
+// Mode is how the lease holds its lock: ModeExclusive while it has an exclusive hold (and maybe a
+// shared one too), else ModeShared. A semaphore's permit is ModeShared.
+func (l *Lease) Mode() Mode {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.holds[slot(ModeExclusive)].count > 0:
+		return ModeExclusive
+	case l.holds[slot(ModeShared)].count > 0:
+		return ModeShared
+	}
+	return l.grant.Mode
+}
+
+// Holds returns how many holds the lease has: 1 after the grant, +1 per re-entry, -1 per release
+// (both ways counted, for a lease that holds its lock both ways).
 func (l *Lease) Holds() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.grant.Holds
+	return l.holds[0].count + l.holds[1].count
+}
+
+// Used is, for a semaphore's permit, how many permits were in use just after its latest grant,
+// re-entry or renewal, this one included; 0 for a lock.
+func (l *Lease) Used() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.used
 }
 
 // ValidUntil is when the lease lapses at the earliest unless renewed: the TTL of its last grant,
 // renewal or re-entry, counted on this process's monotonic clock from when that request was sent
-// (not from when its answer arrived, which may be later).
+// (not from when its answer arrived, which may be later). For a lease holding its lock both ways,
+// that of the hold that lapses first.
 func (l *Lease) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -93,30 +141,86 @@ func SafetyMargin(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 50*time.Millisecond), time.Second)
 }
 
-func (l *Lease) ttl() time.Duration { return time.Duration(l.grant.TtlMs) * time.Millisecond }
-
 // untilStop is how long until the lease counts as lost; l.mu held or l not shared yet.
 func (l *Lease) untilStop() time.Duration {
-	return time.Until(l.validUntil.Add(-SafetyMargin(l.ttl())))
+	return time.Until(l.validUntil.Add(-SafetyMargin(l.ttl)))
 }
 
-// update records a new grant body, whose request was sent at sent.
-func (l *Lease) update(g *Grant, sent time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.grant, l.validUntil = *g, validUntil(sent, g)
+// recount sets ttl and validUntil from the hold that lapses first and moves the lapse timer to
+// match; with no hold left they keep their values. l.mu held or l not shared yet.
+func (l *Lease) recount() {
+	first := -1
+	for i, h := range l.holds {
+		if h.count > 0 && (first < 0 || h.validUntil.Before(l.holds[first].validUntil)) {
+			first = i
+		}
+	}
+	if first < 0 {
+		return
+	}
+	l.ttl, l.validUntil = l.holds[first].ttl, l.holds[first].validUntil
 	if l.ctx.Err() == nil && l.lapse != nil {
 		l.lapse.Reset(l.untilStop())
 	}
 }
 
-// validUntil is sent + the grant's TTL, keeping sent's monotonic clock reading.
-func validUntil(sent time.Time, g *Grant) time.Time {
-	return sent.Add(time.Duration(g.TtlMs) * time.Millisecond)
+// granted records a grant or a re-entry of one hold (a.Mode), whose request was sent at sent.
+func (l *Lease) granted(a *answer, sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ttl := time.Duration(a.TtlMs) * time.Millisecond
+	l.grant, l.used = a.Grant, a.Used
+	l.holds[slot(a.Mode)] = hold{count: a.Holds, ttl: ttl, validUntil: sent.Add(ttl)}
+	l.recount()
 }
 
-// Renew sets the lease's TTL (0: keep its own). It returns an error matching ErrLeaseGone once the
-// lease is lost (and ends its Context). A lost answer is retried with the same Idempotency-Key.
+// renewed records a renewal to ttl (0: every hold kept its own), whose request was sent at sent.
+// Its answer describes the exclusive hold when the lease has one, else the shared one.
+func (l *Lease) renewed(a *answer, ttl time.Duration, sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.grant, l.used = a.Grant, a.Used
+	if a.Mode == ModeShared {
+		l.holds[slot(ModeExclusive)].count = 0
+	}
+	reported := &l.holds[slot(a.Mode)]
+	reported.count, reported.ttl = a.Holds, time.Duration(a.TtlMs)*time.Millisecond
+	for i := range l.holds {
+		if h := &l.holds[i]; h.count > 0 {
+			if ttl > 0 {
+				h.ttl = ttl
+			}
+			h.validUntil = sent.Add(h.ttl)
+		}
+	}
+	l.recount()
+}
+
+// released records a release and reports whether the lease holds nothing any more.
+func (l *Lease) released(r *Release) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holds[slot(r.Mode)].count = r.Holds
+	if r.Mode == l.grant.Mode {
+		l.grant.Holds = r.Holds
+	}
+	l.recount()
+	return l.holds[0].count == 0 && l.holds[1].count == 0
+}
+
+// dropped records that the lease no longer holds its lock mode's way and reports whether it holds
+// nothing any more.
+func (l *Lease) dropped(mode Mode) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holds[slot(mode)].count = 0
+	l.recount()
+	return l.holds[0].count == 0 && l.holds[1].count == 0
+}
+
+// Renew sets the TTL of the lease (of every hold it has) to ttl (0: each keeps its own). It
+// returns an error matching ErrLeaseGone once the lease is lost (and ends its Context). A lost
+// answer is retried with the same Idempotency-Key.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	return l.RenewVia(ctx, l.client, ttl)
 }
@@ -125,69 +229,92 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // same token secret can renew any lease): for when the one that granted the lease is unreachable.
 func (l *Lease) RenewVia(ctx context.Context, gw *Gateway, ttl time.Duration) error {
 	var sent time.Time
-	var resp *RenewLockResponse
-	err := l.retry(ctx, func(key *string) (err error) {
+	var a *answer
+	err := retry(ctx, func(key *string) (err error) {
 		sent = time.Now()
-		resp, err = gw.API.RenewLockWithResponse(ctx, l.Lock, &RenewLockParams{LeaseToken: l.Token, IdempotencyKey: key}, RenewRequest{TtlMs: millis(ttl)})
-		if err == nil && resp.JSON200 == nil {
-			err = problem(resp.HTTPResponse, resp.Body)
-		}
+		a, err = l.calls.renew(ctx, gw, l, ttl, key)
 		return err
 	})
 	if err != nil {
+		l.endIfGone(err)
 		return err
 	}
-	l.update(resp.JSON200, sent)
+	l.renewed(a, ttl, sent)
 	return nil
 }
 
-// Reenter takes the lock once more with the same lease (reentrant), resetting its TTL to ttl.
+// Reenter takes the lock once more with the same lease (reentrant), in its Mode, resetting that
+// hold's TTL to ttl (0: the server's default).
 func (l *Lease) Reenter(ctx context.Context, ttl time.Duration) error {
+	return l.ReenterMode(ctx, l.Mode(), ttl)
+}
+
+// ReenterMode is Reenter asking for a hold of mode. An exclusive lease asking for ModeShared takes
+// a shared hold beside its exclusive one (releasing the exclusive hold then leaves it holding the
+// lock shared, with nobody in between: a downgrade). A shared lease asking for ModeExclusive gets
+// an error matching ErrUpgradeRefused and keeps its shared hold. A semaphore's permit has only
+// shared holds.
+func (l *Lease) ReenterMode(ctx context.Context, mode Mode, ttl time.Duration) error {
 	var sent time.Time
-	var resp *AcquireLockResponse
-	err := l.retry(ctx, func(key *string) (err error) {
+	var a *answer
+	err := retry(ctx, func(key *string) (err error) {
 		sent = time.Now()
-		resp, err = l.client.API.AcquireLockWithResponse(ctx, l.Lock, &AcquireLockParams{LeaseToken: &l.Token, IdempotencyKey: key},
-			AcquireRequest{Owner: l.Owner, TtlMs: millis(ttl)})
-		if err == nil && resp.JSON200 == nil {
-			err = problem(resp.HTTPResponse, resp.Body)
-		}
+		a, err = l.calls.reenter(ctx, l.client, l, mode, ttl, key)
 		return err
 	})
 	if err != nil {
+		l.endIfGone(err)
 		return err
 	}
-	l.update(resp.JSON200, sent)
+	l.granted(a, sent)
 	return nil
 }
 
-// Release gives back one hold; released reports whether the lock is now free of this lease, which
-// then ends its keep-alive and its Context (ErrReleased). A lost answer is retried with the same
-// Idempotency-Key, so a retry never gives back a second hold.
+// Release gives back one hold (of a lease holding its lock both ways, an exclusive one first);
+// released reports whether the lease now holds nothing, which then ends its keep-alive and its
+// Context (ErrReleased). A lost answer is retried with the same Idempotency-Key, so a retry never
+// gives back a second hold.
 func (l *Lease) Release(ctx context.Context) (released bool, err error) {
-	return l.ReleaseVia(ctx, l.client)
+	return l.release(ctx, l.client, "")
 }
 
 // ReleaseVia is Release through gw, another replica of the same deployment.
 func (l *Lease) ReleaseVia(ctx context.Context, gw *Gateway) (released bool, err error) {
-	var resp *ReleaseLockResponse
-	err = l.retry(ctx, func(key *string) (err error) {
-		resp, err = gw.API.ReleaseLockWithResponse(ctx, l.Lock, &ReleaseLockParams{LeaseToken: l.Token, IdempotencyKey: key})
-		if err == nil && resp.JSON200 == nil {
-			err = problem(resp.HTTPResponse, resp.Body)
-		}
+	return l.release(ctx, gw, "")
+}
+
+// ReleaseMode is Release giving back one hold of mode, for a lease holding its lock both ways. It
+// returns an error matching ErrLeaseGone when the lease has no hold of mode; that ends the lease
+// only if it has no hold the other way either.
+func (l *Lease) ReleaseMode(ctx context.Context, mode Mode) (released bool, err error) {
+	return l.release(ctx, l.client, mode)
+}
+
+func (l *Lease) release(ctx context.Context, gw *Gateway, mode Mode) (bool, error) {
+	var r *Release
+	err := retry(ctx, func(key *string) (err error) {
+		r, err = l.calls.release(ctx, gw, l, mode, key)
 		return err
 	})
 	if err != nil {
+		// Asked for one way, a 410 says only that this way is gone.
+		if errors.Is(err, ErrLeaseGone) && (mode == "" || l.dropped(mode)) {
+			l.end(err)
+		}
 		return false, err
 	}
-	l.mu.Lock()
-	l.grant.Holds = resp.JSON200.Holds
-	l.mu.Unlock()
-	if resp.JSON200.Released {
+	if l.released(r) {
 		l.end(ErrReleased)
+		return true, nil
 	}
-	return resp.JSON200.Released, nil
+	return false, nil
+}
+
+// endIfGone ends the lease when err says it is gone (410).
+func (l *Lease) endIfGone(err error) {
+	if errors.Is(err, ErrLeaseGone) {
+		l.end(err)
+	}
 }
 
 // end stops the lease's work with cause.
@@ -199,42 +326,6 @@ func (l *Lease) end(cause error) {
 	l.mu.Unlock()
 	l.stop(cause)
 }
-
-// retry runs one logical call with a fresh Idempotency-Key, retrying it (same key) after a lost
-// answer or a 503, up to 3 tries within ctx, 50 and 100 ms apart. A 410 ends the lease's Context.
-func (l *Lease) retry(ctx context.Context, call func(key *string) error) error {
-	key := newKey()
-	var err error
-	for try := range 3 {
-		if try > 0 {
-			if serr := sleep(ctx, time.Duration(try)*50*time.Millisecond); serr != nil {
-				return err
-			}
-		}
-		err = call(&key)
-		if errors.Is(err, ErrLeaseGone) {
-			l.end(err)
-		}
-		if !retryable(err) || ctx.Err() != nil {
-			return err
-		}
-	}
-	return err
-}
-
-// retryable reports whether err may be a lost answer or a passing outage worth retrying: a
-// transport error (not the caller's context) or a 503.
-func retryable(err error) bool {
-	var p *ProblemError
-	if errors.As(err, &p) {
-		return p.Status == http.StatusServiceUnavailable
-	}
-	var ne net.Error
-	return err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
-		(errors.As(err, &ne) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
-}
-
-func newKey() string { return uuid.NewString() }
 
 // KeepAlive renews the lease every third of its TTL until it is released or lost, retrying a failed
 // renewal every SafetyMargin: any success before the margin keeps the lease (and Done open). It
@@ -251,7 +342,7 @@ func (l *Lease) KeepAlive() {
 
 func (l *Lease) keepAlive() {
 	l.mu.Lock()
-	next := l.ttl() / 3
+	next := l.ttl / 3
 	l.mu.Unlock()
 	for {
 		t := time.NewTimer(next)
@@ -262,7 +353,7 @@ func (l *Lease) keepAlive() {
 		case <-t.C:
 		}
 		l.mu.Lock()
-		ttl := l.ttl() // a Renew or Reenter may have changed it
+		ttl := l.ttl // a Renew or Reenter may have changed it
 		l.mu.Unlock()
 		rctx, cancel := context.WithTimeout(l.ctx, ttl/3)
 		err := l.Renew(rctx, 0)

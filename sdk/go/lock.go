@@ -2,13 +2,12 @@ package leasegate
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"strconv"
 	"time"
 )
 
-// Gateway is a client of one leasegate deployment: the generated client (API), plus Lock.
+// Gateway is a client of one leasegate deployment: the generated client (API), plus Lock and
+// AcquireSemaphore.
 type Gateway struct {
 	API *ClientWithResponses
 }
@@ -24,7 +23,10 @@ func New(server string, opts ...ClientOption) (*Gateway, error) {
 
 // LockOptions describe a lock request. Zero values mean the server's defaults (TTL) or none.
 type LockOptions struct {
-	Owner    string        // required: who holds the lock
+	Owner string // required: who holds the lock
+	// Mode is ModeExclusive (the zero value means it too: one holder) or ModeShared (any number of
+	// shared holders, and no exclusive one).
+	Mode     Mode
 	TTL      time.Duration // lease time to live; 0: the server's default
 	Wait     time.Duration // how long to wait for a held lock; 0: try once
 	Watchdog bool          // let the gateway renew the lease until released
@@ -45,65 +47,15 @@ type LockOptions struct {
 // request retried after a lost answer cannot take a second lease; a gateway that cannot be reached
 // is retried twice, then Lock returns the transport error (try another replica with the same
 // o.IdempotencyKey).
+//
+// With o.Mode ModeShared the lease is a shared (read) hold: shared holders coexist, and an
+// exclusive request waits for them all to leave (a shared request queues behind a waiting
+// exclusive one).
 func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease, error) {
-	deadline := time.Now().Add(o.Wait)
-	perRequest := o.MaxWaitPerRequest
-	if perRequest <= 0 {
-		perRequest = 30 * time.Second
-	}
-	key := o.IdempotencyKey
-	if key == "" {
-		key = newKey()
-	}
-	params := &AcquireLockParams{IdempotencyKey: &key}
-	var ticket *string
-	unreachable := 0
-	for {
-		body := AcquireRequest{Owner: o.Owner, TtlMs: millis(o.TTL), Watchdog: &o.Watchdog, MaxHoldMs: millis(o.MaxHold)}
-		if wait := min(time.Until(deadline), perRequest); wait > 0 {
-			body.WaitMs, body.QueueTicket = millis(wait), ticket
-		}
-		sent := time.Now()
-		resp, err := c.API.AcquireLockWithResponse(ctx, name, params, body)
-		if err != nil {
-			if unreachable++; unreachable <= 2 && ctx.Err() == nil && retryable(err) {
-				if err := sleep(ctx, 100*time.Millisecond); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			return nil, err
-		}
-		if g := resp.JSON201; g != nil {
-			lease := newLease(c, g, sent)
-			// The lease's TTL started when it was granted, after the request was sent; after a long
-			// wait, counting from the send would make it lapse (on paper) at once. Renew it now to
-			// count from a request sent after the grant.
-			if time.Since(sent) > SafetyMargin(lease.ttl()) && !g.Watchdog {
-				_ = lease.Renew(ctx, 0) // on failure the earlier, conservative bound stands
-			}
-			lease.arm()
-			return lease, nil
-		}
-		err = problem(resp.HTTPResponse, resp.Body)
-		var p *ProblemError
-		if !errors.As(err, &p) || time.Until(deadline) <= 0 {
-			return nil, err
-		}
-		switch {
-		case p.Status == http.StatusConflict:
-			ticket = p.QueueTicket
-		case p.Status == http.StatusServiceUnavailable:
-			if p.QueueTicket != nil {
-				ticket = p.QueueTicket
-			}
-			if err := sleep(ctx, min(retryPause(resp.HTTPResponse), time.Until(deadline))); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, err
-		}
-	}
+	return c.acquire(ctx, lockCalls{}, name, acquisition{
+		owner: o.Owner, mode: o.Mode, ttl: o.TTL, watchdog: o.Watchdog, maxHold: o.MaxHold,
+		wait: o.Wait, perRequest: o.MaxWaitPerRequest, key: o.IdempotencyKey,
+	})
 }
 
 // Inspect reads the state of name; with a token, State.Yours says whether it holds the lock.
@@ -122,29 +74,62 @@ func (c *Gateway) Inspect(ctx context.Context, name, token string) (*LockState, 
 	return resp.JSON200, nil
 }
 
-// retryPause is how long to wait before retrying a 503: its Retry-After, at most a second.
-func retryPause(resp *http.Response) time.Duration {
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-		return min(time.Duration(s)*time.Second, time.Second)
+// lockCalls are a lock's endpoints (/locks/{name}).
+type lockCalls struct{}
+
+func (lockCalls) acquire(ctx context.Context, gw *Gateway, name string, r *acquisition, poll time.Duration, ticket *string) (*answer, *http.Response, error) {
+	body := AcquireRequest{Owner: r.owner, TtlMs: millis(r.ttl), Watchdog: &r.watchdog, MaxHoldMs: millis(r.maxHold)}
+	if r.mode != "" {
+		body.Mode = &r.mode
 	}
-	return time.Second
+	if poll > 0 {
+		body.WaitMs, body.QueueTicket = millis(poll), ticket
+	}
+	resp, err := gw.API.AcquireLockWithResponse(ctx, name, &AcquireLockParams{IdempotencyKey: &r.key}, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.JSON201 == nil {
+		return nil, resp.HTTPResponse, problem(resp.HTTPResponse, resp.Body)
+	}
+	return &answer{Grant: *resp.JSON201}, resp.HTTPResponse, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
+func (lockCalls) reenter(ctx context.Context, gw *Gateway, l *Lease, mode Mode, ttl time.Duration, key *string) (*answer, error) {
+	resp, err := gw.API.AcquireLockWithResponse(ctx, l.Lock, &AcquireLockParams{LeaseToken: &l.Token, IdempotencyKey: key},
+		AcquireRequest{Owner: l.Owner, Mode: &mode, TtlMs: millis(ttl)})
+	if err != nil {
+		return nil, err
 	}
+	if resp.JSON200 == nil {
+		return nil, problem(resp.HTTPResponse, resp.Body)
+	}
+	return &answer{Grant: *resp.JSON200}, nil
 }
 
-func millis(d time.Duration) *int64 {
-	if d <= 0 {
-		return nil
+func (lockCalls) renew(ctx context.Context, gw *Gateway, l *Lease, ttl time.Duration, key *string) (*answer, error) {
+	resp, err := gw.API.RenewLockWithResponse(ctx, l.Lock, &RenewLockParams{LeaseToken: l.Token, IdempotencyKey: key}, RenewRequest{TtlMs: millis(ttl)})
+	if err != nil {
+		return nil, err
 	}
-	ms := d.Milliseconds()
-	return &ms
+	if resp.JSON200 == nil {
+		return nil, problem(resp.HTTPResponse, resp.Body)
+	}
+	return &answer{Grant: *resp.JSON200}, nil
+}
+
+func (lockCalls) release(ctx context.Context, gw *Gateway, l *Lease, mode Mode, key *string) (*Release, error) {
+	params := &ReleaseLockParams{LeaseToken: l.Token, IdempotencyKey: key}
+	if mode != "" {
+		m := ReleaseLockParamsMode(mode)
+		params.Mode = &m
+	}
+	resp, err := gw.API.ReleaseLockWithResponse(ctx, l.Lock, params)
+	if err != nil {
+		return nil, err
+	}
+	if resp.JSON200 == nil {
+		return nil, problem(resp.HTTPResponse, resp.Body)
+	}
+	return resp.JSON200, nil
 }
