@@ -2,7 +2,8 @@
 --   => {waiters, size, yours, exclusive, [lease, owner, fence, holds, pttl, watchdog, hold_left_ms]
 --       if exclusive is 1, shared_count, [lease, owner, fence, holds, pttl, watchdog, hold_left_ms]
 --       for each of the first 100 shared holders (in expiry order)}
---   waiters = live queue entries; size = a semaphore's permits (0 for a lock); yours = 1 when the
+--   waiters = live queue entries; size = a semaphore's permits (0 for a lock, and for a semaphore
+--   nobody holds or waits on); yours = 1 when the
 --   given lease holds (either way); hold_left_ms is how much longer the watchdog renews a lease
 --   (0 without a watchdog).
 local lock, q, qd, sh, shm, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
@@ -37,7 +38,11 @@ if #h > 0 then
   end
 end
 
-reply[#reply + 1] = redis.call('ZCOUNT', sh, '(' .. now_ms, '+inf')
+local shared_count = redis.call('ZCOUNT', sh, '(' .. now_ms, '+inf')
+reply[#reply + 1] = shared_count
+if shared_count == 0 and reply[1] == 0 then
+  reply[2] = 0 -- a semaphore nobody holds or waits on has no size yet: the next acquire sets it
+end
 local mine = lease ~= '' and tonumber(redis.call('ZSCORE', sh, lease))
 if mine and mine > now_ms then
   reply[3] = 1

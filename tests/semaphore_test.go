@@ -158,6 +158,7 @@ func TestSemaphorePermitsMismatch(t *testing.T) {
 	assert.Equal(t, http.StatusConflict, reenter.Status, "a re-entry naming another size too: %s", reenter.Body)
 
 	w.replica(0).Do(http.MethodDelete, "/semaphores/sized", tokenHeader(h.Str("token")), "")
+	assert.Equal(t, int64(0), w.semState("sized").Int("permits"), "nobody holds or waits: no size")
 	r = w.replica(1).Do(http.MethodPost, "/semaphores/sized", nil, permitBody("b", 3, 60000, 0))
 	require.Equal(t, http.StatusCreated, r.Status, "with nobody holding or waiting, the next acquirer sets the size: %s", r.Body)
 	assert.Equal(t, int64(3), r.Int("permits"))

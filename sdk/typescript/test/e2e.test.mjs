@@ -6,14 +6,22 @@ import { spawn } from "node:child_process";
 import { test } from "node:test";
 
 import {
+  HeldError,
   LeaseGoneError,
   LeaseLostError,
   LeasegateProblemError,
   LockHeldError,
+  PermitsMismatchError,
   ProblemType,
+  SemaphoreFullError,
+  UpgradeRefusedError,
+  acquireSemaphore,
   createLeasegateClient,
+  inspectLock,
+  inspectSemaphore,
   lock,
   safetyMarginMs,
+  toLeasegateError,
 } from "../dist/index.js";
 
 const baseUrl = process.env.LEASEGATE_URL;
@@ -73,13 +81,14 @@ test("acquire grants a new lease with a fence and a token (201)", { timeout: TES
   assert.equal(data.holds, 1);
   assert.equal(data.ttl_ms, 30_000);
   assert.equal(data.watchdog, false);
+  assert.equal(data.mode, "exclusive");
   assert.ok(Date.parse(data.expires_at) > Date.now(), `expires_at ${data.expires_at}`);
 
   const { data: rel, error: relErr } = await client.DELETE("/locks/{name}", {
     params: { path: { name }, header: { "Lease-Token": data.token } },
   });
   assert.equal(relErr, undefined);
-  assert.deepEqual(rel, { lock: name, released: true, holds: 0 });
+  assert.deepEqual(rel, { lock: name, released: true, holds: 0, mode: "exclusive" });
 
   // The convenience layer: a new grant of the same name gets a greater fence.
   const lease = await lock(client, name, { owner: "worker-a", ttlMs: 30_000 });
@@ -89,12 +98,14 @@ test("acquire grants a new lease with a fence and a token (201)", { timeout: TES
   assert.match(lease.token, TOKEN_RE);
   assert.ok(lease.fence > data.fence, `fence ${lease.fence} after ${data.fence}`);
   assert.equal(lease.holds, 1);
+  assert.equal(lease.mode, "exclusive");
   const state = await inspect(name, lease.token);
   assert.equal(state.held, true);
+  assert.equal(state.mode, "exclusive");
   assert.equal(state.owner, "worker-a");
   assert.equal(state.fence, lease.fence);
   assert.equal(state.yours, true);
-  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0 });
+  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0, mode: "exclusive" });
   assert.equal(lease.holds, 0);
 });
 
@@ -238,7 +249,7 @@ test("a watchdog lease outlives its TTL until released", { timeout: TEST_TIMEOUT
     return Date.now() - granted >= 2_500;
   });
   assert.ok(polls > 10, `only ${polls} inspections`);
-  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0 });
+  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0, mode: "exclusive" });
   assert.equal((await inspect(name)).held, false);
 });
 
@@ -266,10 +277,10 @@ test("re-entry with the Lease-Token adds a hold with the same fence", { timeout:
   assert.equal(state.holds, 3);
   assert.equal(state.yours, true);
 
-  assert.deepEqual(await lease.release(), { lock: name, released: false, holds: 2 });
-  assert.deepEqual(await lease.release(), { lock: name, released: false, holds: 1 });
+  assert.deepEqual(await lease.release(), { lock: name, released: false, holds: 2, mode: "exclusive" });
+  assert.deepEqual(await lease.release(), { lock: name, released: false, holds: 1, mode: "exclusive" });
   assert.equal((await inspect(name)).held, true);
-  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0 });
+  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0, mode: "exclusive" });
   assert.equal((await inspect(name)).held, false);
   // Once too often: the lease is gone.
   await assert.rejects(lease.release(), (e) => e instanceof LeaseGoneError && e.status === 410);
@@ -366,7 +377,7 @@ test("keepAlive keeps a 900 ms lease held, with the same fence, for 2.5 s", { ti
     assert.equal(g.fence, lease.fence);
     assert.equal(g.ttl_ms, 900);
   }
-  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0 });
+  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0, mode: "exclusive" });
   assert.equal(lease.keepingAlive, false);
   assert.equal(lease.signal.aborted, false, "a release does not abort the signal");
   assert.equal((await inspect(name)).held, false);
@@ -590,12 +601,12 @@ test("renew, re-enter, release and acquire send an Idempotency-Key, reused acros
   oneKey(take(), 1, "a 400 renewal");
 
   faults.push("lost");
-  assert.deepEqual(await lease.release(), { lock: name, released: false, holds: 1 });
+  assert.deepEqual(await lease.release(), { lock: name, released: false, holds: 1, mode: "exclusive" });
   const releaseKey = oneKey(take(), 2, "release after a lost answer");
   const state = await inspect(name, lease.token);
   assert.equal(state.held, true, "a retried release gave back a second hold");
   assert.equal(state.holds, 1);
-  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0 });
+  assert.deepEqual(await lease.release(), { lock: name, released: true, holds: 0, mode: "exclusive" });
   const releaseKey2 = oneKey(take(), 1, "last release");
 
   // An acquire whose first try was granted, its answer lost, and its lease gone by the retry: the
@@ -615,4 +626,325 @@ test("renew, re-enter, release and acquire send an Idempotency-Key, reused acros
   const keys = [acquireKey, reenterKey, renewKey, renewKey2, failedReleaseKey, releaseKey, releaseKey2, lostKey, anewKey];
   assert.equal(new Set(keys).size, keys.length, "each call has a key of its own");
   assert.equal((await inspect(name)).held, false);
+});
+
+/** Resolves with what p rejects with; fails when it resolves. */
+async function rejection(p, what) {
+  return p.then(
+    () => assert.fail(`${what}: succeeded`),
+    (e) => e,
+  );
+}
+
+test("shared holders coexist; an exclusive request gets LockHeldError until the last one leaves", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("shared");
+  const r1 = await lock(client, name, { owner: "reader-1", mode: "shared", ttlMs: 30_000 });
+  const r2 = await lock(client, name, { owner: "reader-2", mode: "shared", ttlMs: 30_000 });
+  for (const r of [r1, r2]) {
+    assert.equal(r.created, true);
+    assert.equal(r.mode, "shared");
+    assert.equal(r.grant.mode, "shared");
+    assert.equal(r.holds, 1);
+    assert.deepEqual(r.holdsByMode, { exclusive: 0, shared: 1 });
+  }
+  assert.notEqual(r1.token, r2.token);
+  assert.ok(r2.fence > r1.fence, `fence ${r2.fence} after ${r1.fence}`);
+
+  const state = await inspectLock(client, name, { token: r2.token });
+  assert.equal(state.held, true);
+  assert.equal(state.mode, "shared");
+  assert.equal(state.holder_count, 2);
+  assert.deepEqual((state.holders ?? []).map((h) => h.owner).sort(), ["reader-1", "reader-2"]);
+  assert.equal(state.owner, undefined, "owner describes an exclusive holder only");
+  assert.equal(state.yours, true);
+
+  const writer = await rejection(lock(client, name, { owner: "writer" }), "an exclusive try while readers hold");
+  assert.ok(writer instanceof LockHeldError, `got ${writer}`);
+  assert.ok(writer instanceof HeldError);
+  assert.equal(writer.status, 409);
+  assert.equal(writer.type, ProblemType.LockHeld);
+  assert.ok(writer.retryAfterMs > 0 && writer.retryAfterMs <= 30_000, `retryAfterMs ${writer.retryAfterMs}`);
+
+  // A third reader is let in, and leaves.
+  const r3 = await lock(client, name, { owner: "reader-3", mode: "shared" });
+  assert.deepEqual(await r3.release(), { lock: name, released: true, holds: 0, mode: "shared" });
+
+  // A waiting writer is handed the lock once the last reader leaves; meanwhile new readers queue behind it.
+  const waiting = lock(createLeasegateClient(baseUrl), name, { owner: "writer", waitMs: 20_000 });
+  await eventually("the writer to queue", 10_000, async () => (await inspectLock(client, name)).waiters === 1);
+  const reader4 = await rejection(lock(client, name, { owner: "reader-4", mode: "shared" }), "a shared try while a writer waits");
+  assert.ok(reader4 instanceof LockHeldError, `got ${reader4}`);
+  assert.deepEqual(await r1.release(), { lock: name, released: true, holds: 0, mode: "shared" });
+  const between = await inspectLock(client, name);
+  assert.equal(between.holder_count, 1);
+  assert.equal(between.waiters, 1, "the writer was granted the lock while a reader held it");
+  assert.deepEqual(await r2.release(), { lock: name, released: true, holds: 0, mode: "shared" });
+  const w = await waiting;
+  assert.equal(w.mode, "exclusive");
+  assert.ok(w.fence > r2.fence, `fence ${w.fence} after ${r2.fence}`);
+  const held = await w.inspect();
+  assert.equal(held.mode, "exclusive");
+  assert.equal(held.owner, "writer");
+  assert.equal(held.yours, true);
+  assert.deepEqual(await w.release(), { lock: name, released: true, holds: 0, mode: "exclusive" });
+});
+
+test("a shared holder asking for exclusive gets UpgradeRefusedError; an exclusive holder can downgrade", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("upgrade");
+  const reader = await lock(client, name, { owner: "reader", mode: "shared", ttlMs: 30_000 });
+  const refused = await rejection(reader.reenter({ mode: "exclusive" }), "an upgrade");
+  assert.ok(refused instanceof UpgradeRefusedError, `got ${refused}`);
+  assert.ok(refused instanceof LeasegateProblemError);
+  assert.ok(!(refused instanceof HeldError));
+  assert.equal(refused.status, 409);
+  assert.equal(refused.type, ProblemType.UpgradeRefused);
+  assert.ok(refused.detail.length > 0);
+  assert.equal(reader.signal.aborted, false, "a refused upgrade does not lose the lease");
+  assert.deepEqual(reader.holdsByMode, { exclusive: 0, shared: 1 });
+
+  // Re-entry keeps the lease's mode unless told otherwise.
+  const again = await reader.reenter();
+  assert.equal(again.mode, "shared");
+  assert.equal(again.holds, 2);
+  assert.equal(again.fence, reader.fence);
+  assert.equal(reader.holds, 2);
+  assert.deepEqual(await reader.release(), { lock: name, released: false, holds: 1, mode: "shared" });
+  assert.deepEqual(await reader.release(), { lock: name, released: true, holds: 0, mode: "shared" });
+
+  // An exclusive holder takes a shared hold too, then gives back its exclusive one: a downgrade.
+  const writer = await lock(client, name, { owner: "writer", ttlMs: 30_000 });
+  const shared = await writer.reenter({ mode: "shared" });
+  assert.equal(shared.mode, "shared");
+  assert.equal(shared.fence, writer.fence);
+  assert.deepEqual(writer.holdsByMode, { exclusive: 1, shared: 1 });
+  assert.equal(writer.mode, "exclusive");
+  assert.equal(writer.holds, 2);
+  assert.ok((await rejection(lock(client, name, { owner: "reader-2", mode: "shared" }), "a reader")) instanceof LockHeldError);
+  assert.deepEqual(await writer.release({ mode: "exclusive" }), { lock: name, released: true, holds: 0, mode: "exclusive" });
+  assert.equal(writer.mode, "shared");
+  assert.deepEqual(writer.holdsByMode, { exclusive: 0, shared: 1 });
+  const state = await writer.inspect();
+  assert.equal(state.mode, "shared");
+  assert.equal(state.holder_count, 1);
+  assert.equal(state.yours, true);
+  const reader2 = await lock(client, name, { owner: "reader-2", mode: "shared" });
+
+  // The exclusive hold is gone, but the lease still holds the lock shared: no loss.
+  const gone = await rejection(writer.release({ mode: "exclusive" }), "a second exclusive release");
+  assert.ok(gone instanceof LeaseGoneError, `got ${gone}`);
+  assert.equal(writer.signal.aborted, false, "the lease still holds the lock shared");
+  assert.deepEqual(await writer.release(), { lock: name, released: true, holds: 0, mode: "shared" });
+  assert.equal(writer.holds, 0);
+  await reader2.release();
+  assert.equal((await inspectLock(client, name)).held, false);
+});
+
+test("a semaphore of 2 grants two permits; the third gets SemaphoreFullError", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("semaphore");
+  const a = await acquireSemaphore(client, name, { owner: "sem-a", permits: 2, ttlMs: 30_000 });
+  const b = await acquireSemaphore(client, name, { owner: "sem-b", permits: 2, ttlMs: 30_000 });
+  for (const { lease, owner, used } of [
+    { lease: a, owner: "sem-a", used: 1 },
+    { lease: b, owner: "sem-b", used: 2 },
+  ]) {
+    assert.equal(lease.created, true);
+    assert.equal(lease.name, name);
+    assert.equal(lease.grant.semaphore, name);
+    assert.equal(lease.owner, owner);
+    assert.match(lease.token, TOKEN_RE);
+    assert.equal(lease.permits, 2);
+    assert.equal(lease.used, used);
+    assert.equal(lease.holds, 1);
+    assert.equal(lease.ttlMs, 30_000);
+    assert.equal(lease.watchdog, false);
+  }
+  assert.ok(b.fence > a.fence, `fence ${b.fence} after ${a.fence}`);
+
+  const full = await rejection(acquireSemaphore(client, name, { owner: "sem-c", permits: 2 }), "a third permit");
+  assert.ok(full instanceof SemaphoreFullError, `got ${full}`);
+  assert.ok(full instanceof HeldError);
+  assert.ok(!(full instanceof LockHeldError));
+  assert.equal(full.status, 409);
+  assert.equal(full.type, ProblemType.SemaphoreFull);
+  assert.equal(full.problem.semaphore, name);
+  assert.ok(full.retryAfterMs > 0 && full.retryAfterMs <= 30_000, `retryAfterMs ${full.retryAfterMs}`);
+  assert.equal(full.waitedMs, undefined);
+
+  // A bounded wait that runs out: 409 after waiting, with waitedMs and a queue ticket.
+  const waited = await rejection(acquireSemaphore(client, name, { owner: "sem-c", permits: 2, waitMs: 300 }), "a waiter");
+  assert.ok(waited instanceof SemaphoreFullError, `got ${waited}`);
+  assert.ok((waited.waitedMs ?? 0) >= 250, `waitedMs ${waited.waitedMs}`);
+  assert.equal(typeof waited.queueTicket, "string");
+
+  const state = await inspectSemaphore(client, name, { token: a.token });
+  assert.equal(state.name, name);
+  assert.equal(state.permits, 2);
+  assert.equal(state.used, 2);
+  assert.equal(state.holder_count, 2);
+  assert.deepEqual(state.holders.map((h) => h.owner).sort(), ["sem-a", "sem-b"]);
+  assert.equal(state.waiters, 0);
+  assert.equal(state.yours, true);
+
+  assert.deepEqual(await a.release(), { semaphore: name, released: true, holds: 0 });
+  assert.equal(a.holds, 0);
+  assert.equal((await a.inspect()).yours, false);
+  const c = await acquireSemaphore(client, name, { owner: "sem-c", permits: 2 });
+  assert.equal(c.used, 2);
+  await b.release();
+  await c.release();
+  const free = await inspectSemaphore(client, name);
+  assert.equal(free.used, 0);
+  assert.equal(free.holder_count, 0);
+});
+
+test("a waiting permit request is granted when a permit is released", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("semaphore-wait");
+  const a = await acquireSemaphore(client, name, { owner: "sem-a", permits: 1, ttlMs: 30_000 });
+  let polls = 0; // the waiter's long-polls sent so far
+  const pollingClient = createLeasegateClient(baseUrl, {
+    fetch: async (req) => {
+      if (req.method === "POST") polls++;
+      return fetch(req);
+    },
+  });
+  // 200 ms long-polls: the wait goes on across several, each presenting the last one's ticket.
+  const waiting = acquireSemaphore(pollingClient, name, {
+    owner: "sem-b",
+    permits: 1,
+    ttlMs: 30_000,
+    waitMs: 20_000,
+    maxWaitPerRequestMs: 200,
+  });
+  let settled = false;
+  waiting.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
+  await eventually("the waiter to queue", 10_000, async () => (await inspectSemaphore(client, name)).waiters === 1);
+  await eventually("two more long-polls", 10_000, async () => polls >= 3);
+  assert.equal(settled, false, "the waiter answered before the permit was released");
+
+  assert.deepEqual(await a.release(), { semaphore: name, released: true, holds: 0 });
+  const b = await waiting;
+  assert.equal(b.created, true);
+  assert.equal(b.owner, "sem-b");
+  assert.equal(b.permits, 1);
+  assert.equal(b.used, 1);
+  assert.ok(b.fence > a.fence, `fence ${b.fence} after ${a.fence}`);
+  const state = await b.inspect();
+  assert.equal(state.used, 1);
+  assert.equal(state.waiters, 0);
+  assert.equal(state.yours, true);
+  assert.deepEqual(await b.release(), { semaphore: name, released: true, holds: 0 });
+});
+
+test("another size while the semaphore is held gets PermitsMismatchError with its size", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("semaphore-size");
+  const a = await acquireSemaphore(client, name, { owner: "sem-a", permits: 2, ttlMs: 30_000 });
+  for (const waitMs of [0, 5_000]) {
+    const err = await rejection(acquireSemaphore(client, name, { owner: "sem-b", permits: 3, waitMs }), `permits 3 (waitMs ${waitMs})`);
+    assert.ok(err instanceof PermitsMismatchError, `got ${err}`);
+    assert.ok(err instanceof LeasegateProblemError);
+    assert.ok(!(err instanceof HeldError));
+    assert.equal(err.status, 409);
+    assert.equal(err.type, ProblemType.PermitsMismatch);
+    assert.equal(err.permits, 2);
+    assert.equal(err.problem.semaphore, name);
+  }
+  assert.equal((await inspectSemaphore(client, name)).waiters, 0, "a mismatched request does not wait");
+  await a.release();
+  // Nobody holds or waits: the next acquirer sets the size.
+  const b = await acquireSemaphore(client, name, { owner: "sem-b", permits: 3 });
+  assert.equal(b.permits, 3);
+  await b.release();
+});
+
+test("a semaphore lease renews, re-enters and keeps alive; its signal aborts once it is gone", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("semaphore-keepalive");
+  const lease = await acquireSemaphore(client, name, { owner: "sem-a", permits: 3, ttlMs: 900 });
+  const renewed = await lease.renew(2_000);
+  assert.equal(renewed.ttl_ms, 2_000);
+  assert.equal(renewed.fence, lease.fence);
+  assert.equal(renewed.used, 1);
+  assert.equal(lease.ttlMs, 2_000);
+  assert.equal(lease.permits, 3);
+  const g = await lease.reenter({ ttlMs: 900 });
+  assert.equal(g.holds, 2);
+  assert.equal(g.fence, lease.fence);
+  assert.equal(g.permits, 3);
+  assert.equal(lease.holds, 2);
+
+  const renewals = [];
+  lease.keepAlive({ onRenew: (grant) => renewals.push(grant) });
+  const granted = performance.now();
+  await eventually("1.5 s of continuous holding", 10_000, async () => {
+    const state = await lease.inspect();
+    assert.equal(state.yours, true, `lost after ${Math.round(performance.now() - granted)} ms`);
+    assert.equal(state.used, 1);
+    assert.equal(lease.signal.aborted, false);
+    return performance.now() - granted >= 1_500;
+  });
+  assert.ok(renewals.length >= 3, `only ${renewals.length} renewals`);
+  for (const r of renewals) {
+    assert.equal(r.fence, lease.fence);
+    assert.equal(r.ttl_ms, 900);
+  }
+  // Releasing one of two holds leaves keep-alive running.
+  assert.deepEqual(await lease.release(), { semaphore: name, released: false, holds: 1 });
+  assert.equal(lease.keepingAlive, true);
+
+  // Another client gives back the last hold with the lease's token: the next renewal answers 410.
+  const { data, error } = await createLeasegateClient(baseUrl).DELETE("/semaphores/{name}", {
+    params: { path: { name }, header: { "Lease-Token": lease.token } },
+  });
+  assert.equal(error, undefined);
+  assert.deepEqual(data, { semaphore: name, released: true, holds: 0 });
+  await eventually("lease.signal to abort", 5_000, async () => lease.signal.aborted);
+  const reason = lease.signal.reason;
+  assert.ok(reason instanceof LeaseLostError, `reason ${reason}`);
+  assert.equal(reason.kind, "gone");
+  assert.equal(reason.semaphore, name);
+  assert.equal(reason.lock, undefined);
+  assert.equal(reason.fence, lease.fence);
+  assert.ok(reason.message.includes(`semaphore "${name}"`), reason.message);
+  assert.ok(reason.cause instanceof LeaseGoneError, `cause ${reason.cause}`);
+  assert.equal(lease.keepingAlive, false);
+  assert.equal((await inspectSemaphore(client, name)).used, 0);
+});
+
+test("a lock's token is refused by the semaphore endpoints, and a semaphore's by the lock endpoints", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("token-kinds"); // a lock and a semaphore of the same name: separate name spaces
+  const l = await lock(client, name, { owner: "owner-a", ttlMs: 30_000 });
+  const s = await acquireSemaphore(client, name, { owner: "owner-a", permits: 1, ttlMs: 30_000 });
+  /**
+   * Checks an answer of the generated client is 400 invalid-lease-token.
+   * @param {{ error?: unknown, response: Response }} answer
+   * @param {string} what
+   */
+  const refused = (answer, what) => {
+    const err = toLeasegateError(answer.error, answer.response);
+    assert.equal(err.status, 400, `${what}: ${err.message}`);
+    assert.equal(err.type, ProblemType.InvalidLeaseToken, what);
+    assert.ok(!(err instanceof LeaseGoneError), what);
+  };
+  const withToken = (token) => ({ path: { name }, header: { "Lease-Token": token } });
+
+  refused(await client.POST("/semaphores/{name}", { params: withToken(l.token), body: { owner: "owner-a", permits: 1 } }), "semaphore re-entry");
+  refused(await client.POST("/semaphores/{name}/renew", { params: withToken(l.token) }), "semaphore renewal");
+  refused(await client.DELETE("/semaphores/{name}", { params: withToken(l.token) }), "semaphore release");
+  const semInspect = await rejection(inspectSemaphore(client, name, { token: l.token }), "semaphore inspect");
+  assert.equal(semInspect.type, ProblemType.InvalidLeaseToken);
+
+  refused(await client.POST("/locks/{name}", { params: withToken(s.token), body: { owner: "owner-a" } }), "lock re-entry");
+  refused(await client.POST("/locks/{name}/renew", { params: withToken(s.token) }), "lock renewal");
+  refused(await client.DELETE("/locks/{name}", { params: withToken(s.token) }), "lock release");
+  const lockInspect = await rejection(inspectLock(client, name, { token: s.token }), "lock inspect");
+  assert.equal(lockInspect.type, ProblemType.InvalidLeaseToken);
+
+  // Neither lease was touched.
+  assert.equal((await l.inspect()).yours, true);
+  assert.equal((await s.inspect()).yours, true);
+  assert.equal(l.signal.aborted || s.signal.aborted, false);
+  assert.deepEqual(await l.release(), { lock: name, released: true, holds: 0, mode: "exclusive" });
+  assert.deepEqual(await s.release(), { semaphore: name, released: true, holds: 0 });
 });

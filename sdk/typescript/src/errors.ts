@@ -1,0 +1,171 @@
+import type { InvalidParam, Problem } from "./client.js";
+
+/** The stable problem `type` URIs of leasegate's problem+json errors. */
+export const ProblemType = {
+  InvalidRequest: "urn:leasegate:problem:invalid-request",
+  InvalidLockName: "urn:leasegate:problem:invalid-lock-name",
+  InvalidLeaseToken: "urn:leasegate:problem:invalid-lease-token",
+  BodyTooLarge: "urn:leasegate:problem:body-too-large",
+  LockHeld: "urn:leasegate:problem:lock-held",
+  UpgradeRefused: "urn:leasegate:problem:upgrade-refused",
+  SemaphoreFull: "urn:leasegate:problem:semaphore-full",
+  PermitsMismatch: "urn:leasegate:problem:permits-mismatch",
+  LeaseGone: "urn:leasegate:problem:lease-gone",
+  NotFound: "urn:leasegate:problem:not-found",
+  MethodNotAllowed: "urn:leasegate:problem:method-not-allowed",
+  BackendUnavailable: "urn:leasegate:problem:backend-unavailable",
+  ShuttingDown: "urn:leasegate:problem:shutting-down",
+  TooManyWaiters: "urn:leasegate:problem:too-many-waiters",
+  Internal: "urn:leasegate:problem:internal",
+} as const;
+
+/** An error answer of the gateway: an RFC 9457 problem. Switch on `type`, never on `title`. */
+export class LeasegateProblemError extends Error {
+  /** The problem type URI, one of `ProblemType` (or `about:blank` for a non-problem body). */
+  readonly type: string;
+  readonly title: string;
+  /** The HTTP status code. */
+  readonly status: number;
+  readonly detail: string;
+  /** The request's `X-Request-Id`, to find it in the gateway's log. */
+  readonly requestId: string | undefined;
+  /** With 400 `invalid-request`: every rejected input and why (empty otherwise). */
+  readonly invalidParams: InvalidParam[];
+  /** The problem body as received. */
+  readonly problem: Problem;
+
+  constructor(problem: Problem) {
+    const invalidParams = problem.invalid_params ?? [];
+    const params = invalidParams.map((p) => `${p.name}: ${p.reason}`).join("; ");
+    super(`${problem.title} (${problem.status} ${problem.type}): ${problem.detail}${params ? ` [${params}]` : ""}`);
+    this.name = new.target.name;
+    this.type = problem.type;
+    this.title = problem.title;
+    this.status = problem.status;
+    this.detail = problem.detail;
+    this.requestId = problem.request_id;
+    this.invalidParams = invalidParams;
+    this.problem = problem;
+  }
+}
+
+/**
+ * 409: what was asked for is taken, a lock (`LockHeldError`) or every permit of a semaphore
+ * (`SemaphoreFullError`), or others wait for it.
+ */
+export class HeldError extends LeasegateProblemError {
+  /** The remaining time to live of the holder (a semaphore's: of the permit that runs out first), in milliseconds. */
+  readonly retryAfterMs: number;
+  /** How long the request waited, when it was sent with `waitMs` > 0. */
+  readonly waitedMs: number | undefined;
+  /** After a wait: resumes this wait's place in the queue when sent with the next one (`lock()` and `acquireSemaphore()` do). */
+  readonly queueTicket: string | undefined;
+
+  constructor(problem: Problem, retryAfterHeader?: string | null) {
+    super(problem);
+    const header = Number(retryAfterHeader);
+    this.retryAfterMs = problem.retry_after_ms ?? (Number.isFinite(header) ? header * 1000 : 0);
+    this.waitedMs = problem.waited_ms;
+    this.queueTicket = problem.queue_ticket;
+  }
+}
+
+/** 409 `lock-held`: another lease holds the lock (or others wait for it). */
+export class LockHeldError extends HeldError {}
+
+/** 409 `semaphore-full`: every permit of the semaphore is taken (or others wait for one). */
+export class SemaphoreFullError extends HeldError {}
+
+/**
+ * 409 `upgrade-refused`: a lease holding the lock shared asked for it exclusively. Upgrades
+ * deadlock; release the shared hold, then acquire exclusively.
+ */
+export class UpgradeRefusedError extends LeasegateProblemError {}
+
+/** 409 `permits-mismatch`: the semaphore, which someone holds or waits on, has another size. */
+export class PermitsMismatchError extends LeasegateProblemError {
+  /** The semaphore's size. */
+  readonly permits: number;
+
+  constructor(problem: Problem) {
+    super(problem);
+    this.permits = problem.permits ?? 0;
+  }
+}
+
+/** 410 `lease-gone`: the lease no longer holds the lock or permit (it expired or was fully released). */
+export class LeaseGoneError extends LeasegateProblemError {}
+
+/** What a lease holds: a lock, or a permit of a semaphore. */
+export type LeaseResource = "lock" | "semaphore";
+
+/**
+ * The reason `lease.signal` is aborted with: the lease is lost, or may be lost before another
+ * renewal could succeed. Stop the work the lock (or permit) protects.
+ */
+export class LeaseLostError extends Error {
+  /** The lock's name; undefined for a semaphore's permit. */
+  readonly lock: string | undefined;
+  /** The semaphore's name; undefined for a lock. */
+  readonly semaphore: string | undefined;
+  /** The fence of the lost lease. */
+  readonly fence: number;
+  /**
+   * `"gone"`: the gateway answered 410 `lease-gone` to a renewal, re-entry or release (`cause` is
+   * the LeaseGoneError). `"lapsing"`: keep-alive had no successful renewal and the lease's
+   * `validUntil` is less than the safety margin away (`cause` is the last renewal's error, if any).
+   */
+  readonly kind: "gone" | "lapsing";
+
+  constructor(
+    resource: LeaseResource,
+    name: string,
+    fence: number,
+    kind: "gone" | "lapsing",
+    message: string,
+    cause?: unknown,
+  ) {
+    super(`lease on ${resource} "${name}" (fence ${fence}) lost: ${message}`, cause === undefined ? undefined : { cause });
+    this.name = new.target.name;
+    this.lock = resource === "lock" ? name : undefined;
+    this.semaphore = resource === "semaphore" ? name : undefined;
+    this.fence = fence;
+    this.kind = kind;
+  }
+}
+
+function isProblem(body: unknown): body is Problem {
+  if (typeof body !== "object" || body === null) return false;
+  const p = body as Record<string, unknown>;
+  return typeof p.type === "string" && typeof p.status === "number";
+}
+
+/**
+ * Turns an openapi-fetch `error` and its `response` into the matching typed error. A body that
+ * is not a problem (a proxy's HTML page, say) becomes a LeasegateProblemError of type
+ * `about:blank` carrying the response status.
+ */
+export function toLeasegateError(error: unknown, response: Response): LeasegateProblemError {
+  const problem: Problem = isProblem(error)
+    ? { ...error, title: error.title ?? "", detail: error.detail ?? "" }
+    : {
+        type: "about:blank",
+        title: response.statusText || "HTTP error",
+        status: response.status,
+        detail: typeof error === "string" ? error.slice(0, 500) : JSON.stringify(error ?? null),
+      };
+  switch (problem.type) {
+    case ProblemType.LockHeld:
+      return new LockHeldError(problem, response.headers.get("Retry-After"));
+    case ProblemType.SemaphoreFull:
+      return new SemaphoreFullError(problem, response.headers.get("Retry-After"));
+    case ProblemType.UpgradeRefused:
+      return new UpgradeRefusedError(problem);
+    case ProblemType.PermitsMismatch:
+      return new PermitsMismatchError(problem);
+    case ProblemType.LeaseGone:
+      return new LeaseGoneError(problem);
+    default:
+      return new LeasegateProblemError(problem);
+  }
+}

@@ -1,0 +1,335 @@
+import type { Grant, LeasegateClient, Mode, Release } from "./client.js";
+import {
+  LeaseGoneError,
+  LeaseLostError,
+  type LeaseResource,
+  type LeasegateProblemError,
+  toLeasegateError,
+} from "./errors.js";
+import { type Answer, idempotencyKey, withRetries } from "./retry.js";
+
+/** What every grant body has: a lock's (`Grant`) or a semaphore's (`SemaphoreGrant`). */
+export type LeaseGrant = Pick<Grant, "owner" | "token" | "fence" | "ttl_ms" | "expires_at" | "holds" | "watchdog"> & {
+  mode?: Mode;
+};
+
+/** What every release body has: a lock's (`Release`) or a semaphore's (`SemaphoreRelease`). */
+export type LeaseRelease = Pick<Release, "released" | "holds"> & { mode?: Mode };
+
+/**
+ * How long before its lease can lapse keep-alive gives up on it, and how often it retries a failed
+ * renewal: a tenth of the TTL, between 50 ms and 1 s (the CLI's `leasegate run` uses the same).
+ */
+export function safetyMarginMs(ttlMs: number): number {
+  return Math.min(Math.max(ttlMs / 10, 50), 1000);
+}
+
+/** Options of `lease.keepAlive()`; `G` is the lease's grant body. */
+export interface KeepAliveOptions<G extends LeaseGrant = Grant> {
+  /** The TTL each renewal sets, in milliseconds (default: the lease's `ttlMs` when keepAlive is called). */
+  ttlMs?: number;
+  /** Called with the grant of each successful renewal. */
+  onRenew?: (grant: G) => void;
+  /** Called with the error of each failed renewal (keep-alive retries it until the lease would lapse). */
+  onRenewError?: (error: unknown) => void;
+}
+
+/** Options of the calls a lease makes. */
+export interface CallOptions {
+  /** Aborts the call, its retries included. */
+  signal?: AbortSignal;
+}
+
+/** Options of `inspectLock()` and `inspectSemaphore()`. */
+export interface InspectOptions extends CallOptions {
+  /** A lease token: the answer then tells whether that lease holds (`yours`). */
+  token?: string;
+}
+
+interface KeepAliveState<G extends LeaseGrant> {
+  readonly ttl: number;
+  readonly period: number;
+  readonly margin: number;
+  readonly options: KeepAliveOptions<G>;
+  renewTimer: ReturnType<typeof setTimeout> | undefined;
+  deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Aborts the renewal in flight, if any. */
+  inflight: AbortController | undefined;
+  /** The error of the latest renewal, while it failed. */
+  lastError: unknown;
+}
+
+/**
+ * A granted lease: a lock's (`Lease`) or a semaphore permit's (`SemaphoreLease`). Its fields
+ * follow the latest grant (renewal, re-entry) and release. Pass `fence` to the resource the lease
+ * protects with every write.
+ */
+export abstract class LeaseBase<G extends LeaseGrant, R extends LeaseRelease> {
+  /** The latest grant body. */
+  grant: G;
+  /** Whether the acquire made a new lease (201) rather than re-entering one (200). */
+  readonly created: boolean;
+  /** Holds left of each mode (a semaphore's permit is a shared hold). */
+  protected readonly holdCounts: Record<Mode, number> = { exclusive: 0, shared: 0 };
+
+  private validUntilMs: number;
+  private readonly lost = new AbortController();
+  private keeper: KeepAliveState<G> | undefined;
+
+  /**
+   * @param sentAt `performance.now()` taken just before the request that produced `grant` was
+   *   sent (default: now, which is later than that and so trusts the lease a little too long).
+   */
+  protected constructor(
+    private readonly resource: LeaseResource,
+    readonly client: LeasegateClient,
+    readonly name: string,
+    grant: G,
+    created: boolean,
+    sentAt: number,
+  ) {
+    this.grant = grant;
+    this.count(grant);
+    this.created = created;
+    this.validUntilMs = sentAt + grant.ttl_ms;
+  }
+
+  /** Sends a renewal (`POST .../renew`) with this lease's token and Idempotency-Key `key`. */
+  protected abstract sendRenew(key: string, ttlMs: number | undefined, signal?: AbortSignal): Promise<Answer<G>>;
+  /** Sends a release (`DELETE`) of one hold (of `mode`, when given) with this lease's token and Idempotency-Key `key`. */
+  protected abstract sendRelease(key: string, signal?: AbortSignal, mode?: Mode): Promise<Answer<R>>;
+
+  /** Holds left: 1 after a new grant, +1 per re-entry, -1 per release; 0 once the lease holds nothing. */
+  get holds(): number {
+    return this.holdCounts.exclusive + this.holdCounts.shared;
+  }
+  /** The lease token (sent as `Lease-Token`). */
+  get token(): string {
+    return this.grant.token;
+  }
+  /** The fencing token: greater than every fence granted earlier for this name. */
+  get fence(): number {
+    return this.grant.fence;
+  }
+  get owner(): string {
+    return this.grant.owner;
+  }
+  get ttlMs(): number {
+    return this.grant.ttl_ms;
+  }
+  get watchdog(): boolean {
+    return this.grant.watchdog;
+  }
+  /** When the lease expires unless renewed, by the gateway's clock. */
+  get expiresAt(): Date {
+    return new Date(this.grant.expires_at);
+  }
+
+  /**
+   * When the lease lapses at the earliest unless renewed, on the `performance.now()` clock: the
+   * TTL of its latest grant, renewal or re-entry, counted from just before that call was sent
+   * (its first try, as a retry may be answered with what an earlier try got). Work under the lease
+   * must be over by then.
+   */
+  get validUntil(): number {
+    return this.validUntilMs;
+  }
+  /** `validUntil - performance.now()`: negative once the lease may have lapsed. */
+  get remainingMs(): number {
+    return this.validUntilMs - performance.now();
+  }
+
+  /**
+   * Aborted, with a `LeaseLostError` as its `reason`, once the lease is lost: when a renewal,
+   * re-entry or release answers 410 `lease-gone`, or when keep-alive reaches `validUntil` minus
+   * the safety margin without a successful renewal. Never aborted by a successful release or by
+   * `stopKeepAlive()`. Pass it to the work the lease protects (`fetch(url, { signal })`,
+   * `signal.throwIfAborted()` between steps).
+   */
+  get signal(): AbortSignal {
+    return this.lost.signal;
+  }
+
+  /** Whether keep-alive is running. */
+  get keepingAlive(): boolean {
+    return this.keeper !== undefined;
+  }
+
+  /** The path and headers of a call with this lease's token and Idempotency-Key `key`. */
+  protected leaseParams(key: string) {
+    return { path: { name: this.name }, header: { "Lease-Token": this.token, "Idempotency-Key": key } };
+  }
+
+  /**
+   * Sends one call that answers with a grant (renewal, re-entry) through `send`, with a fresh
+   * Idempotency-Key, up to 3 times on a network error or a 503, and records the grant.
+   * @throws LeaseGoneError when the lease no longer holds (and aborts `signal`)
+   */
+  protected async regrant(send: (key: string) => Promise<Answer<G>>, signal: AbortSignal | undefined): Promise<G> {
+    const key = idempotencyKey();
+    const sentAt = performance.now();
+    const { data, error, response } = await withRetries(() => send(key), signal, true);
+    if (error !== undefined || data === undefined) throw this.failed(toLeasegateError(error, response));
+    this.grant = data;
+    this.count(data);
+    this.validUntilMs = sentAt + data.ttl_ms;
+    if (this.keeper !== undefined) this.armDeadline(this.keeper);
+    return data;
+  }
+
+  /** Records the holds of the mode an answer reports (a semaphore's, which names none, are shared). */
+  private count(answer: { holds: number; mode?: Mode }): void {
+    this.holdCounts[answer.mode ?? "shared"] = answer.holds;
+  }
+
+  /** Stops keep-alive and aborts `signal` with a LeaseLostError (once). */
+  private lose(kind: "gone" | "lapsing", message: string, cause?: unknown): void {
+    this.stopKeepAlive();
+    if (!this.lost.signal.aborted) {
+      this.lost.abort(new LeaseLostError(this.resource, this.name, this.fence, kind, message, cause));
+    }
+  }
+
+  /** Returns err, after losing the lease when err is a 410. */
+  private failed(err: LeasegateProblemError): LeasegateProblemError {
+    if (err instanceof LeaseGoneError) this.lose("gone", "the gateway answered 410 lease-gone", err);
+    return err;
+  }
+
+  /**
+   * Resets the lease's TTL to `ttlMs` (default: its current TTL), every hold it has. Sends an
+   * `Idempotency-Key` and tries up to 3 times on a network error or a 503.
+   * @throws LeaseGoneError when the lease no longer holds (and aborts `signal`)
+   */
+  renew(ttlMs?: number, options: CallOptions = {}): Promise<G> {
+    return this.regrant((key) => this.sendRenew(key, ttlMs, options.signal), options.signal);
+  }
+
+  /**
+   * Releases one hold; the lease holds nothing once `released` is true and `holds` is 0. Sends an
+   * `Idempotency-Key` and tries up to 3 times on a network error or a 503.
+   *
+   * Releasing the last hold (`holds` 1) stops keep-alive before the request is sent, so a failed
+   * release lets the lease lapse instead of renewing it on. Releasing one of several holds leaves
+   * keep-alive running; it stops once an answer leaves no hold.
+   * @throws LeaseGoneError when the lease no longer holds (and aborts `signal`)
+   */
+  release(options: CallOptions = {}): Promise<R> {
+    return this.releaseHold(undefined, options);
+  }
+
+  /**
+   * `release()`, of a hold of `mode` when given. A 410 to a release of one mode while the lease
+   * holds the other way tells only that no hold of that mode is left: it does not lose the lease.
+   */
+  protected async releaseHold(mode: Mode | undefined, options: CallOptions): Promise<R> {
+    if (this.holds <= 1) this.stopKeepAlive();
+    const key = idempotencyKey();
+    const { data, error, response } = await withRetries(
+      () => this.sendRelease(key, options.signal, mode),
+      options.signal,
+      true,
+    );
+    if (error !== undefined || data === undefined) {
+      const err = toLeasegateError(error, response);
+      if (err instanceof LeaseGoneError && mode !== undefined && this.holdCounts[otherMode(mode)] > 0) {
+        this.holdCounts[mode] = 0;
+        throw err;
+      }
+      throw this.failed(err);
+    }
+    this.count(data);
+    if (this.holds === 0) this.stopKeepAlive();
+    return data;
+  }
+
+  /**
+   * Keeps the lease alive from this process, with the rule of the CLI's `leasegate run`: renews
+   * it (with `ttlMs`, default the lease's TTL) once a third of the TTL has passed since its latest
+   * grant or renewal was sent, so about every ttl/3; retries a failed renewal every safety margin
+   * (a tenth of the TTL, 50 ms to 1 s); and aborts `signal` with a LeaseLostError when a renewal
+   * answers 410, or when `validUntil` minus the margin is reached without a successful renewal.
+   * Each renewal (its retries included) may take at most ttl/3.
+   *
+   * Runs until `stopKeepAlive()`, the release of the last hold, or the loss; each of these clears
+   * its timers. While it runs, its timers keep the Node process alive. Calling it again restarts it
+   * with the new options.
+   * @throws LeaseLostError (the `signal`'s reason) when the lease is already lost
+   */
+  keepAlive(options: KeepAliveOptions<G> = {}): void {
+    if (this.lost.signal.aborted) throw this.lost.signal.reason;
+    this.stopKeepAlive();
+    const ttl = options.ttlMs ?? this.ttlMs;
+    const k: KeepAliveState<G> = {
+      ttl,
+      period: ttl / 3,
+      margin: safetyMarginMs(ttl),
+      options,
+      renewTimer: undefined,
+      deadlineTimer: undefined,
+      inflight: undefined,
+      lastError: undefined,
+    };
+    this.keeper = k;
+    this.armDeadline(k);
+    // Due once the lease has no more than ttl - ttl/3 left, and at most ttl/3 from now.
+    const due = this.validUntilMs - (k.ttl - k.period) - performance.now();
+    this.scheduleRenewal(k, Math.min(Math.max(due, 0), k.period));
+  }
+
+  /** Stops keep-alive: clears its timers and aborts a renewal in flight. Does not abort `signal`. */
+  stopKeepAlive(): void {
+    const k = this.keeper;
+    if (k === undefined) return;
+    this.keeper = undefined;
+    clearTimeout(k.renewTimer);
+    clearTimeout(k.deadlineTimer);
+    k.inflight?.abort(new Error("keep-alive stopped"));
+  }
+
+  private armDeadline(k: KeepAliveState<G>): void {
+    clearTimeout(k.deadlineTimer);
+    k.deadlineTimer = setTimeout(() => {
+      if (this.keeper !== k) return;
+      const left = Math.round(this.validUntilMs - performance.now());
+      this.lose("lapsing", `no renewal succeeded, and it may lapse in ${left} ms`, k.lastError);
+    }, Math.max(0, this.validUntilMs - k.margin - performance.now()));
+  }
+
+  private scheduleRenewal(k: KeepAliveState<G>, ms: number): void {
+    clearTimeout(k.renewTimer);
+    k.renewTimer = setTimeout(() => void this.renewForKeepAlive(k), ms);
+  }
+
+  private async renewForKeepAlive(k: KeepAliveState<G>): Promise<void> {
+    if (this.keeper !== k) return;
+    const inflight = new AbortController();
+    k.inflight = inflight;
+    const timeout = setTimeout(
+      () => inflight.abort(new Error(`renewal took longer than ${Math.round(k.period)} ms`)),
+      k.period,
+    );
+    let grant: G;
+    try {
+      grant = await this.renew(k.ttl, { signal: inflight.signal });
+    } catch (e) {
+      if (this.keeper !== k) return; // stopped, or lost (a 410 already aborted `signal`)
+      const err = inflight.signal.aborted ? inflight.signal.reason : e;
+      k.lastError = err;
+      this.scheduleRenewal(k, k.margin);
+      k.options.onRenewError?.(err);
+      return;
+    } finally {
+      clearTimeout(timeout);
+      if (k.inflight === inflight) k.inflight = undefined;
+    }
+    if (this.keeper !== k) return;
+    k.lastError = undefined;
+    this.scheduleRenewal(k, k.period);
+    k.options.onRenew?.(grant);
+  }
+}
+
+function otherMode(mode: Mode): Mode {
+  return mode === "exclusive" ? "shared" : "exclusive";
+}
