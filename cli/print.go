@@ -11,167 +11,145 @@ import (
 )
 
 // acquire, release, renew and inspect print the gateway's JSON answer (a grant, a release, a
-// lock state, or a problem) and exit 0 on success.
+// lock's or semaphore's state, or a problem) and exit 0 on success.
 
 func (c *command) acquire(ctx context.Context, args []string) int {
-	f := c.flags("acquire", "--lock NAME [--owner O] [--ttl D] [--wait D] [--watchdog] [--max-hold D] [--token T]")
-	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock")
+	f := c.flags("acquire", "(--lock NAME [--shared] | --semaphore NAME --permits N) [--owner O] [--ttl D] [--wait D] [--watchdog] [--max-hold D] [--token T]")
+	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock or permit")
 	ttl := durationFlag(f.fs, "ttl", 30*time.Second, "lease time to live")
-	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock (long-polls of at most 30s, keeping the place in line)")
+	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock or a free permit (long-polls of at most 30s, keeping the place in line)")
 	watchdog := f.fs.Bool("watchdog", false, "let the gateway renew the lease until released")
 	maxHold := durationFlag(f.fs, "max-hold", 0, "watchdog: stop renewing this long after the grant")
 	token := f.fs.String("token", "", "re-enter the lease of this token")
-	gw, code := c.parse(f, args)
-	if gw == nil {
+	t, code, ok := c.parse(f, args)
+	if !ok {
 		return code
 	}
-	body := leasegate.AcquireRequest{Owner: *owner, TtlMs: ms(*ttl), WaitMs: ms(*wait), MaxHoldMs: ms(*maxHold)}
-	if *watchdog {
-		body.Watchdog = watchdog
+	a, err := c.take(ctx, t, acquireOptions{owner: *owner, ttl: *ttl, watchdog: *watchdog, maxHold: *maxHold, token: *token}, *wait)
+	if err != nil {
+		return c.fail(err)
 	}
-	key := uuid.NewString() // one logical acquire, however many long-polls and retries
-	params := &leasegate.AcquireLockParams{IdempotencyKey: &key}
-	if *token != "" {
-		params.LeaseToken = token
-	}
-	deadline := time.Now().Add(*wait)
-	for {
-		if *wait > 0 {
-			body.WaitMs = ms(max(min(time.Until(deadline), maxWaitPerRequest), time.Millisecond))
-		}
-		var resp *leasegate.AcquireLockResponse
-		err := c.call(ctx, func(gw *leasegate.Gateway) (int, error) {
-			var err error
-			resp, err = gw.API.AcquireLockWithResponse(ctx, *f.lock, params, body)
-			return status(resp, err), err
-		})
-		if err != nil {
-			return c.fail(err)
-		}
-		// A wait longer than one long-poll goes on with the next, at the same place in line; a
-		// replica that is shutting down (or full) is retried within the wait.
-		if *wait > 0 && *token == "" && time.Until(deadline) > 0 {
-			if p := resp.ApplicationproblemJSON409; p != nil && p.QueueTicket != nil {
-				body.QueueTicket = p.QueueTicket
-				continue
-			}
-			if p := resp.ApplicationproblemJSON503; p != nil {
-				if p.QueueTicket != nil {
-					body.QueueTicket = p.QueueTicket
-				}
-				select {
-				case <-ctx.Done():
-					return c.fail(ctx.Err())
-				case <-time.After(min(time.Second, time.Until(deadline))):
-				}
-				continue
-			}
-		}
-		return c.print(resp.HTTPResponse, resp.Body)
-	}
+	return c.print(a)
 }
 
 // maxWaitPerRequest bounds one long-poll, below the gateway's default LEASEGATE_MAX_WAIT (60s)
 // and common HTTP client timeouts.
 const maxWaitPerRequest = 30 * time.Second
 
+// take acquires t, waiting up to wait: a wait longer than one long-poll goes on with the next, at
+// the same place in line (its queue ticket), and a replica that is shutting down (or full) is
+// retried within the wait; a re-entry (o.token) never waits. Every request carries one
+// Idempotency-Key, so no retry can take a second lease. take returns the last answer, or a
+// transport error.
+func (c *command) take(ctx context.Context, t target, o acquireOptions, wait time.Duration) (*answer, error) {
+	o.key = uuid.NewString() // one logical acquire, however many long-polls and retries
+	deadline := time.Now().Add(wait)
+	for {
+		if wait > 0 {
+			o.wait = max(min(time.Until(deadline), maxWaitPerRequest), time.Millisecond)
+		}
+		a, err := c.call(ctx, func(gw *leasegate.Gateway) (*answer, error) { return t.acquire(ctx, gw, o) })
+		if err != nil {
+			return nil, err
+		}
+		if p := a.problem; p != nil && wait > 0 && o.token == "" && time.Until(deadline) > 0 {
+			if p.Status == http.StatusConflict && p.QueueTicket != nil {
+				o.ticket = p.QueueTicket
+				continue
+			}
+			if p.Status == http.StatusServiceUnavailable {
+				if p.QueueTicket != nil {
+					o.ticket = p.QueueTicket
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(min(time.Second, time.Until(deadline))):
+				}
+				continue
+			}
+		}
+		return a, nil
+	}
+}
+
 func (c *command) release(ctx context.Context, args []string) int {
-	f := c.flags("release", "--lock NAME --token T")
+	f := c.flags("release", "(--lock NAME [--mode exclusive|shared] | --semaphore NAME) --token T")
 	token := f.fs.String("token", "", "lease token (required)")
-	if gw, code := c.parse(f, args); gw == nil {
+	t, code, ok := c.parse(f, args)
+	if !ok {
 		return code
 	}
 	key := uuid.NewString()
-	var resp *leasegate.ReleaseLockResponse
-	err := c.call(ctx, func(gw *leasegate.Gateway) (int, error) {
-		var err error
-		resp, err = gw.API.ReleaseLockWithResponse(ctx, *f.lock, &leasegate.ReleaseLockParams{LeaseToken: *token, IdempotencyKey: &key})
-		return status(resp, err), err
-	})
+	a, err := c.call(ctx, func(gw *leasegate.Gateway) (*answer, error) { return t.release(ctx, gw, *token, key) })
 	if err != nil {
 		return c.fail(err)
 	}
-	return c.print(resp.HTTPResponse, resp.Body)
+	return c.print(a)
 }
 
 func (c *command) renew(ctx context.Context, args []string) int {
-	f := c.flags("renew", "--lock NAME --token T [--ttl D]")
+	f := c.flags("renew", "(--lock NAME | --semaphore NAME) --token T [--ttl D]")
 	token := f.fs.String("token", "", "lease token (required)")
 	ttl := durationFlag(f.fs, "ttl", 0, "new time to live (default: the lease's own)")
-	if gw, code := c.parse(f, args); gw == nil {
+	t, code, ok := c.parse(f, args)
+	if !ok {
 		return code
 	}
 	key := uuid.NewString()
-	var resp *leasegate.RenewLockResponse
-	err := c.call(ctx, func(gw *leasegate.Gateway) (int, error) {
-		var err error
-		resp, err = gw.API.RenewLockWithResponse(ctx, *f.lock, &leasegate.RenewLockParams{LeaseToken: *token, IdempotencyKey: &key},
-			leasegate.RenewRequest{TtlMs: ms(*ttl)})
-		return status(resp, err), err
-	})
+	a, err := c.call(ctx, func(gw *leasegate.Gateway) (*answer, error) { return t.renew(ctx, gw, *token, *ttl, key) })
 	if err != nil {
 		return c.fail(err)
 	}
-	return c.print(resp.HTTPResponse, resp.Body)
+	return c.print(a)
 }
 
 func (c *command) inspect(ctx context.Context, args []string) int {
-	f := c.flags("inspect", "--lock NAME [--token T]")
-	token := f.fs.String("token", "", "also tell whether this token's lease holds the lock")
-	gw, code := c.parse(f, args)
-	if gw == nil {
+	f := c.flags("inspect", "(--lock NAME | --semaphore NAME) [--token T]")
+	token := f.fs.String("token", "", "also tell whether this token's lease holds the lock or a permit")
+	t, code, ok := c.parse(f, args)
+	if !ok {
 		return code
 	}
-	params := &leasegate.InspectLockParams{}
-	if *token != "" {
-		params.LeaseToken = token
-	}
-	resp, err := gw.API.InspectLockWithResponse(ctx, *f.lock, params)
+	a, err := t.inspect(ctx, c.gateways[0], *token)
 	if err != nil {
 		return c.fail(err)
 	}
-	return c.print(resp.HTTPResponse, resp.Body)
+	return c.print(a)
 }
 
 // call makes one call through the --server replicas, retrying it through the next after a
 // transport error (the answer may have been lost) or a 503, up to three tries 50 and 100 ms
-// apart. Callers send one Idempotency-Key on all tries, so a retry cannot apply twice. do returns
-// the answer's status.
-func (c *command) call(ctx context.Context, do func(gw *leasegate.Gateway) (int, error)) error {
-	var err error
+// apart. Callers send one Idempotency-Key on all tries, so a retry cannot apply twice.
+func (c *command) call(ctx context.Context, do func(gw *leasegate.Gateway) (*answer, error)) (*answer, error) {
+	var (
+		a   *answer
+		err error
+	)
 	for try := range 3 {
 		if try > 0 {
 			select {
 			case <-ctx.Done():
-				return err
+				return a, err
 			case <-time.After(time.Duration(try) * 50 * time.Millisecond):
 			}
 		}
-		var code int
-		code, err = do(c.gateways[try%len(c.gateways)])
-		if err == nil && code != http.StatusServiceUnavailable || ctx.Err() != nil {
-			return err
+		a, err = do(c.gateways[try%len(c.gateways)])
+		if err == nil && a.status != http.StatusServiceUnavailable || ctx.Err() != nil {
+			return a, err
 		}
 	}
-	return err
+	return a, err
 }
 
-// status is a generated response's status code, 0 when there is none.
-func status(resp interface{ StatusCode() int }, err error) int {
-	if err != nil {
-		return 0
-	}
-	return resp.StatusCode()
-}
-
-// print writes the answer's body; the exit code is 0 for 2xx, ExitNotAcquired for 409, else
-// ExitFailed.
-func (c *command) print(resp *http.Response, body []byte) int {
-	c.stdout.Write(body)
+// print writes the answer's body; the exit code is 0 for 2xx, ExitNotAcquired when the lock stayed
+// held or every permit taken, else ExitFailed.
+func (c *command) print(a *answer) int {
+	c.stdout.Write(a.body)
 	switch {
-	case resp.StatusCode < 300:
+	case a.status < 300:
 		return 0
-	case resp.StatusCode == http.StatusConflict:
+	case a.problem != nil && notAcquired(a.problem):
 		return ExitNotAcquired
 	}
 	return ExitFailed

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -19,8 +18,9 @@ import (
 	leasegate "github.com/leasegate/leasegate/sdk/go"
 )
 
-// run acquires a lock, runs a command while renewing the lease every TTL/3, releases the lock
-// when the command exits, and exits with the command's code.
+// run acquires a lock (exclusively, or shared with --shared) or one permit of a semaphore, runs a
+// command while renewing the lease every TTL/3, gives the hold back when the command exits, and
+// exits with the command's code.
 //
 // The command never outlives the lease. run knows when the lease lapses at the earliest (its last
 // grant or renewal's TTL, counted from when that request was sent) and, unless a renewal pushes
@@ -29,13 +29,13 @@ import (
 // retried every margin until then. A renewal
 // answered 410 (the lease is gone) sends SIGTERM at once. After a loss run exits ExitLeaseLost.
 func (c *command) run(ctx context.Context, args []string) int {
-	f := c.flags("run", "--lock NAME [--owner O] [--ttl D] [--wait D] [--grace D] [--server URL] -- COMMAND [ARGS...]")
-	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock")
+	f := c.flags("run", "(--lock NAME [--shared] | --semaphore NAME --permits N) [--owner O] [--ttl D] [--wait D] [--grace D] [--server URL] -- COMMAND [ARGS...]")
+	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock or permit")
 	ttl := durationFlag(f.fs, "ttl", 30*time.Second, "lease time to live; renewed every ttl/3")
-	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock")
+	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock or a free permit")
 	grace := durationFlag(f.fs, "grace", 10*time.Second, "how long the command may take to stop after SIGTERM; clipped to fit the TTL")
-	gw, code := c.parse(f, args)
-	if gw == nil {
+	t, code, ok := c.parse(f, args)
+	if !ok {
 		return code
 	}
 	argv := f.fs.Args()
@@ -49,8 +49,7 @@ func (c *command) run(ctx context.Context, args []string) int {
 		return ExitUsage
 	}
 	margin := safetyMargin(*ttl)
-	graceSet := false
-	f.fs.Visit(func(fl *flag.Flag) { graceSet = graceSet || fl.Name == "grace" })
+	graceSet := isSet(f.fs, "grace")
 	if graceSet && *grace+margin >= *ttl {
 		fmt.Fprintf(c.stderr, "leasegate: --grace %v does not fit in --ttl %v: the command must be gone %v before the lease can lapse\n", *grace, *ttl, margin)
 		return ExitUsage
@@ -73,23 +72,26 @@ func (c *command) run(ctx context.Context, args []string) int {
 		}
 		return ExitCannotRun
 	}
-	// The first replica that answers grants the lock; any replica can renew or release it.
+	// The first replica that answers grants the hold; any replica can renew or release it.
 	var (
 		lease *leasegate.Lease
 		err   error
 		key   = uuid.NewString() // one acquire, whichever replica answers
 	)
-	for _, gw = range c.gateways {
-		lease, err = gw.Lock(ctx, *f.lock, leasegate.LockOptions{Owner: *owner, TTL: *ttl, Wait: *wait, IdempotencyKey: key})
+	for _, gw := range c.gateways {
+		lease, err = t.hold(ctx, gw, *owner, *ttl, *wait, key)
 		var p *leasegate.ProblemError
 		if err == nil || errors.As(err, &p) && p.Status != 503 || ctx.Err() != nil {
 			break
 		}
 	}
+	if errors.Is(err, leasegate.ErrPermitsMismatch) {
+		err = fmt.Errorf("%w, not --permits %d (the first to take a permit while nobody holds or waits sets the size)", err, t.permits)
+	}
 	if err != nil {
 		return c.fail(err)
 	}
-	// Whatever happens, give the lock back (unless it was lost, which Release then says).
+	// Whatever happens, give the hold back (unless it was lost, which Release then says).
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -101,16 +103,13 @@ func (c *command) run(ctx context.Context, args []string) int {
 			}
 		}
 		if rerr != nil && !errors.Is(rerr, leasegate.ErrLeaseGone) {
-			fmt.Fprintln(c.stderr, "leasegate: releasing the lock:", rerr)
+			fmt.Fprintf(c.stderr, "leasegate: releasing the %s: %v\n", t, rerr)
 		}
 	}()
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, c.stdout, c.stderr
-	cmd.Env = append(os.Environ(),
-		"LEASEGATE_LOCK="+lease.Lock,
-		"LEASEGATE_TOKEN="+lease.Token,
-		"LEASEGATE_FENCE="+strconv.FormatInt(lease.Fence, 10))
+	cmd.Env = append(os.Environ(), leaseEnv(t, lease)...)
 	// The command gets a process group of its own, so that stopping it reaches its children too,
 	// except when stdin is a terminal: a background group reading it would be stopped (SIGTTIN).
 	if _, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS); err != nil { // not a terminal
@@ -142,7 +141,7 @@ func (c *command) run(ctx context.Context, args []string) int {
 	stop := func(why string) {
 		if !stopping {
 			stopping = true
-			fmt.Fprintf(c.stderr, "leasegate: %s on lock %q; stopping the command\n", why, lease.Lock)
+			fmt.Fprintf(c.stderr, "leasegate: %s on %s; stopping the command\n", why, t)
 			signalGroup(cmd, syscall.SIGTERM)
 		}
 	}
@@ -173,6 +172,16 @@ func (c *command) run(ctx context.Context, args []string) int {
 			signalGroup(cmd, syscall.SIGKILL)
 		}
 	}
+}
+
+// leaseEnv is what the command learns of its lease: LEASEGATE_LOCK and LEASEGATE_MODE, or
+// LEASEGATE_SEMAPHORE; and LEASEGATE_TOKEN and LEASEGATE_FENCE.
+func leaseEnv(t target, lease *leasegate.Lease) []string {
+	env := []string{"LEASEGATE_TOKEN=" + lease.Token, "LEASEGATE_FENCE=" + strconv.FormatInt(lease.Fence, 10)}
+	if t.semaphore != "" {
+		return append(env, "LEASEGATE_SEMAPHORE="+lease.Lock)
+	}
+	return append(env, "LEASEGATE_LOCK="+lease.Lock, "LEASEGATE_MODE="+string(lease.Mode()))
 }
 
 // safetyMargin is how long before its lease can lapse a command must be gone: a tenth of the TTL,

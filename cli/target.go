@@ -1,0 +1,164 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	leasegate "github.com/leasegate/leasegate/sdk/go"
+)
+
+// target is what a command takes, gives back, renews or inspects: a lock (an exclusive or a
+// shared hold) or one permit of a semaphore. run holds it through the SDK (hold); the one-shot
+// commands, which print the gateway's answer as it is, make one call each through one gateway
+// (acquire, renew, release, inspect), which returns the answer whatever its status, and a
+// transport error as its error.
+type target struct {
+	lock, semaphore string // exactly one is set
+	// mode is the hold of a lock to take (run, acquire) or to give back (release, where ""
+	// lets the gateway choose). Semaphores have none.
+	mode    leasegate.Mode
+	permits int64 // the semaphore's size (run, acquire)
+}
+
+// String names the target for messages: `lock "a"`, `shared lock "a"`, `semaphore "s"`.
+func (t target) String() string {
+	switch {
+	case t.semaphore != "":
+		return fmt.Sprintf("semaphore %q", t.semaphore)
+	case t.mode == leasegate.ModeShared:
+		return fmt.Sprintf("shared lock %q", t.lock)
+	}
+	return fmt.Sprintf("lock %q", t.lock)
+}
+
+// hold takes t through gw for run, waiting up to wait, with the SDK's Lock or AcquireSemaphore
+// (which split a long wait into long-polls that keep their place in line, and retry a 503 within
+// it). key is the Idempotency-Key of the acquire, whichever replica answers.
+func (t target) hold(ctx context.Context, gw *leasegate.Gateway, owner string, ttl, wait time.Duration, key string) (*leasegate.Lease, error) {
+	if t.semaphore != "" {
+		return gw.AcquireSemaphore(ctx, t.semaphore, leasegate.SemaphoreOptions{Owner: owner, Permits: t.permits, TTL: ttl, Wait: wait, IdempotencyKey: key})
+	}
+	return gw.Lock(ctx, t.lock, leasegate.LockOptions{Owner: owner, Mode: t.mode, TTL: ttl, Wait: wait, IdempotencyKey: key})
+}
+
+// answer is the gateway's answer to one call.
+type answer struct {
+	status  int
+	body    []byte
+	problem *leasegate.ProblemError // a problem+json answer
+}
+
+func newAnswer(resp *http.Response, body []byte) *answer {
+	a := &answer{status: resp.StatusCode, body: body}
+	if a.status >= 300 {
+		p := &leasegate.ProblemError{}
+		if err := json.Unmarshal(body, &p.Problem); err == nil && p.Type != "" {
+			a.problem = p
+		}
+	}
+	return a
+}
+
+// notAcquired reports whether err says that the lock stayed held, or every permit taken.
+func notAcquired(err error) bool {
+	return errors.Is(err, leasegate.ErrHeld) || errors.Is(err, leasegate.ErrSemaphoreFull)
+}
+
+// acquireOptions are one acquire request's fields.
+type acquireOptions struct {
+	owner              string
+	ttl, wait, maxHold time.Duration // wait: this request's long-poll
+	watchdog           bool
+	token              string  // re-enter this token's lease
+	ticket             *string // keep the place in line of an earlier wait
+	key                string  // Idempotency-Key
+}
+
+func (t target) acquire(ctx context.Context, gw *leasegate.Gateway, o acquireOptions) (*answer, error) {
+	var token, watchdog = optional(o.token), optional(o.watchdog)
+	if t.semaphore != "" {
+		resp, err := gw.API.AcquireSemaphoreWithResponse(ctx, t.semaphore,
+			&leasegate.AcquireSemaphoreParams{LeaseToken: token, IdempotencyKey: &o.key},
+			leasegate.SemaphoreAcquireRequest{Owner: o.owner, Permits: t.permits, TtlMs: ms(o.ttl), WaitMs: ms(o.wait),
+				Watchdog: watchdog, MaxHoldMs: ms(o.maxHold), QueueTicket: o.ticket})
+		if err != nil {
+			return nil, err
+		}
+		return newAnswer(resp.HTTPResponse, resp.Body), nil
+	}
+	resp, err := gw.API.AcquireLockWithResponse(ctx, t.lock,
+		&leasegate.AcquireLockParams{LeaseToken: token, IdempotencyKey: &o.key},
+		leasegate.AcquireRequest{Owner: o.owner, Mode: optional(t.mode), TtlMs: ms(o.ttl), WaitMs: ms(o.wait),
+			Watchdog: watchdog, MaxHoldMs: ms(o.maxHold), QueueTicket: o.ticket})
+	if err != nil {
+		return nil, err
+	}
+	return newAnswer(resp.HTTPResponse, resp.Body), nil
+}
+
+func (t target) renew(ctx context.Context, gw *leasegate.Gateway, token string, ttl time.Duration, key string) (*answer, error) {
+	if t.semaphore != "" {
+		resp, err := gw.API.RenewSemaphoreWithResponse(ctx, t.semaphore,
+			&leasegate.RenewSemaphoreParams{LeaseToken: token, IdempotencyKey: &key}, leasegate.RenewRequest{TtlMs: ms(ttl)})
+		if err != nil {
+			return nil, err
+		}
+		return newAnswer(resp.HTTPResponse, resp.Body), nil
+	}
+	resp, err := gw.API.RenewLockWithResponse(ctx, t.lock,
+		&leasegate.RenewLockParams{LeaseToken: token, IdempotencyKey: &key}, leasegate.RenewRequest{TtlMs: ms(ttl)})
+	if err != nil {
+		return nil, err
+	}
+	return newAnswer(resp.HTTPResponse, resp.Body), nil
+}
+
+// release gives back one hold of the token's lease (for a lock, of t.mode when set).
+func (t target) release(ctx context.Context, gw *leasegate.Gateway, token, key string) (*answer, error) {
+	if t.semaphore != "" {
+		resp, err := gw.API.ReleaseSemaphoreWithResponse(ctx, t.semaphore,
+			&leasegate.ReleaseSemaphoreParams{LeaseToken: token, IdempotencyKey: &key})
+		if err != nil {
+			return nil, err
+		}
+		return newAnswer(resp.HTTPResponse, resp.Body), nil
+	}
+	params := &leasegate.ReleaseLockParams{LeaseToken: token, IdempotencyKey: &key}
+	if t.mode != "" {
+		mode := leasegate.ReleaseLockParamsMode(t.mode)
+		params.Mode = &mode
+	}
+	resp, err := gw.API.ReleaseLockWithResponse(ctx, t.lock, params)
+	if err != nil {
+		return nil, err
+	}
+	return newAnswer(resp.HTTPResponse, resp.Body), nil
+}
+
+func (t target) inspect(ctx context.Context, gw *leasegate.Gateway, token string) (*answer, error) {
+	if t.semaphore != "" {
+		resp, err := gw.API.InspectSemaphoreWithResponse(ctx, t.semaphore, &leasegate.InspectSemaphoreParams{LeaseToken: optional(token)})
+		if err != nil {
+			return nil, err
+		}
+		return newAnswer(resp.HTTPResponse, resp.Body), nil
+	}
+	resp, err := gw.API.InspectLockWithResponse(ctx, t.lock, &leasegate.InspectLockParams{LeaseToken: optional(token)})
+	if err != nil {
+		return nil, err
+	}
+	return newAnswer(resp.HTTPResponse, resp.Body), nil
+}
+
+// optional is a pointer to v, or nil for v's zero value (a field left out of the request).
+func optional[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
+}
