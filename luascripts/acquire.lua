@@ -62,8 +62,9 @@ if redis.call('EXISTS', lock, sh, q) == 0 then
 end
 
 -- confirm turns lease's hold (a claim promote gave it, or a retried grant) into one of ttl ms.
+-- A lease is only ever granted the mode it asks for.
 local function confirm()
-  local fence, _, held = held_by(lease)
+  local fence, _, held = held_by(lease, want)
   if not fence then
     return nil
   end
@@ -121,9 +122,12 @@ redis.call('ZADD', q, 'NX', string.format('%d', arrival), lease)
 redis.call('ZADD', qd, string.format('%d', math.floor(now / 1000) + liveness_ms), lease)
 redis.call('HSET', qm, lease, cjson.encode(meta))
 keep_queue()
-promote()
-fence = confirm()
-if fence then
-  return granted(fence)
+-- While an exclusive holder is in, nothing fits for anyone: no need to look down the line.
+if kind == 's' or redis.call('EXISTS', lock) == 0 then
+  promote()
+  fence = confirm()
+  if fence then
+    return granted(fence)
+  end
 end
 return {2, busy_ms(), tonumber(redis.call('ZSCORE', q, lease))}

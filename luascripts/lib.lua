@@ -116,7 +116,7 @@ local function fits(mode, n)
   if redis.call('EXISTS', lock) == 1 then
     return false
   end
-  if mode == 's' then
+  if mode == 's' or redis.call('EXISTS', sh) == 0 then
     return true
   end
   reclaim()
@@ -300,10 +300,13 @@ local function promote()
 end
 
 -- held_by returns the fence and remaining ms of lease's hold (the exclusive one if it has both),
--- and its mode; nil when it holds nothing.
-local function held_by(lease)
-  if redis.call('HEXISTS', lock, lease) == 1 then
+-- and its mode; nil when it holds nothing. With only ('x' or 's'), it looks for that hold alone.
+local function held_by(lease, only)
+  if only ~= 's' and redis.call('HEXISTS', lock, lease) == 1 then
     return tonumber(redis.call('HGET', lock, ':fence')), redis.call('PTTL', lock), 'x'
+  end
+  if only == 'x' then
+    return nil
   end
   local m = shared_hold(lease)
   if m then
