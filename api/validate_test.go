@@ -113,6 +113,9 @@ func TestAcquireRequestValidate(t *testing.T) {
 		{"wait above max", api.AcquireRequest{Owner: "w", Waitms: ptr(maxWait + 1)}, api.Acquire{}, []string{"wait_ms"}},
 		{"every field invalid at once", api.AcquireRequest{Owner: "", TTLms: ptr[int64](0), Waitms: ptr[int64](-1)},
 			api.Acquire{}, []string{"owner", "ttl_ms", "wait_ms"}},
+		{"shared", api.AcquireRequest{Owner: "w", Mode: "shared"}, api.Acquire{Owner: "w", TTL: 30 * time.Second, Shared: true}, nil},
+		{"exclusive", api.AcquireRequest{Owner: "w", Mode: "exclusive"}, api.Acquire{Owner: "w", TTL: 30 * time.Second}, nil},
+		{"mode unknown", api.AcquireRequest{Owner: "w", Mode: "read"}, api.Acquire{}, []string{"mode"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, bad := tc.req.Validate(limits)

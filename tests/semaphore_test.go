@@ -333,3 +333,27 @@ func TestSharedMaxHoldEndsTheWatchdog(t *testing.T) {
 	eventually(t, 5*time.Second, "the permit to run out", func() bool { return w.semState("mh").Int("used") == 0 })
 	assert.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "renewed until max_hold_ms")
 }
+
+// TestSharedAndPermitCallsDuringARedisOutage: while Redis is down, shared and permit calls answer
+// 503 with Retry-After; they work again once it is back.
+func TestSharedAndPermitCallsDuringARedisOutage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	require.NoError(t, e.redis.Kill())
+	for _, req := range []struct{ path, body string }{
+		{"/locks/down", sharedBody("r", 30000, 0)},
+		{"/semaphores/down", permitBody("p", 2, 30000, 0)},
+	} {
+		r := e.client.Do(http.MethodPost, req.path, nil, req.body)
+		assert.Equal(t, http.StatusServiceUnavailable, r.Status, req.path)
+		assert.Equal(t, "urn:leasegate:problem:backend-unavailable", r.Str("type"))
+		assert.Equal(t, "1", r.Header.Get("Retry-After"))
+		r = e.client.Do(http.MethodGet, req.path, nil, "")
+		assert.Equal(t, http.StatusServiceUnavailable, r.Status, req.path)
+	}
+	require.NoError(t, e.redis.Restart())
+	eventually(t, 10*time.Second, "recovery after the Redis restart", func() bool {
+		return e.client.Do(http.MethodPost, "/locks/down", nil, sharedBody("r", 30000, 0)).Status == http.StatusCreated
+	})
+	assert.Equal(t, http.StatusCreated, e.client.Do(http.MethodPost, "/semaphores/down", nil, permitBody("p", 2, 30000, 0)).Status)
+}
