@@ -11,7 +11,7 @@ type State struct {
 	// Exclusive is the exclusive holder of a lock, nil when there is none.
 	Exclusive *Holder
 	// Shared are the first 100 shared holders (a lock's readers, a semaphore's permits), soonest to
-	// expire first; SharedCount counts them all.
+	// expire first (inspect.lua lists no more); SharedCount counts them all.
 	Shared      []Holder
 	SharedCount int64
 	Waiters     int64
@@ -33,9 +33,6 @@ type Holder struct {
 	Watchdog bool
 	HoldLeft time.Duration // how much longer the watchdog renews the lease
 }
-
-// maxListedHolders bounds State.Shared.
-const maxListedHolders = 100
 
 // Inspect reads the state of ref; a non-empty token also asks whether its lease holds. It returns
 // ErrInvalidToken for a bad token (before touching Redis) and ErrUnavailable when Redis does not
