@@ -18,16 +18,22 @@ Or drive a lease by hand::
     lease.renew()
     lease.release()
 
-Retries. Every mutating call (acquire, renew, release) sends an ``Idempotency-Key`` header: one
-random key per call of these methods, reused by the retries of that call (after a connection
-error or a 503). The gateway keeps the first answer to a key (10 minutes, or the lease's TTL if
-longer) and answers a retry with it, changing nothing: a retried release never gives back a
-second hold, a retried acquire gets the same lease (or 410 once that lease is gone, and then
-``acquire`` starts afresh with a new key). In a waiting ``acquire``, a 409 that ends a long-poll
-is a definite "not granted", so the next long-poll is a new request with a new key. (A gateway
-older than the header ignores it; a retried release may then answer 410.)
+Read-write locks take ``mode="shared"`` (any number of shared holders, no exclusive one), and
+counting semaphores work the same way, one permit per lease::
 
-Never outliving a lease. :attr:`Lease.valid_until` is a conservative bound (on
+    with gw.lock("price-table", "reader-3", mode="shared", wait_ms=5_000) as lease: ...
+    with gw.semaphore("partner-api", "worker-3", permits=5, wait_ms=60_000) as permit: ...
+
+Retries. Every mutating call (acquire, re-entry, renew, release) sends an ``Idempotency-Key``
+header: one random key per call of these methods, reused by the retries of that call (after a
+connection error or a 503). The gateway keeps the first answer to a key (10 minutes, or the
+lease's TTL if longer) and answers a retry with it, changing nothing: a retried release never
+gives back a second hold, a retried acquire gets the same lease (or 410 once that lease is gone,
+and then ``acquire`` starts afresh with a new key). In a waiting ``acquire``, a 409 that ends a
+long-poll is a definite "not granted", so the next long-poll is a new request with a new key. (A
+gateway older than the header ignores it; a retried release may then answer 410.)
+
+Never outliving a lease. :attr:`BaseLease.valid_until` is a conservative bound (on
 :func:`time.monotonic`'s clock) on when the lease can lapse: the TTL of its latest grant or
 renewal, counted from just *before* the request that produced it was sent (the first attempt's
 send time when the answer came to a retry). Work under the lock must be over by then.
@@ -35,6 +41,7 @@ send time when the answer came to a retry). Work under the lock must be over by 
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import http.client
 import json
@@ -44,34 +51,60 @@ import urllib.parse
 import uuid
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, TypeVar, cast
+from typing import Any, ClassVar, Final, Generic, Literal, TypeVar, cast
 
 __all__ = [
     "Client",
+    "Mode",
     "Grant",
-    "Lease",
+    "SemaphoreGrant",
+    "Holder",
     "LockState",
+    "SemaphoreState",
+    "BaseLease",
+    "Lease",
+    "SemaphoreLease",
     "LeasegateError",
+    "HeldError",
     "LockHeldError",
+    "SemaphoreFullError",
+    "UpgradeRefusedError",
+    "PermitsMismatchError",
     "LeaseGoneError",
     "TransportError",
     "LeaseLostError",
 ]
 
-__version__: Final = "1.0.0"
+__version__: Final = "1.1.0"
+
+#: How a lock is held: ``"exclusive"`` (one holder, the default) or ``"shared"`` (any number of
+#: shared holders and no exclusive one). A semaphore's permit counts as a shared hold.
+Mode = Literal["exclusive", "shared"]
+_MODES: Final[tuple[Mode, ...]] = ("exclusive", "shared")
 
 PROBLEM_PREFIX: Final = "urn:leasegate:problem:"
 LOCK_HELD: Final = PROBLEM_PREFIX + "lock-held"
+SEMAPHORE_FULL: Final = PROBLEM_PREFIX + "semaphore-full"
+UPGRADE_REFUSED: Final = PROBLEM_PREFIX + "upgrade-refused"
+PERMITS_MISMATCH: Final = PROBLEM_PREFIX + "permits-mismatch"
 LEASE_GONE: Final = PROBLEM_PREFIX + "lease-gone"
 
 _T = TypeVar("_T")
 
 _USER_AGENT: Final = f"leasegate-python/{__version__}"
-# How many times renew, release, inspect and a try-once acquire send a request that failed with
-# a connection error or a 503 (waiting acquires retry for as long as their wait lasts).
+# How many times renew, release, re-entry, inspect and a try-once acquire send a request that
+# failed with a connection error or a 503 (waiting acquires retry for as long as their wait lasts).
 _TRIES: Final = 3
 # Extra socket timeout on top of a long-poll's wait_ms.
 _LONG_POLL_SLACK_S: Final = 5.0
+
+
+def _check_mode(mode: str) -> Mode:
+    """mode as a Mode; ValueError if it is neither "exclusive" nor "shared"."""
+    for m in _MODES:
+        if mode == m:
+            return m
+    raise ValueError(f"leasegate: mode must be 'exclusive' or 'shared', got {mode!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,8 +114,9 @@ _LONG_POLL_SLACK_S: Final = 5.0
 class LeasegateError(Exception):
     """An error answer from the gateway (an RFC 9457 problem), or a failure to reach it.
 
-    Attributes mirror the problem body. A body that is not a problem becomes a LeasegateError
-    of type ``"about:blank"`` with the HTTP status and the start of the body as ``detail``.
+    Attributes mirror the problem body (``lock`` or ``semaphore`` names what it concerns). A body
+    that is not a problem becomes a LeasegateError of type ``"about:blank"`` with the HTTP status
+    and the start of the body as ``detail``.
     """
 
     type: str
@@ -92,6 +126,7 @@ class LeasegateError(Exception):
     invalid_params: list[tuple[str, str]]
     request_id: str | None
     lock: str | None
+    semaphore: str | None
     retry_after_ms: int | None
     waited_ms: int | None
     queue_ticket: str | None
@@ -108,6 +143,7 @@ class LeasegateError(Exception):
         invalid_params: list[tuple[str, str]] | None = None,
         request_id: str | None = None,
         lock: str | None = None,
+        semaphore: str | None = None,
         retry_after_ms: int | None = None,
         waited_ms: int | None = None,
         queue_ticket: str | None = None,
@@ -126,6 +162,7 @@ class LeasegateError(Exception):
         self.invalid_params = list(invalid_params or [])
         self.request_id = request_id
         self.lock = lock
+        self.semaphore = semaphore
         self.retry_after_ms = retry_after_ms
         self.waited_ms = waited_ms
         self.queue_ticket = queue_ticket
@@ -176,10 +213,10 @@ class LeasegateError(Exception):
                     d = cast(dict[str, object], ip)
                     params.append((str(d.get("name", "")), str(d.get("reason", ""))))
         ptype = str(p["type"])
-        cls: type[LeasegateError] = LeasegateError
-        if ptype == LOCK_HELD or (not ptype.startswith(PROBLEM_PREFIX) and status == 409):
+        cls = _PROBLEM_CLASSES.get(ptype, LeasegateError)
+        if not ptype.startswith(PROBLEM_PREFIX) and status == 409:
             cls = LockHeldError
-        elif ptype == LEASE_GONE or (not ptype.startswith(PROBLEM_PREFIX) and status == 410):
+        elif not ptype.startswith(PROBLEM_PREFIX) and status == 410:
             cls = LeaseGoneError
         return cls(
             type=ptype,
@@ -189,6 +226,7 @@ class LeasegateError(Exception):
             invalid_params=params,
             request_id=_str_or_none(p.get("request_id")) or request_id,
             lock=_str_or_none(p.get("lock")),
+            semaphore=_str_or_none(p.get("semaphore")),
             retry_after_ms=_int_or_none(p.get("retry_after_ms")),
             waited_ms=_int_or_none(p.get("waited_ms")),
             queue_ticket=_str_or_none(p.get("queue_ticket")),
@@ -197,16 +235,45 @@ class LeasegateError(Exception):
         )
 
 
-class LockHeldError(LeasegateError):
-    """409 ``lock-held``: another lease holds the lock (or others wait for it).
+class HeldError(LeasegateError):
+    """409: what was asked for is taken (a lock, or every permit of a semaphore), or others wait
+    for it. Catch this to handle :class:`LockHeldError` and :class:`SemaphoreFullError` alike.
 
-    ``retry_after_ms`` is the holder's remaining TTL. After :meth:`Client.acquire` waited,
+    ``retry_after_ms`` is how long until the holder's lease (for a semaphore: the permit that runs
+    out first) expires. After :meth:`Client.acquire` or :meth:`Client.acquire_semaphore` waited,
     ``waited_ms`` is how long the whole wait lasted (across its long-polls).
     """
 
 
+class LockHeldError(HeldError):
+    """409 ``lock-held``: another lease holds the lock (or others wait for it)."""
+
+
+class SemaphoreFullError(HeldError):
+    """409 ``semaphore-full``: every permit of the semaphore is taken (or others wait for one)."""
+
+
+class UpgradeRefusedError(LeasegateError):
+    """409 ``upgrade-refused``: a lease holding the lock shared asked for it exclusively.
+
+    Upgrades deadlock (two readers upgrading at once would wait for each other forever), so the
+    gateway refuses them; the lease keeps its shared hold. Release it, then acquire exclusively.
+    """
+
+
+class PermitsMismatchError(LeasegateError):
+    """409 ``permits-mismatch``: the semaphore, which someone holds or waits on, has another
+    size; :attr:`permits` is that size."""
+
+    @property
+    def permits(self) -> int:
+        """The semaphore's size, as the gateway reported it (0 if it did not)."""
+        return _int_or_none(self.problem.get("permits")) or 0
+
+
 class LeaseGoneError(LeasegateError):
-    """410 ``lease-gone``: the lease no longer holds the lock (it expired or was released)."""
+    """410 ``lease-gone``: the lease no longer holds the lock or permit (it expired or was
+    released)."""
 
 
 class TransportError(LeasegateError):
@@ -217,17 +284,29 @@ class TransportError(LeasegateError):
     """
 
 
-class LeaseLostError(Exception):
-    """Raised by :meth:`Lease.check` once the lease is lost, or may lapse before it is renewed."""
+_PROBLEM_CLASSES: Final[dict[str, type[LeasegateError]]] = {
+    LOCK_HELD: LockHeldError,
+    SEMAPHORE_FULL: SemaphoreFullError,
+    UPGRADE_REFUSED: UpgradeRefusedError,
+    PERMITS_MISMATCH: PermitsMismatchError,
+    LEASE_GONE: LeaseGoneError,
+}
 
-    def __init__(self, lock: str, reason: str) -> None:
-        """``lock`` is the lock's name, ``reason`` why the lease counts as lost."""
+
+class LeaseLostError(Exception):
+    """Raised by :meth:`BaseLease.check` once the lease is lost, or may lapse before it is
+    renewed."""
+
+    def __init__(self, lock: str, reason: str, kind: Literal["lock", "semaphore"] = "lock") -> None:
+        """``lock`` is the lock's name (the semaphore's, with ``kind="semaphore"``), ``reason``
+        why the lease counts as lost."""
         self.lock = lock
         self.reason = reason
-        super().__init__(f"lease on lock {lock!r} lost: {reason}")
+        self.kind: Literal["lock", "semaphore"] = kind
+        super().__init__(f"lease on {kind} {lock!r} lost: {reason}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (LeaseLostError, (self.lock, self.reason))
+        return (LeaseLostError, (self.lock, self.reason, self.kind))
 
 
 def _rebuild_error(cls: type[LeasegateError], fields: dict[str, Any]) -> LeasegateError:
@@ -270,7 +349,11 @@ def _int_or_none(v: object) -> int | None:
 
 @dataclass(frozen=True)
 class Grant:
-    """A grant or renewal answer: the lease as the gateway last described it."""
+    """A lock's grant, re-entry or renewal answer: the lease as the gateway last described it.
+
+    ``holds`` and ``ttl_ms`` are those of the hold of ``mode``; a renewal of a lease holding the
+    lock both ways describes its exclusive hold.
+    """
 
     lock: str
     owner: str
@@ -280,6 +363,12 @@ class Grant:
     expires_at: str
     holds: int
     watchdog: bool
+    mode: Mode = "exclusive"
+
+    @property
+    def name(self) -> str:
+        """The lock's name (``lock``)."""
+        return self.lock
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Grant:
@@ -293,15 +382,92 @@ class Grant:
             expires_at=str(d.get("expires_at", "")),
             holds=int(d["holds"]),
             watchdog=bool(d.get("watchdog", False)),
+            mode=_check_mode(str(d.get("mode", "exclusive"))),
         )
 
 
 @dataclass(frozen=True)
-class LockState:
-    """``GET /locks/{name}``: whether the lock is held, and how many requests wait for it.
+class SemaphoreGrant:
+    """A semaphore's grant, re-entry or renewal answer: the lease on one permit as the gateway
+    last described it. ``permits`` is the semaphore's size, ``used`` how many permits were in use
+    just after this answer, this one included."""
 
-    ``owner``, ``fence``, ``holds``, ``ttl_ms`` (remaining) and ``watchdog`` are set only while
-    it is held, ``max_hold_ms`` only for a watchdog lease, ``yours`` only when a token was sent.
+    semaphore: str
+    owner: str
+    token: str = field(repr=False)  # a bearer credential: kept out of reprs and logs
+    fence: int
+    ttl_ms: int
+    expires_at: str
+    holds: int
+    watchdog: bool
+    permits: int
+    used: int
+
+    @property
+    def name(self) -> str:
+        """The semaphore's name (``semaphore``)."""
+        return self.semaphore
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> SemaphoreGrant:
+        """Build a SemaphoreGrant from the gateway's JSON object."""
+        return SemaphoreGrant(
+            semaphore=str(d["semaphore"]),
+            owner=str(d["owner"]),
+            token=str(d["token"]),
+            fence=int(d["fence"]),
+            ttl_ms=int(d["ttl_ms"]),
+            expires_at=str(d.get("expires_at", "")),
+            holds=int(d["holds"]),
+            watchdog=bool(d.get("watchdog", False)),
+            permits=int(d["permits"]),
+            used=int(d["used"]),
+        )
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One shared holder (a lock's reader, a semaphore's permit) as ``GET`` lists it.
+
+    ``ttl_ms`` is what its lease has left; ``max_hold_ms`` (watchdog leases only) how much longer
+    the gateway renews it.
+    """
+
+    owner: str
+    fence: int
+    holds: int
+    ttl_ms: int
+    watchdog: bool
+    max_hold_ms: int | None = None
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> Holder:
+        """Build a Holder from the gateway's JSON object."""
+        return Holder(
+            owner=str(d["owner"]),
+            fence=int(d["fence"]),
+            holds=int(d["holds"]),
+            ttl_ms=int(d["ttl_ms"]),
+            watchdog=bool(d.get("watchdog", False)),
+            max_hold_ms=_int_or_none(d.get("max_hold_ms")),
+        )
+
+
+def _holders(v: object) -> tuple[Holder, ...]:
+    if not isinstance(v, list):
+        return ()
+    return tuple(Holder.from_json(cast(Mapping[str, Any], h)) for h in cast(list[object], v) if isinstance(h, dict))
+
+
+@dataclass(frozen=True)
+class LockState:
+    """``GET /locks/{name}``: whether the lock is held, how, and how many requests wait for it.
+
+    ``mode`` is set while it is held (``"exclusive"`` while an exclusive hold exists). ``owner``,
+    ``fence``, ``holds``, ``ttl_ms`` (remaining) and ``watchdog`` describe the exclusive holder
+    and are set only while it is held exclusively, ``max_hold_ms`` only for a watchdog lease.
+    ``holders`` (the first 100, soonest to expire first) and ``holder_count`` describe the shared
+    holders (empty and 0 when there are none). ``yours`` is set only when a token was sent.
     """
 
     lock: str
@@ -314,10 +480,14 @@ class LockState:
     watchdog: bool | None = None
     max_hold_ms: int | None = None
     yours: bool | None = None
+    mode: Mode | None = None
+    holders: tuple[Holder, ...] = ()
+    holder_count: int = 0
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> LockState:
         """Build a LockState from the gateway's JSON object."""
+        mode = d.get("mode")
         return LockState(
             lock=str(d["lock"]),
             held=bool(d["held"]),
@@ -329,7 +499,51 @@ class LockState:
             watchdog=d.get("watchdog"),
             max_hold_ms=_int_or_none(d.get("max_hold_ms")),
             yours=d.get("yours"),
+            mode=None if mode is None else _check_mode(str(mode)),
+            holders=_holders(d.get("holders")),
+            holder_count=_int_or_none(d.get("holder_count")) or 0,
         )
+
+
+@dataclass(frozen=True)
+class SemaphoreState:
+    """``GET /semaphores/{name}``: the semaphore's size (``permits``, 0 while nobody holds or
+    waits), the permits in ``used``, their ``holders`` (the first 100, soonest to expire first)
+    and ``holder_count``, and how many requests wait. ``yours`` is set only when a token was
+    sent."""
+
+    name: str
+    permits: int
+    used: int
+    waiters: int
+    holders: tuple[Holder, ...] = ()
+    holder_count: int = 0
+    yours: bool | None = None
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> SemaphoreState:
+        """Build a SemaphoreState from the gateway's JSON object."""
+        return SemaphoreState(
+            name=str(d["name"]),
+            permits=int(d["permits"]),
+            used=int(d["used"]),
+            waiters=int(d.get("waiters", 0)),
+            holders=_holders(d.get("holders")),
+            holder_count=_int_or_none(d.get("holder_count")) or 0,
+            yours=d.get("yours"),
+        )
+
+
+def _holder_ttl_ms(holders: tuple[Holder, ...], holder_count: int, fence: int) -> int | None:
+    """The remaining TTL of the shared hold with ``fence`` (a lease's fence is its own), or a
+    lower bound of it when more holders exist than are listed: the list goes soonest to expire
+    first, so an unlisted holder has at least the last listed one's TTL. None when not found."""
+    for h in holders:
+        if h.fence == fence:
+            return h.ttl_ms
+    if holders and holder_count > len(holders):
+        return holders[-1].ttl_ms
+    return None
 
 
 @dataclass(frozen=True)
@@ -388,8 +602,24 @@ def _new_key() -> str:
     return str(uuid.uuid4())
 
 
+def _acquire_body(owner: str, ttl_ms: int | None, watchdog: bool, max_hold_ms: int | None) -> dict[str, Any]:
+    """The members an acquire of a lock and of a semaphore share (unset ones left out)."""
+    body: dict[str, Any] = {"owner": owner}
+    if ttl_ms is not None:
+        body["ttl_ms"] = ttl_ms
+    if watchdog:
+        body["watchdog"] = True
+    if max_hold_ms is not None:
+        body["max_hold_ms"] = max_hold_ms
+    return body
+
+
 # ---------------------------------------------------------------------------------------------
 # Client
+
+_L = TypeVar("_L", bound="BaseLease[Any]")
+_LOCKS: Final = "/locks/"
+_SEMAPHORES: Final = "/semaphores/"
 
 
 class Client:
@@ -416,13 +646,14 @@ class Client:
     def __repr__(self) -> str:
         return f"Client({self.base_url!r}, timeout={self.timeout!r})"
 
-    # -- public API ------------------------------------------------------------------------
+    # -- locks -----------------------------------------------------------------------------
 
     def acquire(
         self,
         name: str,
         owner: str,
         *,
+        mode: Mode = "exclusive",
         ttl_ms: int | None = None,
         wait_ms: int = 0,
         watchdog: bool = False,
@@ -430,6 +661,10 @@ class Client:
         max_wait_per_request_ms: int = 30000,
     ) -> Lease:
         """Acquire lock ``name`` for ``owner`` and return the :class:`Lease`.
+
+        ``mode="shared"`` asks for a shared (read) hold: shared holders coexist, an exclusive
+        hold (the default) excludes every other. A shared request queues behind a waiting
+        exclusive one.
 
         With ``wait_ms`` 0 it tries once. Otherwise it waits up to ``wait_ms`` in the lock's
         FIFO queue, as a series of long-polls of at most ``max_wait_per_request_ms`` (keep it at
@@ -448,11 +683,153 @@ class Client:
         for the whole wait) when the lock is still held when the wait runs out, or any other
         :class:`LeasegateError`.
         """
+        body = _acquire_body(owner, ttl_ms, watchdog, max_hold_ms)
+        if _check_mode(mode) == "shared":
+            body["mode"] = mode  # left out for exclusive: the default, as older gateways know it
+        return self._acquire(
+            self._path(_LOCKS, name),
+            body,
+            wait_ms=wait_ms,
+            max_wait_per_request_ms=max_wait_per_request_ms,
+            make=lambda d, sent: Lease(self, Grant.from_json(d), sent=sent),
+        )
+
+    @contextlib.contextmanager
+    def lock(
+        self,
+        name: str,
+        owner: str,
+        *,
+        mode: Mode = "exclusive",
+        ttl_ms: int | None = None,
+        wait_ms: int = 0,
+        watchdog: bool = False,
+        max_hold_ms: int | None = None,
+        max_wait_per_request_ms: int = 30000,
+    ) -> Generator[Lease, None, None]:
+        """Hold lock ``name`` for the ``with`` block; the options are :meth:`acquire`'s.
+
+        A daemon thread renews the lease every TTL/3 (failed renewals are retried every
+        *margin* = TTL/10, between 50 ms and 1 s). ``lease.lost`` is set when a renewal
+        answers 410, or when ``lease.valid_until - margin`` is reached without a successful
+        renewal. The block must watch it: poll ``lease.lost`` or call ``lease.check()``
+        between steps, and stop working under the lock once it is set.
+
+        With ``watchdog=True`` the gateway renews the lease; the thread then only checks it
+        every TTL/3 (``GET /locks/{name}`` with the token), so ``lost`` and ``valid_until``
+        still work and ``max_hold_ms`` keeps its meaning.
+
+        On exit the thread is stopped and the hold the block took released (a 410 is ignored:
+        the lease is gone anyway). If the block raised, an error releasing is added to its
+        exception as a note rather than replacing it.
+        """
+        lease = self.acquire(
+            name,
+            owner,
+            mode=mode,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            watchdog=watchdog,
+            max_hold_ms=max_hold_ms,
+            max_wait_per_request_ms=max_wait_per_request_ms,
+        )
+        with lease._for_block():
+            yield lease
+
+    def inspect(self, name: str, token: str | None = None) -> LockState:
+        """``GET /locks/{name}``: the lock's state; with ``token``, ``yours`` tells whether
+        that lease holds it (either way)."""
+        return self._inspect(name, token, tries=_TRIES, deadline=None)
+
+    # -- semaphores ------------------------------------------------------------------------
+
+    def acquire_semaphore(
+        self,
+        name: str,
+        owner: str,
+        *,
+        permits: int,
+        ttl_ms: int | None = None,
+        wait_ms: int = 0,
+        watchdog: bool = False,
+        max_hold_ms: int | None = None,
+        max_wait_per_request_ms: int = 30000,
+    ) -> SemaphoreLease:
+        """Take one permit of semaphore ``name`` of ``permits`` permits (1-10000) for ``owner``
+        and return its :class:`SemaphoreLease`.
+
+        The size is set by whoever acquires while nobody holds or waits; naming another size
+        while someone does raises :class:`PermitsMismatchError` (its ``permits`` is the real
+        size), at once, even when asked to wait. A permit expires with its lease. Waiting
+        (long-polls that keep their place with queue tickets), retries and Idempotency-Keys
+        work as for :meth:`acquire`, and so do the other options.
+
+        Raises :class:`SemaphoreFullError` (with ``retry_after_ms`` and, after a wait,
+        ``waited_ms``) when every permit is still taken when the wait runs out, or any other
+        :class:`LeasegateError`.
+        """
+        body = _acquire_body(owner, ttl_ms, watchdog, max_hold_ms)
+        body["permits"] = permits
+        return self._acquire(
+            self._path(_SEMAPHORES, name),
+            body,
+            wait_ms=wait_ms,
+            max_wait_per_request_ms=max_wait_per_request_ms,
+            make=lambda d, sent: SemaphoreLease(self, SemaphoreGrant.from_json(d), sent=sent),
+        )
+
+    @contextlib.contextmanager
+    def semaphore(
+        self,
+        name: str,
+        owner: str,
+        *,
+        permits: int,
+        ttl_ms: int | None = None,
+        wait_ms: int = 0,
+        watchdog: bool = False,
+        max_hold_ms: int | None = None,
+        max_wait_per_request_ms: int = 30000,
+    ) -> Generator[SemaphoreLease, None, None]:
+        """Hold one permit of semaphore ``name`` for the ``with`` block; the options are
+        :meth:`acquire_semaphore`'s. The permit's lease is kept alive, watched (``lost``,
+        ``check()``) and released on exit exactly as :meth:`lock` does for a lock's."""
+        lease = self.acquire_semaphore(
+            name,
+            owner,
+            permits=permits,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            watchdog=watchdog,
+            max_hold_ms=max_hold_ms,
+            max_wait_per_request_ms=max_wait_per_request_ms,
+        )
+        with lease._for_block():
+            yield lease
+
+    def inspect_semaphore(self, name: str, token: str | None = None) -> SemaphoreState:
+        """``GET /semaphores/{name}``: the semaphore's state; with ``token``, ``yours`` tells
+        whether that lease holds a permit."""
+        return self._inspect_semaphore(name, token, tries=_TRIES, deadline=None)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _acquire(
+        self,
+        path: str,
+        base_body: Mapping[str, Any],
+        *,
+        wait_ms: int,
+        max_wait_per_request_ms: int,
+        make: Callable[[Mapping[str, Any], float], _L],
+    ) -> _L:
+        """The acquire of a lock or a semaphore (see :meth:`acquire`): POST ``base_body`` to
+        ``path``, waiting as asked, and build the lease from the grant with ``make(grant,
+        sent)``, ``sent`` being the send time its validity counts from."""
         if wait_ms < 0:
             raise ValueError("leasegate: wait_ms must be >= 0")
         if max_wait_per_request_ms < 1:
             raise ValueError("leasegate: max_wait_per_request_ms must be >= 1")
-        path = self._lock_path(name)
         key = _new_key()  # one per request and its retries; renewed after each definite 409
         start = time.monotonic()
         deadline = start + wait_ms / 1000.0
@@ -464,13 +841,7 @@ class Client:
         replays = 0  # 410 answers: a retry replayed a grant that lapsed unseen
 
         while True:
-            body: dict[str, Any] = {"owner": owner}
-            if ttl_ms is not None:
-                body["ttl_ms"] = ttl_ms
-            if watchdog:
-                body["watchdog"] = True
-            if max_hold_ms is not None:
-                body["max_hold_ms"] = max_hold_ms
+            body = dict(base_body)
             now = time.monotonic()
             wait = min(int((deadline - now) * 1000), max_wait_per_request_ms)
             socket_timeout = self.timeout
@@ -490,16 +861,17 @@ class Client:
                 self._pause(_backoff(failures), deadline)
                 continue
             if ans.ok:
-                lease = Lease(self, ans.parse(Grant.from_json), sent=pending_since)
+                sent = pending_since
+                lease = ans.parse(lambda d: make(d, sent))
                 # The lease's TTL started at its grant, after the request was sent: after a long
                 # wait, valid_until (counted from the send) would already be near. Renew now to
                 # count from a request sent after the grant; on failure the early bound stands.
-                if not lease.watchdog and time.monotonic() - pending_since > lease.margin:
+                if not lease.watchdog and time.monotonic() - sent > lease.margin:
                     with contextlib.suppress(LeasegateError):
                         lease.renew()
                 return lease
             err = ans.error()
-            if isinstance(err, LockHeldError):
+            if isinstance(err, HeldError):
                 key, pending_since, failures = _new_key(), None, 0
                 if time.monotonic() >= deadline:
                     if wait_ms > 0:
@@ -524,71 +896,31 @@ class Client:
                     continue
             raise err
 
-    @contextlib.contextmanager
-    def lock(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl_ms: int | None = None,
-        wait_ms: int = 0,
-        watchdog: bool = False,
-        max_hold_ms: int | None = None,
-        max_wait_per_request_ms: int = 30000,
-    ) -> Generator[Lease, None, None]:
-        """Hold lock ``name`` for the ``with`` block; the options are :meth:`acquire`'s.
-
-        A daemon thread renews the lease every TTL/3 (failed renewals are retried every
-        *margin* = TTL/10, between 50 ms and 1 s). ``lease.lost`` is set when a renewal
-        answers 410, or when ``lease.valid_until - margin`` is reached without a successful
-        renewal. The block must watch it: poll ``lease.lost`` or call ``lease.check()``
-        between steps, and stop working under the lock once it is set.
-
-        With ``watchdog=True`` the gateway renews the lease; the thread then only checks it
-        every TTL/3 (``GET /locks/{name}`` with the token), so ``lost`` and ``valid_until``
-        still work and ``max_hold_ms`` keeps its meaning.
-
-        On exit the thread is stopped and the lease released (a 410 is ignored: the lease is
-        gone anyway). If the block raised, an error releasing is added to its exception as a
-        note rather than replacing it.
-        """
-        lease = self.acquire(
-            name,
-            owner,
-            ttl_ms=ttl_ms,
-            wait_ms=wait_ms,
-            watchdog=watchdog,
-            max_hold_ms=max_hold_ms,
-            max_wait_per_request_ms=max_wait_per_request_ms,
-        )
-        lease._start_keepalive()
-        try:
-            yield lease
-        except BaseException as exc:
-            try:
-                lease._finish()
-            except Exception as rel:  # noqa: BLE001 - reported on the block's own exception
-                exc.add_note(f"leasegate: releasing lock {name!r} failed too: {rel}")
-            raise
-        else:
-            lease._finish()
-
-    def inspect(self, name: str, token: str | None = None) -> LockState:
-        """``GET /locks/{name}``: the lock's state; with ``token``, ``yours`` tells whether
-        that lease holds it."""
-        return self._inspect(name, token, tries=_TRIES, deadline=None)
-
-    # -- internals -------------------------------------------------------------------------
-
     def _inspect(self, name: str, token: str | None, *, tries: int, deadline: float | None) -> LockState:
+        return self._state(self._path(_LOCKS, name), token, LockState.from_json, tries=tries, deadline=deadline)
+
+    def _inspect_semaphore(self, name: str, token: str | None, *, tries: int, deadline: float | None) -> SemaphoreState:
+        path = self._path(_SEMAPHORES, name)
+        return self._state(path, token, SemaphoreState.from_json, tries=tries, deadline=deadline)
+
+    def _state(
+        self,
+        path: str,
+        token: str | None,
+        build: Callable[[Mapping[str, Any]], _T],
+        *,
+        tries: int,
+        deadline: float | None,
+    ) -> _T:
         headers = {"Lease-Token": token} if token else {}
-        ans, _ = self._retrying("GET", self._lock_path(name), None, headers, tries=tries, deadline=deadline)
+        ans, _ = self._retrying("GET", path, None, headers, tries=tries, deadline=deadline)
         if not ans.ok:
             raise ans.error()
-        return ans.parse(LockState.from_json)
+        return ans.parse(build)
 
-    def _lock_path(self, name: str) -> str:
-        return "/locks/" + urllib.parse.quote(name, safe=":")
+    def _path(self, collection: str, name: str) -> str:
+        """The path of lock or semaphore ``name`` in ``collection`` ("/locks/", "/semaphores/")."""
+        return collection + urllib.parse.quote(name, safe=":")
 
     @staticmethod
     def _may_retry(failures: int, deadline: float) -> bool:
@@ -692,55 +1024,80 @@ class Client:
             conn.close()
 
 
+
+
 # ---------------------------------------------------------------------------------------------
-# Lease
+# Leases
 
 
-class Lease:
-    """A held lock. Safe to use from several threads.
+@dataclass
+class _Hold:
+    """One way a lease holds its lock: exclusively, or shared (a semaphore's permit too)."""
 
-    The fields (``lock``, ``owner``, ``token``, ``fence``, ``ttl_ms``, ``holds``, ``watchdog``,
-    ``expires_at``) are read from the latest :class:`Grant`; read ``lease.grant`` once to get a
-    consistent snapshot of all of them (e.g. the token and fence of the same renewal).
+    count: int  # re-entry count; 0: not held this way
+    ttl_ms: int
+    valid_until: float  # monotonic: `sent` + ttl
+    sent: float  # the send time of the request that last set valid_until
+
+
+_G = TypeVar("_G", Grant, SemaphoreGrant)
+
+
+class BaseLease(abc.ABC, Generic[_G]):
+    """What a lock's :class:`Lease` and a semaphore permit's :class:`SemaphoreLease` share:
+    renewal, release, the loss bookkeeping (``lost``, :meth:`check`, ``valid_until``) and the
+    keep-alive thread of :meth:`Client.lock` and :meth:`Client.semaphore`. Safe to use from
+    several threads.
+
+    The fields (``name``, ``owner``, ``token``, ``fence``, ``ttl_ms``, ``watchdog``,
+    ``expires_at``) are read from the latest grant (:class:`Grant` or :class:`SemaphoreGrant`);
+    read ``lease.grant`` once to get a consistent snapshot of all of them (e.g. the token and
+    fence of the same renewal).
     """
 
-    def __init__(self, client: Client, grant: Grant, *, sent: float) -> None:
-        """Made by :meth:`Client.acquire`; ``sent`` is the monotonic time before its request."""
+    #: What the lease holds: ``"lock"`` or ``"semaphore"`` (one permit of it).
+    kind: ClassVar[Literal["lock", "semaphore"]]
+    _collection: ClassVar[str]
+
+    def __init__(self, client: Client, grant: _G, *, sent: float) -> None:
+        """Made by :meth:`Client.acquire` or :meth:`Client.acquire_semaphore`; ``sent`` is the
+        monotonic time before its request."""
         self._client = client
+        self._url_path = client._path(self._collection, grant.name)
         self._cond = threading.Condition(threading.Lock())
-        self._grant = grant
+        self._grant: _G = grant
         self._applied_sent = sent
-        self._valid_until = sent + grant.ttl_ms / 1000.0
-        self._margin = min(max(grant.ttl_ms / 10000.0, 0.05), 1.0)
+        self._mode: Mode = self._mode_of(grant)  # the way the lease was granted
+        ttl_s: float = grant.ttl_ms / 1000.0
+        self._holds: dict[Mode, _Hold] = {self._mode: _Hold(grant.holds, grant.ttl_ms, sent + ttl_s, sent)}
+        self._valid_until: float = sent + ttl_s
+        self._margin: float = min(max(grant.ttl_ms / 10000.0, 0.05), 1.0)
         self._released = False
         self._lost_reason = ""
         self._kept_alive = False
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        #: Set once the lease is lost (a renewal answered 410, or, while :meth:`Client.lock`
-        #: keeps it alive, ``valid_until - margin`` came without a successful renewal).
+        #: Set once the lease is lost (a renewal answered 410, or, while :meth:`Client.lock` or
+        #: :meth:`Client.semaphore` keeps it alive, ``valid_until - margin`` came without a
+        #: successful renewal).
         self.lost: threading.Event = threading.Event()
-
-    def __repr__(self) -> str:
-        g = self.grant
-        return f"Lease(lock={g.lock!r}, owner={g.owner!r}, fence={g.fence}, holds={g.holds}, lost={self.lost.is_set()})"
 
     # -- fields ----------------------------------------------------------------------------
 
     @property
-    def grant(self) -> Grant:
-        """The latest grant or renewal, as one consistent snapshot."""
+    def grant(self) -> _G:
+        """The latest grant, re-entry or renewal, as one consistent snapshot."""
         with self._cond:
             return self._grant
 
     @property
-    def lock(self) -> str:
-        """The lock's name."""
-        return self.grant.lock
+    def name(self) -> str:
+        """The lock's or the semaphore's name."""
+        return self.grant.name
 
     @property
     def owner(self) -> str:
-        """Who holds the lock."""
+        """Who holds the lease."""
         return self.grant.owner
 
     @property
@@ -760,8 +1117,10 @@ class Lease:
 
     @property
     def holds(self) -> int:
-        """The re-entry count (1 for a new grant; 0 after the lock was released)."""
-        return self.grant.holds
+        """How many holds the lease has: 1 after a new grant, +1 per re-entry, -1 per release
+        (both ways counted, for a lease holding its lock both ways); 0 once it holds nothing."""
+        with self._cond:
+            return sum(h.count for h in self._holds.values())
 
     @property
     def watchdog(self) -> bool:
@@ -777,7 +1136,8 @@ class Lease:
     def valid_until(self) -> float:
         """When the lease can lapse at the earliest, on :func:`time.monotonic`'s clock.
 
-        The TTL of the latest grant or renewal counted from just before its request was sent.
+        The TTL of the latest grant or renewal counted from just before its request was sent
+        (for a lease holding its lock both ways, that of the hold that lapses first).
         """
         with self._cond:
             return self._valid_until
@@ -790,8 +1150,9 @@ class Lease:
 
     # -- operations ------------------------------------------------------------------------
 
-    def renew(self, ttl_ms: int | None = None) -> Grant:
-        """Reset the lease's TTL to ``ttl_ms`` (default: its current TTL); return the new grant.
+    def renew(self, ttl_ms: int | None = None) -> _G:
+        """Reset the lease's TTL to ``ttl_ms`` (default: its current TTL), every hold it has;
+        return the new grant.
 
         Retried (same Idempotency-Key) on connection errors and 503s, up to 3 tries. A 410
         sets :attr:`lost` and raises :class:`LeaseGoneError`.
@@ -802,40 +1163,16 @@ class Lease:
             self._set_lost(f"renewal answered 410: {e.detail}")
             raise
 
-    def release(self) -> bool:
-        """Give back one hold; return whether the lock is now free of this lease (``released``).
-
-        Retried (same Idempotency-Key: the gateway answers a retry as it did the first
-        attempt, so a lost answer never costs a second hold) on connection errors and 503s, up
-        to 3 tries. A 410 (the lease is gone: it expired or was released) sets :attr:`lost` and
-        raises :class:`LeaseGoneError`.
-        """
-        g = self.grant
-        headers = {"Lease-Token": g.token, "Idempotency-Key": _new_key()}
-        ans, _ = self._client._retrying(
-            "DELETE", self._client._lock_path(g.lock), None, headers, tries=_TRIES, deadline=None
-        )
-        if not ans.ok:
-            err = ans.error()
-            if isinstance(err, LeaseGoneError):
-                self._set_lost(f"release answered 410: {err.detail}")
-            raise err
-        released, holds = ans.parse(lambda d: (bool(d["released"]), int(d["holds"])))
-        with self._cond:
-            self._grant = replace(self._grant, holds=holds)
-            if released:
-                self._released = True  # the keep-alive threads stop
-                self._cond.notify_all()
-        return released
-
     def check(self) -> None:
         """Raise :class:`LeaseLostError` if the lease is lost or released, or if it may lapse
         within :attr:`margin` (checked on the clock here too, so that a late keep-alive thread
         cannot make it miss the bound). For a watchdog lease that is not kept alive by
-        :meth:`Client.lock`, only a recorded loss counts: the gateway renews it unseen."""
+        :meth:`Client.lock` or :meth:`Client.semaphore`, only a recorded loss counts: the
+        gateway renews it unseen."""
         with self._cond:
+            name = self._grant.name
             if self._released:
-                raise LeaseLostError(self._grant.lock, "released")
+                raise LeaseLostError(name, "released", self.kind)
             deadline_applies = self._kept_alive or not self._grant.watchdog
             if not self.lost.is_set() and deadline_applies:
                 left = self._valid_until - time.monotonic()
@@ -843,34 +1180,172 @@ class Lease:
                     self._lost_reason = f"no renewal succeeded; it can lapse in {max(left, 0.0):.3f}s"
                     self.lost.set()
             if self.lost.is_set():
-                raise LeaseLostError(self._grant.lock, self._lost_reason or "lost")
+                raise LeaseLostError(name, self._lost_reason or "lost", self.kind)
+
+    # -- what a lock's and a semaphore's leases do differently ------------------------------
+
+    @abc.abstractmethod
+    def _parse_grant(self, d: Mapping[str, Any]) -> _G:
+        """The grant in a grant, re-entry or renewal answer."""
+
+    @abc.abstractmethod
+    def _mode_of(self, grant: _G) -> Mode:
+        """The way of holding that grant describes."""
+
+    @abc.abstractmethod
+    def _released_mode(self, d: Mapping[str, Any], asked: Mode | None) -> Mode:
+        """The way of holding that a release answer (asked with ``asked``) describes."""
+
+    @abc.abstractmethod
+    def _observed_ttls(self, deadline: float) -> dict[Mode, int]:
+        """Inspect the lease (with its token): the remaining TTL of each of its holds found.
+        Raises LeaseGoneError when the lease holds no more."""
 
     # -- internals -------------------------------------------------------------------------
 
-    def _renew(self, ttl_ms: int | None, *, tries: int, deadline: float | None) -> Grant:
+    def _reenter(self, body: Mapping[str, Any]) -> _G:
+        """POST ``body`` with the lease's token: one more hold (retried as :meth:`renew`)."""
+        g = self.grant
+        headers = {"Lease-Token": g.token, "Idempotency-Key": _new_key()}
+        ans, sent = self._client._retrying("POST", self._url_path, body, headers, tries=_TRIES, deadline=None)
+        if not ans.ok:
+            err = ans.error()
+            if isinstance(err, LeaseGoneError):
+                self._set_lost(f"re-entry answered 410: {err.detail}")
+            raise err
+        new = ans.parse(self._parse_grant)
+        self._granted(new, sent)
+        return new
+
+    def _release(self, mode: Mode | None) -> bool:
+        """DELETE one hold (of ``mode``, when given); return whether the lease holds nothing now.
+
+        Asked for one way, a 410 says only that the lease has no hold of that way: it is lost
+        only if it holds nothing the other way either.
+        """
+        g = self.grant
+        headers = {"Lease-Token": g.token, "Idempotency-Key": _new_key()}
+        path = self._url_path if mode is None else f"{self._url_path}?mode={mode}"
+        ans, _ = self._client._retrying("DELETE", path, None, headers, tries=_TRIES, deadline=None)
+        if not ans.ok:
+            err = ans.error()
+            if isinstance(err, LeaseGoneError) and (mode is None or not self._dropped(mode)):
+                self._set_lost(f"release answered 410: {err.detail}")
+            raise err
+        released_mode, holds = ans.parse(lambda d: (self._released_mode(d, mode), int(d["holds"])))
+        return self._released_hold(released_mode, holds)
+
+    def _renew(self, ttl_ms: int | None, *, tries: int, deadline: float | None) -> _G:
         g = self.grant
         body: dict[str, Any] = {} if ttl_ms is None else {"ttl_ms": ttl_ms}
         headers = {"Lease-Token": g.token, "Idempotency-Key": _new_key()}
         ans, sent = self._client._retrying(
-            "POST", self._client._lock_path(g.lock) + "/renew", body, headers, tries=tries, deadline=deadline
+            "POST", self._url_path + "/renew", body, headers, tries=tries, deadline=deadline
         )
         if not ans.ok:
             raise ans.error()
-        new = ans.parse(Grant.from_json)
-        self._apply(new, sent, sent + new.ttl_ms / 1000.0)
+        new = ans.parse(self._parse_grant)
+        self._renewed(new, ttl_ms, sent)
         return new
 
-    def _apply(self, grant: Grant | None, sent: float, valid_until: float) -> None:
-        """Record a grant (or, with None, just a new validity bound) unless a request sent
-        later was applied already."""
+    def _count(self, mode: Mode) -> int:
+        """Holds of ``mode``; self._cond held."""
+        h = self._holds.get(mode)
+        return 0 if h is None else h.count
+
+    def _recount(self) -> None:
+        """valid_until from the hold that lapses first (kept as it was once none is left);
+        self._cond held."""
+        held = [h.valid_until for h in self._holds.values() if h.count > 0]
+        if held:
+            self._valid_until = min(held)
+        self._cond.notify_all()
+
+    @staticmethod
+    def _set_ttl(h: _Hold, ttl_ms: int, sent: float) -> None:
+        h.ttl_ms, h.valid_until, h.sent = ttl_ms, sent + ttl_ms / 1000.0, sent
+
+    def _granted(self, grant: _G, sent: float) -> None:
+        """Record a re-entry of one hold, whose request was sent at ``sent``."""
+        with self._cond:
+            mode = self._mode_of(grant)
+            h = self._holds.get(mode)
+            if h is None:
+                self._holds[mode] = _Hold(grant.holds, grant.ttl_ms, sent + grant.ttl_ms / 1000.0, sent)
+            else:
+                h.count = grant.holds
+                if sent >= h.sent:
+                    self._set_ttl(h, grant.ttl_ms, sent)
+            if sent >= self._applied_sent:
+                self._applied_sent, self._grant = sent, grant
+            self._recount()
+
+    def _renewed(self, grant: _G, ttl_ms: int | None, sent: float) -> None:
+        """Record a renewal to ``ttl_ms`` (None: each hold kept its own), sent at ``sent``,
+        unless a request sent later was applied already. Its answer describes one hold (a lock's
+        exclusive one when it has one); re-entry counts change only with re-entries and
+        releases."""
         with self._cond:
             if sent < self._applied_sent:
                 return
-            self._applied_sent = sent
-            if grant is not None:
-                self._grant = grant
-            self._valid_until = valid_until
-            self._cond.notify_all()
+            self._applied_sent, self._grant = sent, grant
+            reported = self._mode_of(grant)
+            for mode, h in self._holds.items():
+                if h.count > 0 and sent >= h.sent:
+                    if mode == reported:
+                        ttl = grant.ttl_ms
+                    else:
+                        ttl = h.ttl_ms if ttl_ms is None else ttl_ms
+                    self._set_ttl(h, ttl, sent)
+            self._recount()
+
+    def _observed(self, ttls: Mapping[Mode, int], sent: float) -> None:
+        """Record the remaining TTLs an inspect sent at ``sent`` saw."""
+        with self._cond:
+            for mode, ttl in ttls.items():
+                h = self._holds.get(mode)
+                if h is not None and h.count > 0 and sent >= h.sent:
+                    h.valid_until, h.sent = sent + ttl / 1000.0, sent
+            self._recount()
+
+    def _released_hold(self, mode: Mode, holds: int) -> bool:
+        """Record a release answer (``holds`` of ``mode`` left); return whether the lease
+        holds nothing now (the keep-alive threads then stop)."""
+        with self._cond:
+            h = self._holds.get(mode)
+            if h is not None:
+                h.count = holds
+            elif holds > 0:  # a hold taken with the token behind this object's back
+                self._holds[mode] = _Hold(holds, self._grant.ttl_ms, self._valid_until, self._applied_sent)
+            if self._mode_of(self._grant) == mode:
+                self._grant = replace(self._grant, holds=holds)
+            self._recount()
+            if any(h.count > 0 for h in self._holds.values()):
+                return False
+            self._released = True
+            return True
+
+    def _dropped(self, mode: Mode) -> bool:
+        """Record that the lease has no hold of ``mode``; return whether it holds the other
+        way still."""
+        with self._cond:
+            h = self._holds.get(mode)
+            if h is not None:
+                h.count = 0
+            self._recount()
+            return any(h.count > 0 for h in self._holds.values())
+
+    def _gone(self) -> LeaseGoneError:
+        """The error of an inspect that shows the lease no longer holds."""
+        name = self.name
+        return LeaseGoneError(
+            type=LEASE_GONE,
+            title="Lease gone",
+            status=410,
+            detail=f"the lease no longer holds the {self.kind} (inspect: yours is false)",
+            lock=name if self.kind == "lock" else None,
+            semaphore=name if self.kind == "semaphore" else None,
+        )
 
     def _set_lost(self, reason: str) -> None:
         with self._cond:
@@ -879,10 +1354,25 @@ class Lease:
                 self.lost.set()
             self._cond.notify_all()
 
+    @contextlib.contextmanager
+    def _for_block(self) -> Generator[None, None, None]:
+        """Keep the lease alive for a ``with`` block, then release the hold it was granted."""
+        self._start_keepalive()
+        try:
+            yield
+        except BaseException as exc:
+            try:
+                self._finish()
+            except Exception as rel:  # noqa: BLE001 - reported on the block's own exception
+                exc.add_note(f"leasegate: releasing {self.kind} {self.name!r} failed too: {rel}")
+            raise
+        else:
+            self._finish()
+
     def _start_keepalive(self) -> None:
         with self._cond:
             self._kept_alive = True
-        name = self.grant.lock
+        name = self.name
         self._threads = [
             threading.Thread(target=self._keepalive, name=f"leasegate-renew:{name}", daemon=True),
             threading.Thread(target=self._watch_deadline, name=f"leasegate-deadline:{name}", daemon=True),
@@ -891,14 +1381,16 @@ class Lease:
             t.start()
 
     def _finish(self) -> None:
-        """End of a ``Client.lock`` block: stop the threads, release unless the block did
-        (a 410 is fine: the lease is gone either way)."""
+        """End of a ``with`` block: stop the threads, release the hold the lease was granted
+        unless the block did (a 410 is fine: the lease is gone either way)."""
         self._stop_keepalive()
         with self._cond:
             if self._released:
                 return
+            # Of a lease holding its lock both ways, give back the block's own hold.
+            both = all(self._count(m) > 0 for m in _MODES)
         try:
-            self.release()
+            self._release(self._mode if both else None)
         except LeaseGoneError:
             pass
 
@@ -941,18 +1433,11 @@ class Lease:
 
     def _observe(self, deadline: float) -> None:
         """Check a watchdog lease: gone -> LeaseGoneError; held -> a new valid_until."""
-        g = self.grant
         sent = time.monotonic()
-        st = self._client._inspect(g.lock, g.token, tries=1, deadline=deadline)
-        if not st.yours or not st.held or st.ttl_ms is None:
-            raise LeaseGoneError(
-                type=LEASE_GONE,
-                title="Lease gone",
-                status=410,
-                detail="the lease no longer holds the lock (inspect: yours is false)",
-                lock=g.lock,
-            )
-        self._apply(None, sent, sent + st.ttl_ms / 1000.0)
+        ttls = self._observed_ttls(deadline)
+        if not ttls:  # cannot happen with the gateway's listing; retried like a failure
+            raise LeasegateError(title="Lease not listed", detail="inspect shows no TTL of this lease")
+        self._observed(ttls, sent)
 
     def _watch_deadline(self) -> None:
         """Set lost when valid_until - margin comes without a renewal pushing it back."""
@@ -966,3 +1451,176 @@ class Lease:
                     self.lost.set()
                     return
                 self._cond.wait(left)
+
+
+class Lease(BaseLease[Grant]):
+    """A held lock (exclusively or shared). Safe to use from several threads.
+
+    The fields (``lock``, ``owner``, ``token``, ``fence``, ``ttl_ms``, ``watchdog``,
+    ``expires_at``) are read from the latest :class:`Grant`; read ``lease.grant`` once to get a
+    consistent snapshot of all of them (e.g. the token and fence of the same renewal).
+
+    An exclusive lease may take a shared hold too (``reenter(mode="shared")``); it then holds the
+    lock both ways, each with its own re-entry count, until ``release(mode=...)`` gives one back
+    (releasing the exclusive hold then leaves it holding the lock shared, with nobody in between:
+    a downgrade). A shared lease asking for exclusive gets :class:`UpgradeRefusedError`.
+    """
+
+    kind: ClassVar[Literal["lock", "semaphore"]] = "lock"
+    _collection: ClassVar[str] = _LOCKS
+
+    def __repr__(self) -> str:
+        g = self.grant
+        return (
+            f"Lease(lock={g.lock!r}, mode={self.mode!r}, owner={g.owner!r}, fence={g.fence}, "
+            f"holds={self.holds}, lost={self.lost.is_set()})"
+        )
+
+    @property
+    def lock(self) -> str:
+        """The lock's name."""
+        return self.grant.lock
+
+    @property
+    def mode(self) -> Mode:
+        """How the lease holds the lock: ``"exclusive"`` while it has an exclusive hold (and
+        maybe a shared one too), else ``"shared"``."""
+        with self._cond:
+            if self._count("exclusive") > 0:
+                return "exclusive"
+            if self._count("shared") > 0:
+                return "shared"
+            return self._grant.mode
+
+    def reenter(self, *, mode: Mode | None = None, ttl_ms: int | None = None) -> Grant:
+        """Take the lock once more with this lease (reentrant): one more hold of ``mode``
+        (default: :attr:`mode`), same fence, that hold's TTL reset to ``ttl_ms`` (default: the
+        gateway's). Return the grant.
+
+        An exclusive lease asking for ``"shared"`` takes a shared hold beside its exclusive one.
+        A shared lease asking for ``"exclusive"`` raises :class:`UpgradeRefusedError` and keeps
+        its shared hold. Retried (same Idempotency-Key, so a retry never adds a second hold) on
+        connection errors and 503s, up to 3 tries. A 410 sets :attr:`lost` and raises
+        :class:`LeaseGoneError`.
+        """
+        m = self.mode if mode is None else _check_mode(mode)
+        body: dict[str, Any] = {"owner": self.owner}
+        if m == "shared":
+            body["mode"] = m
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
+        return self._reenter(body)
+
+    def release(self, mode: Mode | None = None) -> bool:
+        """Give back one hold; return whether the lease now holds nothing (for a lease holding
+        the lock one way only, the answer's ``released``).
+
+        ``mode`` picks which hold of a lease holding the lock both ways to give back; without
+        it the gateway gives back the exclusive one first. Retried (same Idempotency-Key: the
+        gateway answers a retry as it did the first attempt, so a lost answer never costs a
+        second hold) on connection errors and 503s, up to 3 tries. A 410 (the lease is gone: it
+        expired or was released) raises :class:`LeaseGoneError` and sets :attr:`lost`, unless
+        ``mode`` was given and the lease still holds the lock the other way.
+        """
+        return self._release(None if mode is None else _check_mode(mode))
+
+    def _parse_grant(self, d: Mapping[str, Any]) -> Grant:
+        return Grant.from_json(d)
+
+    def _mode_of(self, grant: Grant) -> Mode:
+        return grant.mode
+
+    def _released_mode(self, d: Mapping[str, Any], asked: Mode | None) -> Mode:
+        m = d.get("mode")
+        if m is not None:
+            return _check_mode(str(m))
+        return asked or self.mode  # a gateway older than modes: exclusive
+
+    def _observed_ttls(self, deadline: float) -> dict[Mode, int]:
+        g = self.grant
+        st = self._client._inspect(g.lock, g.token, tries=1, deadline=deadline)
+        if not st.yours or not st.held:
+            raise self._gone()
+        ttls: dict[Mode, int] = {}
+        if st.mode == "exclusive" and st.fence == g.fence and st.ttl_ms is not None:
+            ttls["exclusive"] = st.ttl_ms
+        shared = _holder_ttl_ms(st.holders, st.holder_count, g.fence)
+        if shared is not None:
+            ttls["shared"] = shared
+        return ttls
+
+
+class SemaphoreLease(BaseLease[SemaphoreGrant]):
+    """A held permit of a semaphore: renewed, re-entered, released, kept alive and watched like
+    a lock's :class:`Lease`. Safe to use from several threads.
+
+    The fields (``semaphore``, ``owner``, ``token``, ``fence``, ``ttl_ms``, ``watchdog``,
+    ``expires_at``, ``used``) are read from the latest :class:`SemaphoreGrant`; ``permits`` is
+    the semaphore's size, which cannot change while the lease holds its permit.
+    """
+
+    kind: ClassVar[Literal["lock", "semaphore"]] = "semaphore"
+    _collection: ClassVar[str] = _SEMAPHORES
+
+    def __init__(self, client: Client, grant: SemaphoreGrant, *, sent: float) -> None:
+        """Made by :meth:`Client.acquire_semaphore`; ``sent`` is the monotonic time before its
+        request."""
+        super().__init__(client, grant, sent=sent)
+        self._permits = grant.permits
+
+    def __repr__(self) -> str:
+        g = self.grant
+        return (
+            f"SemaphoreLease(semaphore={g.semaphore!r}, permits={self._permits}, owner={g.owner!r}, "
+            f"fence={g.fence}, holds={self.holds}, lost={self.lost.is_set()})"
+        )
+
+    @property
+    def semaphore(self) -> str:
+        """The semaphore's name."""
+        return self.grant.semaphore
+
+    @property
+    def permits(self) -> int:
+        """The semaphore's size."""
+        return self._permits
+
+    @property
+    def used(self) -> int:
+        """Permits in use just after the latest grant, re-entry or renewal, this one included."""
+        return self.grant.used
+
+    def reenter(self, *, ttl_ms: int | None = None) -> SemaphoreGrant:
+        """Take the permit once more with this lease (reentrant): one more hold of the same
+        permit, same fence, TTL reset to ``ttl_ms`` (default: the gateway's). Retried as
+        :meth:`Lease.reenter`; a 410 sets :attr:`lost` and raises :class:`LeaseGoneError`."""
+        body: dict[str, Any] = {"owner": self.owner, "permits": self._permits}
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
+        return self._reenter(body)
+
+    def release(self) -> bool:
+        """Give back one hold; return whether the permit is now free (``released``).
+
+        Retried (same Idempotency-Key, so a lost answer never costs a second hold) on
+        connection errors and 503s, up to 3 tries. A 410 (the lease is gone: it expired or was
+        released) sets :attr:`lost` and raises :class:`LeaseGoneError`.
+        """
+        return self._release(None)
+
+    def _parse_grant(self, d: Mapping[str, Any]) -> SemaphoreGrant:
+        return SemaphoreGrant.from_json(d)
+
+    def _mode_of(self, grant: SemaphoreGrant) -> Mode:
+        return "shared"
+
+    def _released_mode(self, d: Mapping[str, Any], asked: Mode | None) -> Mode:
+        return "shared"
+
+    def _observed_ttls(self, deadline: float) -> dict[Mode, int]:
+        g = self.grant
+        st = self._client._inspect_semaphore(g.semaphore, g.token, tries=1, deadline=deadline)
+        if not st.yours:
+            raise self._gone()
+        ttl = _holder_ttl_ms(st.holders, st.holder_count, g.fence)
+        return {} if ttl is None else {"shared": ttl}
