@@ -174,7 +174,7 @@ func (s *Service) newGrant(req AcquireRequest, lease string, r acquireReply, sta
 
 // acquireReply is acquire.lua's reply.
 type acquireReply struct {
-	status  int64 // acquireHeld, acquireGranted, acquireQueued, acquireReplayed or acquireReplayedLost
+	status  int64 // acquireHeld, acquireGranted, acquireQueued, acquireReplayed, acquireReplayedLost (acquireMismatch is an error)
 	fence   int64
 	used    int64         // a semaphore's permits in use (granted, replayed)
 	pttl    time.Duration // the holder's remaining TTL (held, queued)
@@ -251,6 +251,9 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 		return Grant{}, err
 	}
 	r, err := ints(reply)
+	if err == nil && len(r) == 4 { // an answer an older build remembered for a retry: no used count
+		r = append(r, 0)
+	}
 	if err != nil || (len(r) != 1 && len(r) != 2 && len(r) != 5) {
 		return Grant{}, unexpectedReply("reenter", req.Lock, r, err)
 	}

@@ -1,4 +1,5 @@
 // Package lockcore is leasegate's lock engine: reentrant leases in Redis with fencing tokens,
+// exclusive and shared holds on locks and permits of counting semaphores (keys.go: Kind, Ref),
 // FIFO waiting with direct hand-off, and the watchdog. It speaks Go types and sentinel errors
 // (errors.go); nothing Redis-shaped leaves it, and it knows nothing of HTTP.
 //
