@@ -379,3 +379,24 @@ func TestReadWriteMutualExclusion(t *testing.T) {
 		seen[f] = true
 	}
 }
+
+// TestSharedWaitersSurviveARedisRestart: Redis restarts without persistence while readers wait
+// behind a writer; the writer's lease is lost with the data, and the readers' replicas queue them
+// again at their arrival and both are granted, shared, within their wait.
+func TestSharedWaitersSurviveARedisRestart(t *testing.T) {
+	t.Parallel()
+	w := newRedissonWorld(t)
+	w.tryLock(t, w.replica(0), "rs", "writer", 60000)
+	a := post(w.replica(0), "rs", sharedBody("a", 60000, 30000))
+	w.awaitWaiters(t, "rs", 1)
+	b := post(w.replica(1), "rs", sharedBody("b", 60000, 30000))
+	w.awaitWaiters(t, "rs", 2)
+	require.NoError(t, w.redis.Kill())
+	require.NoError(t, w.redis.Restart())
+	for _, ch := range []<-chan *harness.Response{a, b} {
+		r := w.response(t, ch, "a reader after the restart")
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		assert.Equal(t, "shared", r.Str("mode"))
+	}
+	assert.Equal(t, []string{"a", "b"}, w.sharedOwners("rs"))
+}
