@@ -91,9 +91,6 @@ type Holder struct {
 	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
 }
 
-// MaxListedHolders bounds the holders a state body lists; holder_count counts them all.
-const MaxListedHolders = 100
-
 // LockState is the body of GET /locks/{name}. Mode is present while it is held; the exclusive
 // holder's fields (Owner to MaxHoldms) only while it is held exclusively; Holders and HolderCount
 // only while shared holds exist; Yours only when the request carried a Lease-Token.
@@ -109,7 +106,8 @@ type LockState struct {
 	Watchdog *bool  `json:"watchdog,omitempty"`
 	// MaxHoldms is how much longer the watchdog renews the lease (watchdog leases only).
 	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
-	// Holders are the shared holders (the first MaxListedHolders, soonest to expire first).
+	// Holders are the shared holders (the first 100, soonest to expire first; HolderCount counts
+	// them all).
 	Holders     []Holder `json:"holders,omitempty"`
 	HolderCount *int64   `json:"holder_count,omitempty"`
 	Yours       *bool    `json:"yours,omitempty"`

@@ -78,7 +78,7 @@ func readState(ref Ref, r []any) (State, bool) {
 	if len(r) < 5 {
 		return st, false
 	}
-	var ok1, ok2, ok3 bool
+	var ok1, ok2 bool
 	st.Waiters, ok1 = r[0].(int64)
 	st.Permits, ok2 = r[1].(int64)
 	exclusive, ok3 := r[3].(int64)
