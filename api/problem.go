@@ -24,17 +24,19 @@ const (
 
 // Problem is an RFC 9457 problem details body, with leasegate's extension members.
 type Problem struct {
-	Type          string         `json:"type"`
-	Title         string         `json:"title"`
-	Status        int            `json:"status"`
-	Detail        string         `json:"detail"`
-	RequestID     string         `json:"request_id,omitempty"`
-	Lock          string         `json:"lock,omitempty"`
-	Semaphore     string         `json:"semaphore,omitempty"`
-	Permits       *int64         `json:"permits,omitempty"` // the semaphore's size (permits-mismatch)
-	RetryAfterms  *int64         `json:"retry_after_ms,omitempty"`
-	Waitedms      *int64         `json:"waited_ms,omitempty"`
-	QueueTicket   string         `json:"queue_ticket,omitempty"`
+	Type         string `json:"type"`
+	Title        string `json:"title"`
+	Status       int    `json:"status"`
+	Detail       string `json:"detail"`
+	RequestID    string `json:"request_id,omitempty"`
+	Lock         string `json:"lock,omitempty"`
+	Semaphore    string `json:"semaphore,omitempty"`
+	Permits      *int64 `json:"permits,omitempty"` // the semaphore's size (permits-mismatch)
+	RetryAfterms *int64 `json:"retry_after_ms,omitempty"`
+	Waitedms     *int64 `json:"waited_ms,omitempty"`
+	QueueTicket  string `json:"queue_ticket,omitempty"`
+	// Locks, for a multi-lock: the members held (lock-held) or no longer held (lease-gone).
+	Locks         []string       `json:"locks,omitempty"`
 	InvalidParams []InvalidParam `json:"invalid_params,omitempty"`
 }
 

@@ -89,6 +89,8 @@ type Holder struct {
 	Watchdog bool   `json:"watchdog"`
 	// MaxHoldms is how much longer the watchdog renews the lease (watchdog leases only).
 	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
+	// Multilock is the id of the multi-lock the hold belongs to (a multi-lock's member only).
+	Multilock string `json:"multilock,omitempty"`
 }
 
 // LockState is the body of GET /locks/{name}. Mode is present while it is held; the exclusive
@@ -106,6 +108,8 @@ type LockState struct {
 	Watchdog *bool  `json:"watchdog,omitempty"`
 	// MaxHoldms is how much longer the watchdog renews the lease (watchdog leases only).
 	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
+	// Multilock is the id of the multi-lock the exclusive holder is (a multi-lock's member only).
+	Multilock string `json:"multilock,omitempty"`
 	// Holders are the shared holders (the first 100, soonest to expire first; HolderCount counts
 	// them all).
 	Holders     []Holder `json:"holders,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -193,6 +194,17 @@ func (f floorLocker) Inspect(_ context.Context, ref lockcore.Ref, _ string) (loc
 }
 
 func (f floorLocker) Ping(context.Context) error { return nil }
+
+// The floors take no multi-locks.
+func (floorLocker) AcquireAll(context.Context, lockcore.MultiRequest) (lockcore.MultiGrant, error) {
+	return lockcore.MultiGrant{}, errors.ErrUnsupported
+}
+func (floorLocker) ReleaseAll(context.Context, string, string) (lockcore.MultiReleased, error) {
+	return lockcore.MultiReleased{}, errors.ErrUnsupported
+}
+func (floorLocker) RenewAll(context.Context, string, string, time.Duration) (lockcore.MultiGrant, error) {
+	return lockcore.MultiGrant{}, errors.ErrUnsupported
+}
 
 // redisCPU returns the CPU seconds redis-server has used so far (user + system).
 func redisCPU(r *harness.Redis) float64 {

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -39,6 +40,16 @@ func (instantLocker) Inspect(context.Context, lockcore.Ref, string) (lockcore.St
 }
 
 func (instantLocker) Ping(context.Context) error { return nil }
+
+func (instantLocker) AcquireAll(context.Context, lockcore.MultiRequest) (lockcore.MultiGrant, error) {
+	return lockcore.MultiGrant{}, errors.ErrUnsupported
+}
+func (instantLocker) ReleaseAll(context.Context, string, string) (lockcore.MultiReleased, error) {
+	return lockcore.MultiReleased{}, errors.ErrUnsupported
+}
+func (instantLocker) RenewAll(context.Context, string, string, time.Duration) (lockcore.MultiGrant, error) {
+	return lockcore.MultiGrant{}, errors.ErrUnsupported
+}
 
 // BenchmarkAcquireReleaseCycle is one uncontended acquire and release through the router, with
 // the access log on (into io.Discard), as a client's cycle runs them.

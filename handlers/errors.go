@@ -50,6 +50,7 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		heldErr     *lockcore.HeldError
 		shutdownErr *lockcore.ShutdownError
 		sizeErr     *lockcore.PermitsMismatchError
+		lostErr     *lockcore.GroupLostError
 	)
 	switch {
 	case errors.As(err, &reqErr):
@@ -63,7 +64,7 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		p.QueueTicket = heldErr.QueueTicket
 		w.Header().Set("Retry-After", retryAfterSeconds(heldErr.RetryAfter))
 	case errors.As(err, &heldErr):
-		p.Status, p.Type, p.Title, p.Lock = http.StatusConflict, api.TypeLockHeld, "Lock held", heldErr.Lock
+		p.Status, p.Type, p.Title, p.Lock, p.Locks = http.StatusConflict, api.TypeLockHeld, "Lock held", heldErr.Lock, heldErr.Locks
 		p.RetryAfterms = ptr(heldErr.RetryAfter.Milliseconds())
 		if heldErr.Waited > 0 {
 			p.Waitedms = ptr(heldErr.Waited.Milliseconds())
@@ -79,6 +80,8 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		p.Status, p.Type, p.Title, p.Semaphore = http.StatusConflict, api.TypePermitsMismatch, "Permits mismatch", sizeErr.Semaphore
 		p.Permits = ptr(sizeErr.Permits)
 		w.Header().Set("Retry-After", "1")
+	case errors.As(err, &lostErr):
+		p.Status, p.Type, p.Title, p.Locks = http.StatusGone, api.TypeLeaseGone, "Lease gone", lostErr.Locks
 	case errors.Is(err, lockcore.ErrLeaseLost):
 		p.Status, p.Type, p.Title = http.StatusGone, api.TypeLeaseGone, "Lease gone"
 	case errors.Is(err, lockcore.ErrInvalidToken):

@@ -199,6 +199,7 @@ func (h *lockHandlers) inspect(w http.ResponseWriter, r *http.Request) {
 		if x.Watchdog {
 			body.MaxHoldms = ptr(x.HoldLeft.Milliseconds())
 		}
+		body.Multilock = lockcore.GroupOf(x.Lease)
 	} else if st.SharedCount > 0 {
 		body.Mode = string(lockcore.Shared)
 	}
@@ -212,7 +213,8 @@ func (h *lockHandlers) inspect(w http.ResponseWriter, r *http.Request) {
 func holders(hs []lockcore.Holder) []api.Holder {
 	out := make([]api.Holder, 0, len(hs))
 	for _, h := range hs {
-		a := api.Holder{Owner: h.Owner, Fence: h.Fence, Holds: h.Holds, TTLms: h.TTL.Milliseconds(), Watchdog: h.Watchdog}
+		a := api.Holder{Owner: h.Owner, Fence: h.Fence, Holds: h.Holds, TTLms: h.TTL.Milliseconds(), Watchdog: h.Watchdog,
+			Multilock: lockcore.GroupOf(h.Lease)}
 		if h.Watchdog {
 			a.MaxHoldms = ptr(h.HoldLeft.Milliseconds())
 		}

@@ -22,6 +22,9 @@ type Locker interface {
 	Renew(ctx context.Context, ref lockcore.Ref, token string, ttl time.Duration) (lockcore.Grant, error)
 	Inspect(ctx context.Context, ref lockcore.Ref, token string) (lockcore.State, error)
 	Ping(ctx context.Context) error
+	AcquireAll(ctx context.Context, req lockcore.MultiRequest) (lockcore.MultiGrant, error)
+	ReleaseAll(ctx context.Context, token, id string) (lockcore.MultiReleased, error)
+	RenewAll(ctx context.Context, token, id string, ttl time.Duration) (lockcore.MultiGrant, error)
 }
 
 // Options configure the router.
@@ -68,5 +71,10 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	r.Delete("/semaphores/{name}", h.releaseSemaphore)
 	r.Get("/semaphores/{name}", h.inspectSemaphore)
 	r.Post("/semaphores/{name}/renew", h.renewSemaphore)
+	r.Post("/multilocks", h.acquireMulti)
+	r.Delete("/multilocks", h.releaseMulti)
+	r.Post("/multilocks/renew", h.renewMulti)
+	r.Delete("/multilocks/{id}", h.releaseMulti)
+	r.Post("/multilocks/{id}/renew", h.renewMulti)
 	return r
 }

@@ -77,9 +77,14 @@ type HeldError struct {
 	// QueueTicket, after a wait, lets the caller's next waiting acquire resume at this one's place
 	// in the queue (see AcquireRequest.QueueTicket); empty when the wait never reached the queue.
 	QueueTicket string
+	// Locks, for a multi-lock, are the members that were held (or waited for); Lock is the first.
+	Locks []string
 }
 
 func (e *HeldError) Error() string {
+	if len(e.Locks) > 1 {
+		return fmt.Sprintf("%s: locks %q, retry after %v", ErrHeld, e.Locks, e.RetryAfter)
+	}
 	if e.Kind == KindSemaphore {
 		return fmt.Sprintf("no permit free: semaphore %q, retry after %v", e.Lock, e.RetryAfter)
 	}
@@ -96,3 +101,18 @@ func unexpectedReply(script, lock string, reply any, err error) error {
 	}
 	return fmt.Errorf("%s %q: unexpected reply %v", script, lock, reply)
 }
+
+// GroupLostError reports a multi-lock whose lease no longer holds some members (they ran out, or
+// Redis lost them). The call that found out gave back the members still held, so the group is
+// over. It matches ErrLeaseLost.
+type GroupLostError struct {
+	ID    string
+	Locks []string // the members no longer held
+}
+
+func (e *GroupLostError) Error() string {
+	return fmt.Sprintf("%s: multi-lock %s no longer holds %q; its other members were given back", ErrLeaseLost, e.ID, e.Locks)
+}
+
+// Is makes errors.Is(err, ErrLeaseLost) true.
+func (e *GroupLostError) Is(target error) bool { return target == ErrLeaseLost }

@@ -4,7 +4,7 @@
 // (errors.go); nothing Redis-shaped leaves it, and it knows nothing of HTTP.
 //
 // Files, one concept each: service.go (this: setup and Redis plumbing), acquire.go (try-once and
-// re-entry), wait.go (a waiting acquire), waiters.go (this process's waiters and its pub/sub
+// re-entry), wait.go (a waiting acquire), multilock*.go (several locks at once), waiters.go (this process's waiters and its pub/sub
 // subscription), heartbeat.go (keeping waiters in line, noticing expiry), release.go, renew.go,
 // inspect.go, watchdog.go, token.go and ticket.go (signed lease tokens and queue tickets).
 package lockcore
@@ -75,11 +75,13 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the Service started
 
-	waiters  *waiters
-	schedule string // the watchdog schedule's key
-	failures atomic.Int64
+	waiters       *waiters
+	schedule      string // the watchdog schedule's key
+	groupSchedule string // the multi-locks' watchdog schedule's key
+	failures      atomic.Int64
 
 	acquire, reenter, release, renew, inspect, dequeue, heartbeatScript, watchdogRenew, watchdogSchedule *rueidis.Lua
+	multiAcquire, multiRelease, multiRenew                                                               *rueidis.Lua
 }
 
 // New returns a Service that stores locks through client and mints tokens with tokens. It starts
@@ -125,7 +127,11 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 		inspect:          rueidis.NewLuaScriptReadOnly(luascripts.Inspect),
 		watchdogRenew:    rueidis.NewLuaScript(luascripts.WatchdogRenew),
 		watchdogSchedule: rueidis.NewLuaScript(luascripts.WatchdogSchedule),
+		multiAcquire:     rueidis.NewLuaScript(luascripts.MultiAcquire),
+		multiRelease:     rueidis.NewLuaScript(luascripts.MultiRelease),
+		multiRenew:       rueidis.NewLuaScript(luascripts.MultiRenew),
 		schedule:         opts.KeyPrefix + "watchdog",
+		groupSchedule:    opts.KeyPrefix + "watchdog:multi",
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.waiters = newWaiters(s, uuid.NewString(), opts.MaxWaiters)

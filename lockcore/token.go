@@ -80,6 +80,9 @@ func (t *Tokens) Parse(token string, ref Ref) (Lease, error) {
 		if _, e := t.verify(leaseDomains[other], token); e == nil {
 			return Lease{}, fmt.Errorf("%w: a %s's token, not a %s's", ErrInvalidToken, other, ref.Kind)
 		}
+		if _, e := t.verify(multiDomain, token); e == nil {
+			return Lease{}, fmt.Errorf("%w: a multi-lock's token, not a %s's: use it on /multilocks", ErrInvalidToken, ref.Kind)
+		}
 		return Lease{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
 	var tp tokenPayload
@@ -101,7 +104,10 @@ func (t *Tokens) Parse(token string, ref Ref) (Lease, error) {
 // ticket's a prefix too.
 var leaseDomains = [...]string{KindLock: "", KindSemaphore: "semaphore."}
 
-const ticketDomain = "queue-ticket."
+const (
+	ticketDomain = "queue-ticket."
+	multiDomain  = "multilock."
+)
 
 // sign returns the HMAC of domain + payload. The keyed HMACs are pooled: keying one costs two
 // SHA-256 blocks and four allocations, which every acquire and release would otherwise pay.

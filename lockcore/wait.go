@@ -28,6 +28,16 @@ const retryPause = 50 * time.Millisecond
 // wait ends, ErrUnavailable. Whenever it returns without a grant the waiter has left the queue,
 // and a grant that reached it meanwhile has been passed on.
 func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant, error) {
+	g, err := s.waitAs(ctx, req, uuid.NewString())
+	if err != nil {
+		return Grant{}, err
+	}
+	return s.settle(ctx, req, g)
+}
+
+// waitAs is acquireWaiting for lease, without settle: a multi-lock's member enrolls no watchdog of
+// its own, and the group gives back what it took when its caller leaves.
+func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) (Grant, error) {
 	start := time.Now()
 	var ticketID string
 	if req.QueueTicket != "" {
@@ -43,7 +53,6 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 	if err := ctx.Err(); err != nil {
 		return Grant{}, err
 	}
-	lease := uuid.NewString()
 	w, err := s.waiters.join(req.ref(), lease)
 	if err != nil {
 		return Grant{}, err
@@ -63,7 +72,7 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 			case err != nil:
 				return Grant{}, wt.end(ctx, err)
 			case !queued:
-				return s.settle(ctx, req, g)
+				return g, nil
 			}
 			queue = false
 		}
@@ -88,7 +97,7 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 		case lost: // the claim ran out before we confirmed it: queue again at our arrival
 			queue = true
 		default:
-			return s.settle(ctx, req, g)
+			return g, nil
 		}
 	}
 }

@@ -62,25 +62,30 @@ func (s *Service) sweep() {
 	defer s.wg.Done()
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
+	schedules := []struct {
+		key   string
+		renew func(context.Context, string) int64
+	}{{s.schedule, s.renewDue}, {s.groupSchedule, s.renewGroupDue}}
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-tick.C:
 		}
-		for s.ctx.Err() == nil && s.sweepOnce() == sweepBatch {
+		due := s.anyDue(s.ctx)
+		for i, sc := range schedules {
+			for due[i] && s.ctx.Err() == nil && s.sweepOnce(sc.key, sc.renew) == sweepBatch {
+			}
 		}
 	}
 }
 
-// sweepOnce claims a batch of due renewals, renews them concurrently (rueidis pipelines the calls)
-// and records the outcome in one script. It returns how many it claimed.
-func (s *Service) sweepOnce() int {
+// sweepOnce claims a batch of due renewals from schedule, renews them concurrently with renew
+// (rueidis pipelines the calls) and records the outcome in one script. It returns how many it
+// claimed.
+func (s *Service) sweepOnce(schedule string, renew func(context.Context, string) int64) int {
 	ctx := s.ctx
-	if !s.anyDue(ctx) {
-		return 0
-	}
-	claimed, err := s.watchdogSchedule.Exec(ctx, s.client, []string{s.schedule},
+	claimed, err := s.watchdogSchedule.Exec(ctx, s.client, []string{schedule},
 		[]string{"claim", ms(claimHold), strconv.Itoa(sweepBatch)}).AsStrSlice()
 	if err == nil && len(claimed) == 0 {
 		err = unexpectedReply("watchdog claim", "", claimed, nil)
@@ -98,7 +103,7 @@ func (s *Service) sweepOnce() int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			next[i] = s.renewDue(ctx, member)
+			next[i] = renew(ctx, member)
 		}()
 	}
 	wg.Wait()
@@ -112,7 +117,7 @@ func (s *Service) sweepOnce() int {
 		}
 	}
 	if len(args) > 2 {
-		err := s.watchdogSchedule.Exec(ctx, s.client, []string{s.schedule}, args).Error()
+		err := s.watchdogSchedule.Exec(ctx, s.client, []string{schedule}, args).Error()
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("watchdog schedule update failed; the renewals are retried", "err", err)
 		}
@@ -120,24 +125,34 @@ func (s *Service) sweepOnce() int {
 	return len(due)
 }
 
-// anyDue reports whether the schedule's earliest renewal is due, or may be: an idle sweep is this
-// one round trip of two cheap reads and no script. Due times are compared with the Redis clock
-// (read in the same round trip), never this host's, so a skewed gateway clock delays nothing.
-func (s *Service) anyDue(ctx context.Context) bool {
+// anyDue reports, for the single leases' schedule and the multi-locks', whether its earliest
+// renewal is due, or may be: an idle sweep is this one round trip of three cheap reads and no
+// script. Due times are compared with the Redis clock (read in the same round trip), never this
+// host's, so a skewed gateway clock delays nothing.
+func (s *Service) anyDue(ctx context.Context) [2]bool {
 	res := s.client.DoMulti(ctx,
 		s.client.B().Zrange().Key(s.schedule).Min("0").Max("0").Withscores().Build(),
+		s.client.B().Zrange().Key(s.groupSchedule).Min("0").Max("0").Withscores().Build(),
 		s.client.B().Time().Build())
-	first, err := res[0].AsZScores()
-	if err != nil || len(first) == 0 {
-		return err != nil && ctx.Err() == nil // on an error, let the claim report it
+	var due [2]bool
+	now, err := res[2].AsStrSlice()
+	nowMs := int64(-1)
+	if err == nil && len(now) == 2 {
+		sec, _ := strconv.ParseInt(now[0], 10, 64)
+		usec, _ := strconv.ParseInt(now[1], 10, 64)
+		nowMs = sec*1000 + usec/1000
 	}
-	now, err := res[1].AsStrSlice()
-	if err != nil || len(now) != 2 {
-		return true
+	for i := range due {
+		first, err := res[i].AsZScores()
+		switch {
+		case err != nil:
+			due[i] = ctx.Err() == nil // let the claim report it
+		case len(first) == 0:
+		default:
+			due[i] = nowMs < 0 || first[0].Score <= float64(nowMs)
+		}
 	}
-	sec, _ := strconv.ParseInt(now[0], 10, 64)
-	usec, _ := strconv.ParseInt(now[1], 10, 64)
-	return first[0].Score <= float64(sec*1000+usec/1000)
+	return due
 }
 
 // renewDue renews the lease of one schedule member. It returns when the next renewal is due
@@ -169,4 +184,30 @@ func (s *Service) renewDue(ctx context.Context, member string) int64 {
 		return 0
 	}
 	return r[1]
+}
+
+// renewGroupDue renews every member of the multi-lock a group schedule member names; it returns as
+// renewDue does.
+func (s *Service) renewGroupDue(ctx context.Context, member string) int64 {
+	m, ok := parseGroupScheduleMember(member)
+	if !ok {
+		return 0
+	}
+	r, err := s.renewGroup(ctx, m, m.Locks, 0, true)
+	var lost *GroupLostError
+	switch {
+	case errors.Is(err, errWatchdogDone):
+		return 0
+	case errors.As(err, &lost):
+		s.log.Warn("watchdog found a multi-lock's member gone; the group's other members were given back", "multilock", m.ID, "lost", lost.Locks)
+		return 0
+	case err != nil:
+		if errors.Is(err, context.Canceled) {
+			return -1
+		}
+		s.failures.Add(1)
+		s.log.Warn("watchdog renewal failed; retrying", "multilock", m.ID, "err", err, "failures", s.failures.Load())
+		return -1
+	}
+	return r.now + r.ttl.Milliseconds()/3
 }

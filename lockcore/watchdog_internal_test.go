@@ -41,11 +41,14 @@ func TestSweepComparesDueTimesWithTheRedisClock(t *testing.T) {
 		usec, _ := strconv.ParseInt(v[1], 10, 64)
 		return sec*1000 + usec/1000
 	}
-	assert.False(t, s.anyDue(ctx), "an empty schedule has nothing due")
+	assert.Equal(t, [2]bool{}, s.anyDue(ctx), "empty schedules have nothing due")
 	r.MustDo(t, "ZADD", s.schedule, strconv.FormatInt(redisNowMs()+60000, 10), "later\nlease")
-	assert.False(t, s.anyDue(ctx), "a renewal a minute ahead of Redis time is not due")
+	r.MustDo(t, "ZADD", s.groupSchedule, strconv.FormatInt(redisNowMs()+60000, 10), "m-later\nx\na\nb")
+	assert.Equal(t, [2]bool{}, s.anyDue(ctx), "a renewal a minute ahead of Redis time is not due")
 	r.MustDo(t, "ZADD", s.schedule, strconv.FormatInt(redisNowMs()-1, 10), "now\nlease")
-	assert.True(t, s.anyDue(ctx), "a renewal due by Redis time is due")
+	assert.Equal(t, [2]bool{true, false}, s.anyDue(ctx), "a renewal due by Redis time is due")
+	r.MustDo(t, "ZADD", s.groupSchedule, strconv.FormatInt(redisNowMs()-1, 10), "m-now\nx\na\nb")
+	assert.Equal(t, [2]bool{true, true}, s.anyDue(ctx), "a multi-lock's renewal due by Redis time is due")
 }
 
 // TestSweepKeepsARenewalBroughtForward replays the race of a sweep with a renew that shortens a

@@ -37,6 +37,14 @@ local chanprefix, claim_ms, liveness_ms, fence_ttl_ms = ARGV[1], tonumber(ARGV[2
 local kind = ARGV[5]
 local queue_ttl_ms = liveness_ms * 10
 
+-- use points every helper below at the keys of the i-th lock of a script that works on several (a
+-- multi-lock's: its KEYS are the seven above for each member in turn, in name order).
+local function use(i)
+  local b = (i - 1) * 7
+  lock, fencekey, q, qd, qm, sh, shm = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4], KEYS[b + 5], KEYS[b + 6],
+    KEYS[b + 7]
+end
+
 -- Redis caps the arguments one command may take from Lua's unpack() (~8000), so long lists go in
 -- chunks of this many.
 local chunk = 1000
@@ -313,4 +321,32 @@ local function held_by(lease, only)
     return m.fence, m.left, 's'
   end
   return nil
+end
+
+-- give_back frees lease's hold of mode want ('x' or 's') whatever its count, and hands what that
+-- leaves to the head of the line (as release.lua does). It returns the hold's watchdog flag ('0' or
+-- '1'), or nil when lease held nothing that way.
+local function give_back(lease, want)
+  local wd
+  if want == 'x' then
+    local v = redis.call('HMGET', lock, lease, ':wd')
+    if not v[1] then
+      return nil
+    end
+    wd = v[2]
+    redis.call('DEL', lock)
+  else
+    local m = shared_hold(lease)
+    if not m then
+      return nil
+    end
+    wd = m.wd
+    redis.call('ZREM', sh, lease)
+    redis.call('HDEL', shm, lease)
+  end
+  if redis.call('EXISTS', q) == 1 then
+    dequeue(lease)
+    promote()
+  end
+  return wd
 end

@@ -12,6 +12,11 @@
 //	            and expire ten liveness windows after the last enqueue or heartbeat
 //	Pwatchdog   zset "<N>\n<lease>" -> when its next renewal is due (ms, Redis time): the watchdog
 //	            schedule every replica sweeps (see watchdog_schedule.lua and watchdog_renew.lua)
+//	Pwatchdog:multi  zset "<group lease>\n<x|s>\n<member>\n<member>..." -> the same, for
+//	            multi-locks (renewed by multi_renew.lua, all members at once)
+//
+// A multi-lock's members are ordinary locks held by one lease "m-<uuid>"; its scripts
+// (multi_*.lua) take the keys of every member, which may live in different hash tags.
 //
 // Scripts that grant, queue or hint start with lib.lua's helpers: their exported source is lib + body.
 package luascripts
@@ -71,3 +76,21 @@ var WatchdogSchedule string
 //
 //go:embed inspect.lua
 var Inspect string
+
+//go:embed multi_acquire.lua
+var multiAcquire string
+
+// MultiAcquire grants every member of a multi-lock to one lease, or none.
+var MultiAcquire = lib + multiAcquire
+
+//go:embed multi_release.lua
+var multiRelease string
+
+// MultiRelease gives back every member a multi-lock's lease holds.
+var MultiRelease = lib + multiRelease
+
+//go:embed multi_renew.lua
+var multiRenew string
+
+// MultiRenew renews every member of a multi-lock's lease, or gives back what is left of it.
+var MultiRenew = lib + multiRenew

@@ -191,6 +191,9 @@ type Holder struct {
 	// MaxHoldMs How much longer the watchdog renews it. Watchdog leases only.
 	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
 
+	// Multilock The id of the multi-lock this hold belongs to. Only for a multi-lock's member.
+	Multilock *string `json:"multilock,omitempty"`
+
 	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
 	//
 	// Example: billing-worker-7
@@ -248,6 +251,9 @@ type LockState struct {
 	// and no exclusive one).
 	Mode *Mode `json:"mode,omitempty"`
 
+	// Multilock The id of the multi-lock whose member this lock is (`/multilocks/{id}`). Only while held exclusively by a multi-lock.
+	Multilock *string `json:"multilock,omitempty"`
+
 	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
 	//
 	// Example: billing-worker-7
@@ -270,6 +276,83 @@ type LockState struct {
 // and no exclusive one).
 type Mode string
 
+// MultiLockGrant One lease that holds every member of a multi-lock.
+type MultiLockGrant struct {
+	// ExpiresAt When the first member expires unless renewed.
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Id The group's id; its resource is `/multilocks/{id}`. Members' holders show it as `multilock`.
+	//
+	// Example: m-9b2f4c1e-3d5a-4e6f-8a7b-1c2d3e4f5a6b
+	Id string `json:"id"`
+
+	// Locks Every member with its fence, in name order.
+	Locks []MultiLockMember `json:"locks"`
+
+	// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
+	// and no exclusive one).
+	Mode Mode `json:"mode"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner Owner `json:"owner"`
+
+	// Token The group's token, for `Lease-Token` on `/multilocks`.
+	Token    string `json:"token"`
+	TtlMs    int64  `json:"ttl_ms"`
+	Watchdog bool   `json:"watchdog"`
+}
+
+// MultiLockMember defines model for MultiLockMember.
+type MultiLockMember struct {
+	// Fence This member's fence, under the same guarantee as a single grant of that lock.
+	Fence int64 `json:"fence"`
+
+	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	//
+	// Example: orders.42
+	Lock LockName `json:"lock"`
+}
+
+// MultiLockRelease defines model for MultiLockRelease.
+type MultiLockRelease struct {
+	Id string `json:"id"`
+
+	// Locks The members given back, in name order.
+	Locks []LockName `json:"locks"`
+
+	// Released Always true in a 200; every member is given back.
+	Released bool `json:"released"`
+}
+
+// MultiLockRequest defines model for MultiLockRequest.
+type MultiLockRequest struct {
+	// Locks The locks to take together, 2-64 distinct names, in any order.
+	Locks []LockName `json:"locks"`
+
+	// MaxHoldMs Watchdog groups only, as for locks.
+	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
+
+	// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
+	// and no exclusive one).
+	Mode *Mode `json:"mode,omitempty"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner Owner `json:"owner"`
+
+	// TtlMs Every member's time to live in milliseconds, as for locks.
+	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// WaitMs How long to wait for all members, in milliseconds, as for locks (0 tries once).
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+
+	// Watchdog If true, the gateway renews every member itself, as for locks.
+	Watchdog *bool `json:"watchdog,omitempty"`
+}
+
 // Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
 //
 // Example: billing-worker-7
@@ -284,11 +367,11 @@ type Owner = string
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -304,6 +387,9 @@ type Problem struct {
 
 	// Lock The lock name the problem concerns.
 	Lock *string `json:"lock,omitempty"`
+
+	// Locks With lock-held from `/multilocks`, the members that were held (or had waiters); with lease-gone, the members that were no longer held.
+	Locks *[]LockName `json:"locks,omitempty"`
 
 	// Permits With permits-mismatch, the semaphore's size.
 	Permits *int64 `json:"permits,omitempty"`
@@ -477,6 +563,12 @@ type LeaseTokenRequired = string
 // LockNameParam defines model for LockNameParam.
 type LockNameParam = string
 
+// MultiLockIdParam defines model for MultiLockIdParam.
+type MultiLockIdParam = string
+
+// MultiLockToken defines model for MultiLockToken.
+type MultiLockToken = string
+
 // SemaphoreNameParam defines model for SemaphoreNameParam.
 type SemaphoreNameParam = string
 
@@ -489,11 +581,11 @@ type SemaphoreNameParam = string
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -511,11 +603,11 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -533,11 +625,11 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -555,11 +647,11 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -580,11 +672,11 @@ type Healthy = Health
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -602,11 +694,11 @@ type Internal = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -624,11 +716,11 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -636,6 +728,12 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type LockHeld = Problem
+
+// MultiLockReleased defines model for MultiLockReleased.
+type MultiLockReleased = MultiLockRelease
+
+// MultiLockRenewed One lease that holds every member of a multi-lock.
+type MultiLockRenewed = MultiLockGrant
 
 // SemaphoreConflict An RFC 9457 problem details body with leasegate's extension members. Clients switch
 // on `type`, never on `title`. The problem types:
@@ -646,11 +744,11 @@ type LockHeld = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -668,11 +766,11 @@ type SemaphoreConflict = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -775,6 +873,46 @@ type RenewLockParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ReleaseMultiLockParams defines parameters for ReleaseMultiLock.
+type ReleaseMultiLockParams struct {
+	// LeaseToken The multi-lock's `token` from its grant: like a lock's token, but its payload is
+	// `{"v":1,"owner":...,"lease":"m-<uuid>","locks":[...],"mode":...}` and it is signed in a
+	// domain of its own, so lock endpoints refuse it and multi-lock endpoints refuse a lock's
+	// token (400 `invalid-lease-token`). It grows with the names (up to about 18 KB for 64
+	// names of 200 characters).
+	LeaseToken MultiLockToken `json:"Lease-Token"`
+}
+
+// RenewMultiLockParams defines parameters for RenewMultiLock.
+type RenewMultiLockParams struct {
+	// LeaseToken The multi-lock's `token` from its grant: like a lock's token, but its payload is
+	// `{"v":1,"owner":...,"lease":"m-<uuid>","locks":[...],"mode":...}` and it is signed in a
+	// domain of its own, so lock endpoints refuse it and multi-lock endpoints refuse a lock's
+	// token (400 `invalid-lease-token`). It grows with the names (up to about 18 KB for 64
+	// names of 200 characters).
+	LeaseToken MultiLockToken `json:"Lease-Token"`
+}
+
+// ReleaseMultiLockByIdParams defines parameters for ReleaseMultiLockById.
+type ReleaseMultiLockByIdParams struct {
+	// LeaseToken The multi-lock's `token` from its grant: like a lock's token, but its payload is
+	// `{"v":1,"owner":...,"lease":"m-<uuid>","locks":[...],"mode":...}` and it is signed in a
+	// domain of its own, so lock endpoints refuse it and multi-lock endpoints refuse a lock's
+	// token (400 `invalid-lease-token`). It grows with the names (up to about 18 KB for 64
+	// names of 200 characters).
+	LeaseToken MultiLockToken `json:"Lease-Token"`
+}
+
+// RenewMultiLockByIdParams defines parameters for RenewMultiLockById.
+type RenewMultiLockByIdParams struct {
+	// LeaseToken The multi-lock's `token` from its grant: like a lock's token, but its payload is
+	// `{"v":1,"owner":...,"lease":"m-<uuid>","locks":[...],"mode":...}` and it is signed in a
+	// domain of its own, so lock endpoints refuse it and multi-lock endpoints refuse a lock's
+	// token (400 `invalid-lease-token`). It grows with the names (up to about 18 KB for 64
+	// names of 200 characters).
+	LeaseToken MultiLockToken `json:"Lease-Token"`
+}
+
 // ReleaseSemaphoreParams defines parameters for ReleaseSemaphore.
 type ReleaseSemaphoreParams struct {
 	// LeaseToken The lease token from a grant (`token`). Opaque to clients, but self-describing:
@@ -868,6 +1006,15 @@ type AcquireLockJSONRequestBody = AcquireRequest
 
 // RenewLockJSONRequestBody defines body for RenewLock for application/json ContentType.
 type RenewLockJSONRequestBody = RenewRequest
+
+// AcquireMultiLockJSONRequestBody defines body for AcquireMultiLock for application/json ContentType.
+type AcquireMultiLockJSONRequestBody = MultiLockRequest
+
+// RenewMultiLockJSONRequestBody defines body for RenewMultiLock for application/json ContentType.
+type RenewMultiLockJSONRequestBody = RenewRequest
+
+// RenewMultiLockByIdJSONRequestBody defines body for RenewMultiLockById for application/json ContentType.
+type RenewMultiLockByIdJSONRequestBody = RenewRequest
 
 // AcquireSemaphoreJSONRequestBody defines body for AcquireSemaphore for application/json ContentType.
 type AcquireSemaphoreJSONRequestBody = SemaphoreAcquireRequest
@@ -1028,6 +1175,87 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /locks/{name}/renew (the `RenewLock` operationId).
 	RenewLock(ctx context.Context, name LockNameParam, params *RenewLockParams, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseMultiLock Release every member of a multi-lock
+	//
+	// Gives back every member of the group named by `Lease-Token`; each goes to the first
+	// waiter in its own line. Same as `DELETE /multilocks/{id}`.
+	//
+	// Corresponds with DELETE /multilocks (the `ReleaseMultiLock` operationId).
+	ReleaseMultiLock(ctx context.Context, params *ReleaseMultiLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireMultiLockWithBody Take several locks at once, all or nothing
+	//
+	// Grants every lock in `locks` to one new lease (201), or none. With `wait_ms` 0 it is
+	// one atomic try: 409 `lock-held` lists in `locks` the members that were held (or had
+	// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
+	// waits: see "Multi-locks" above for what it holds meanwhile. Idempotency-Key is not
+	// supported on multi-lock calls (400).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /multilocks (the `AcquireMultiLock` operationId).
+	AcquireMultiLockWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcquireMultiLock Take several locks at once, all or nothing
+	//
+	// Grants every lock in `locks` to one new lease (201), or none. With `wait_ms` 0 it is
+	// one atomic try: 409 `lock-held` lists in `locks` the members that were held (or had
+	// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
+	// waits: see "Multi-locks" above for what it holds meanwhile. Idempotency-Key is not
+	// supported on multi-lock calls (400).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /multilocks (the `AcquireMultiLock` operationId).
+	AcquireMultiLock(ctx context.Context, body AcquireMultiLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewMultiLockWithBody Renew every member of a multi-lock
+	//
+	// Sets the TTL of every member to `ttl_ms` (default: the group's TTL), or, if any member
+	// ran out, frees the rest and answers 410 listing the lost members. Same as
+	// `POST /multilocks/{id}/renew`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /multilocks/renew (the `RenewMultiLock` operationId).
+	RenewMultiLockWithBody(ctx context.Context, params *RenewMultiLockParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewMultiLock Renew every member of a multi-lock
+	//
+	// Sets the TTL of every member to `ttl_ms` (default: the group's TTL), or, if any member
+	// ran out, frees the rest and answers 410 listing the lost members. Same as
+	// `POST /multilocks/{id}/renew`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /multilocks/renew (the `RenewMultiLock` operationId).
+	RenewMultiLock(ctx context.Context, params *RenewMultiLockParams, body RenewMultiLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseMultiLockById Release every member of a multi-lock (its Location)
+	//
+	// As `DELETE /multilocks`; the token must be the group's with this id (400 otherwise).
+	//
+	// Corresponds with DELETE /multilocks/{id} (the `ReleaseMultiLockById` operationId).
+	ReleaseMultiLockById(ctx context.Context, id MultiLockIdParam, params *ReleaseMultiLockByIdParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewMultiLockByIdWithBody Renew every member of a multi-lock (under its Location)
+	//
+	// As `POST /multilocks/renew`; the token must be the group's with this id (400 otherwise).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /multilocks/{id}/renew (the `RenewMultiLockById` operationId).
+	RenewMultiLockByIdWithBody(ctx context.Context, id MultiLockIdParam, params *RenewMultiLockByIdParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewMultiLockById Renew every member of a multi-lock (under its Location)
+	//
+	// As `POST /multilocks/renew`; the token must be the group's with this id (400 otherwise).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /multilocks/{id}/renew (the `RenewMultiLockById` operationId).
+	RenewMultiLockById(ctx context.Context, id MultiLockIdParam, params *RenewMultiLockByIdParams, body RenewMultiLockByIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// OpenapiSpec This API description
 	//
@@ -1251,6 +1479,167 @@ func (c *Client) RenewLockWithBody(ctx context.Context, name LockNameParam, para
 // Corresponds with POST /locks/{name}/renew (the `RenewLock` operationId).
 func (c *Client) RenewLock(ctx context.Context, name LockNameParam, params *RenewLockParams, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRenewLockRequest(c.Server, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseMultiLock Release every member of a multi-lock
+//
+// Gives back every member of the group named by `Lease-Token`; each goes to the first
+// waiter in its own line. Same as `DELETE /multilocks/{id}`.
+//
+// Corresponds with DELETE /multilocks (the `ReleaseMultiLock` operationId).
+func (c *Client) ReleaseMultiLock(ctx context.Context, params *ReleaseMultiLockParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseMultiLockRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireMultiLockWithBody Take several locks at once, all or nothing
+//
+// Grants every lock in `locks` to one new lease (201), or none. With `wait_ms` 0 it is
+// one atomic try: 409 `lock-held` lists in `locks` the members that were held (or had
+// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
+// waits: see "Multi-locks" above for what it holds meanwhile. Idempotency-Key is not
+// supported on multi-lock calls (400).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /multilocks (the `AcquireMultiLock` operationId).
+func (c *Client) AcquireMultiLockWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireMultiLockRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcquireMultiLock Take several locks at once, all or nothing
+//
+// Grants every lock in `locks` to one new lease (201), or none. With `wait_ms` 0 it is
+// one atomic try: 409 `lock-held` lists in `locks` the members that were held (or had
+// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
+// waits: see "Multi-locks" above for what it holds meanwhile. Idempotency-Key is not
+// supported on multi-lock calls (400).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /multilocks (the `AcquireMultiLock` operationId).
+func (c *Client) AcquireMultiLock(ctx context.Context, body AcquireMultiLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcquireMultiLockRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewMultiLockWithBody Renew every member of a multi-lock
+//
+// Sets the TTL of every member to `ttl_ms` (default: the group's TTL), or, if any member
+// ran out, frees the rest and answers 410 listing the lost members. Same as
+// `POST /multilocks/{id}/renew`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /multilocks/renew (the `RenewMultiLock` operationId).
+func (c *Client) RenewMultiLockWithBody(ctx context.Context, params *RenewMultiLockParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewMultiLockRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewMultiLock Renew every member of a multi-lock
+//
+// Sets the TTL of every member to `ttl_ms` (default: the group's TTL), or, if any member
+// ran out, frees the rest and answers 410 listing the lost members. Same as
+// `POST /multilocks/{id}/renew`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /multilocks/renew (the `RenewMultiLock` operationId).
+func (c *Client) RenewMultiLock(ctx context.Context, params *RenewMultiLockParams, body RenewMultiLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewMultiLockRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseMultiLockById Release every member of a multi-lock (its Location)
+//
+// As `DELETE /multilocks`; the token must be the group's with this id (400 otherwise).
+//
+// Corresponds with DELETE /multilocks/{id} (the `ReleaseMultiLockById` operationId).
+func (c *Client) ReleaseMultiLockById(ctx context.Context, id MultiLockIdParam, params *ReleaseMultiLockByIdParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseMultiLockByIdRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewMultiLockByIdWithBody Renew every member of a multi-lock (under its Location)
+//
+// As `POST /multilocks/renew`; the token must be the group's with this id (400 otherwise).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /multilocks/{id}/renew (the `RenewMultiLockById` operationId).
+func (c *Client) RenewMultiLockByIdWithBody(ctx context.Context, id MultiLockIdParam, params *RenewMultiLockByIdParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewMultiLockByIdRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewMultiLockById Renew every member of a multi-lock (under its Location)
+//
+// As `POST /multilocks/renew`; the token must be the group's with this id (400 otherwise).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /multilocks/{id}/renew (the `RenewMultiLockById` operationId).
+func (c *Client) RenewMultiLockById(ctx context.Context, id MultiLockIdParam, params *RenewMultiLockByIdParams, body RenewMultiLockByIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewMultiLockByIdRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1727,6 +2116,246 @@ func NewRenewLockRequestWithBody(server string, name LockNameParam, params *Rene
 	return req, nil
 }
 
+// NewReleaseMultiLockRequest constructs an http.Request for the ReleaseMultiLock method
+func NewReleaseMultiLockRequest(server string, params *ReleaseMultiLockParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/multilocks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewAcquireMultiLockRequest calls the generic AcquireMultiLock builder with application/json body
+func NewAcquireMultiLockRequest(server string, body AcquireMultiLockJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAcquireMultiLockRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAcquireMultiLockRequestWithBody constructs an http.Request for the AcquireMultiLock method, with any body, and a specified content type
+func NewAcquireMultiLockRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/multilocks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRenewMultiLockRequest calls the generic RenewMultiLock builder with application/json body
+func NewRenewMultiLockRequest(server string, params *RenewMultiLockParams, body RenewMultiLockJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewMultiLockRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewRenewMultiLockRequestWithBody constructs an http.Request for the RenewMultiLock method, with any body, and a specified content type
+func NewRenewMultiLockRequestWithBody(server string, params *RenewMultiLockParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/multilocks/renew")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewReleaseMultiLockByIdRequest constructs an http.Request for the ReleaseMultiLockById method
+func NewReleaseMultiLockByIdRequest(server string, id MultiLockIdParam, params *ReleaseMultiLockByIdParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/multilocks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewRenewMultiLockByIdRequest calls the generic RenewMultiLockById builder with application/json body
+func NewRenewMultiLockByIdRequest(server string, id MultiLockIdParam, params *RenewMultiLockByIdParams, body RenewMultiLockByIdJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewMultiLockByIdRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewRenewMultiLockByIdRequestWithBody constructs an http.Request for the RenewMultiLockById method, with any body, and a specified content type
+func NewRenewMultiLockByIdRequestWithBody(server string, id MultiLockIdParam, params *RenewMultiLockByIdParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/multilocks/%s/renew", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+	}
+
+	return req, nil
+}
+
 // NewOpenapiSpecRequest constructs an http.Request for the OpenapiSpec method
 func NewOpenapiSpecRequest(server string) (*http.Request, error) {
 	var err error
@@ -2161,6 +2790,91 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /locks/{name}/renew (the `RenewLock` operationId).
 	RenewLockWithResponse(ctx context.Context, name LockNameParam, params *RenewLockParams, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLockResponse, error)
+
+	// ReleaseMultiLockWithResponse Release every member of a multi-lock
+	//
+	// Gives back every member of the group named by `Lease-Token`; each goes to the first
+	// waiter in its own line. Same as `DELETE /multilocks/{id}`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /multilocks (the `ReleaseMultiLock` operationId).
+	ReleaseMultiLockWithResponse(ctx context.Context, params *ReleaseMultiLockParams, reqEditors ...RequestEditorFn) (*ReleaseMultiLockResponse, error)
+
+	// AcquireMultiLockWithBodyWithResponse Take several locks at once, all or nothing
+	//
+	// Grants every lock in `locks` to one new lease (201), or none. With `wait_ms` 0 it is
+	// one atomic try: 409 `lock-held` lists in `locks` the members that were held (or had
+	// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
+	// waits: see "Multi-locks" above for what it holds meanwhile. Idempotency-Key is not
+	// supported on multi-lock calls (400).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /multilocks (the `AcquireMultiLock` operationId).
+	AcquireMultiLockWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireMultiLockResponse, error)
+
+	// AcquireMultiLockWithResponse Take several locks at once, all or nothing
+	//
+	// Grants every lock in `locks` to one new lease (201), or none. With `wait_ms` 0 it is
+	// one atomic try: 409 `lock-held` lists in `locks` the members that were held (or had
+	// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
+	// waits: see "Multi-locks" above for what it holds meanwhile. Idempotency-Key is not
+	// supported on multi-lock calls (400).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /multilocks (the `AcquireMultiLock` operationId).
+	AcquireMultiLockWithResponse(ctx context.Context, body AcquireMultiLockJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireMultiLockResponse, error)
+
+	// RenewMultiLockWithBodyWithResponse Renew every member of a multi-lock
+	//
+	// Sets the TTL of every member to `ttl_ms` (default: the group's TTL), or, if any member
+	// ran out, frees the rest and answers 410 listing the lost members. Same as
+	// `POST /multilocks/{id}/renew`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /multilocks/renew (the `RenewMultiLock` operationId).
+	RenewMultiLockWithBodyWithResponse(ctx context.Context, params *RenewMultiLockParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewMultiLockResponse, error)
+
+	// RenewMultiLockWithResponse Renew every member of a multi-lock
+	//
+	// Sets the TTL of every member to `ttl_ms` (default: the group's TTL), or, if any member
+	// ran out, frees the rest and answers 410 listing the lost members. Same as
+	// `POST /multilocks/{id}/renew`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /multilocks/renew (the `RenewMultiLock` operationId).
+	RenewMultiLockWithResponse(ctx context.Context, params *RenewMultiLockParams, body RenewMultiLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewMultiLockResponse, error)
+
+	// ReleaseMultiLockByIdWithResponse Release every member of a multi-lock (its Location)
+	//
+	// As `DELETE /multilocks`; the token must be the group's with this id (400 otherwise).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /multilocks/{id} (the `ReleaseMultiLockById` operationId).
+	ReleaseMultiLockByIdWithResponse(ctx context.Context, id MultiLockIdParam, params *ReleaseMultiLockByIdParams, reqEditors ...RequestEditorFn) (*ReleaseMultiLockByIdResponse, error)
+
+	// RenewMultiLockByIdWithBodyWithResponse Renew every member of a multi-lock (under its Location)
+	//
+	// As `POST /multilocks/renew`; the token must be the group's with this id (400 otherwise).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /multilocks/{id}/renew (the `RenewMultiLockById` operationId).
+	RenewMultiLockByIdWithBodyWithResponse(ctx context.Context, id MultiLockIdParam, params *RenewMultiLockByIdParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewMultiLockByIdResponse, error)
+
+	// RenewMultiLockByIdWithResponse Renew every member of a multi-lock (under its Location)
+	//
+	// As `POST /multilocks/renew`; the token must be the group's with this id (400 otherwise).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /multilocks/{id}/renew (the `RenewMultiLockById` operationId).
+	RenewMultiLockByIdWithResponse(ctx context.Context, id MultiLockIdParam, params *RenewMultiLockByIdParams, body RenewMultiLockByIdJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewMultiLockByIdResponse, error)
 
 	// OpenapiSpecWithResponse This API description
 	//
@@ -2842,6 +3556,645 @@ func (r RenewLockResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RenewLockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReleaseMultiLockResponse200Headers the declared response headers of an HTTP 200 response for ReleaseMultiLock
+type ReleaseMultiLockResponse200Headers struct {
+	XRequestId string
+}
+
+// ReleaseMultiLockResponse400Headers the declared response headers of an HTTP 400 response for ReleaseMultiLock
+type ReleaseMultiLockResponse400Headers struct {
+	XRequestId string
+}
+
+// ReleaseMultiLockResponse410Headers the declared response headers of an HTTP 410 response for ReleaseMultiLock
+type ReleaseMultiLockResponse410Headers struct {
+	XRequestId string
+}
+
+// ReleaseMultiLockResponse500Headers the declared response headers of an HTTP 500 response for ReleaseMultiLock
+type ReleaseMultiLockResponse500Headers struct {
+	XRequestId string
+}
+
+// ReleaseMultiLockResponse503Headers the declared response headers of an HTTP 503 response for ReleaseMultiLock
+type ReleaseMultiLockResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ReleaseMultiLockResponseDefaultHeaders the declared response headers of an HTTP default response for ReleaseMultiLock
+type ReleaseMultiLockResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type ReleaseMultiLockResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MultiLockReleased
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReleaseMultiLockResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReleaseMultiLockResponse400Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *ReleaseMultiLockResponse410Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ReleaseMultiLockResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseMultiLockResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ReleaseMultiLockResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseMultiLockResponse) GetJSON200() *MultiLockReleased {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleaseMultiLockResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r ReleaseMultiLockResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReleaseMultiLockResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleaseMultiLockResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReleaseMultiLockResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseMultiLockResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseMultiLockResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseMultiLockResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseMultiLockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AcquireMultiLockResponse201Headers the declared response headers of an HTTP 201 response for AcquireMultiLock
+type AcquireMultiLockResponse201Headers struct {
+	Location   string
+	XRequestId string
+}
+
+// AcquireMultiLockResponse400Headers the declared response headers of an HTTP 400 response for AcquireMultiLock
+type AcquireMultiLockResponse400Headers struct {
+	XRequestId string
+}
+
+// AcquireMultiLockResponse409Headers the declared response headers of an HTTP 409 response for AcquireMultiLock
+type AcquireMultiLockResponse409Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// AcquireMultiLockResponse413Headers the declared response headers of an HTTP 413 response for AcquireMultiLock
+type AcquireMultiLockResponse413Headers struct {
+	XRequestId string
+}
+
+// AcquireMultiLockResponse500Headers the declared response headers of an HTTP 500 response for AcquireMultiLock
+type AcquireMultiLockResponse500Headers struct {
+	XRequestId string
+}
+
+// AcquireMultiLockResponse503Headers the declared response headers of an HTTP 503 response for AcquireMultiLock
+type AcquireMultiLockResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// AcquireMultiLockResponseDefaultHeaders the declared response headers of an HTTP default response for AcquireMultiLock
+type AcquireMultiLockResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type AcquireMultiLockResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *MultiLockGrant
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *LockHeld
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *AcquireMultiLockResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *AcquireMultiLockResponse400Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *AcquireMultiLockResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *AcquireMultiLockResponse413Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *AcquireMultiLockResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AcquireMultiLockResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *AcquireMultiLockResponseDefaultHeaders
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r AcquireMultiLockResponse) GetJSON201() *MultiLockGrant {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AcquireMultiLockResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AcquireMultiLockResponse) GetApplicationproblemJSON409() *LockHeld {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r AcquireMultiLockResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AcquireMultiLockResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AcquireMultiLockResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AcquireMultiLockResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AcquireMultiLockResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcquireMultiLockResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcquireMultiLockResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcquireMultiLockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewMultiLockResponse200Headers the declared response headers of an HTTP 200 response for RenewMultiLock
+type RenewMultiLockResponse200Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockResponse400Headers the declared response headers of an HTTP 400 response for RenewMultiLock
+type RenewMultiLockResponse400Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockResponse410Headers the declared response headers of an HTTP 410 response for RenewMultiLock
+type RenewMultiLockResponse410Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockResponse413Headers the declared response headers of an HTTP 413 response for RenewMultiLock
+type RenewMultiLockResponse413Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockResponse500Headers the declared response headers of an HTTP 500 response for RenewMultiLock
+type RenewMultiLockResponse500Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockResponse503Headers the declared response headers of an HTTP 503 response for RenewMultiLock
+type RenewMultiLockResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// RenewMultiLockResponseDefaultHeaders the declared response headers of an HTTP default response for RenewMultiLock
+type RenewMultiLockResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type RenewMultiLockResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MultiLockRenewed
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RenewMultiLockResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RenewMultiLockResponse400Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *RenewMultiLockResponse410Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RenewMultiLockResponse413Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *RenewMultiLockResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewMultiLockResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *RenewMultiLockResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewMultiLockResponse) GetJSON200() *MultiLockRenewed {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewMultiLockResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r RenewMultiLockResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewMultiLockResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RenewMultiLockResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RenewMultiLockResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RenewMultiLockResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewMultiLockResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewMultiLockResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewMultiLockResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewMultiLockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReleaseMultiLockByIdResponse200Headers the declared response headers of an HTTP 200 response for ReleaseMultiLockById
+type ReleaseMultiLockByIdResponse200Headers struct {
+	XRequestId string
+}
+
+// ReleaseMultiLockByIdResponse400Headers the declared response headers of an HTTP 400 response for ReleaseMultiLockById
+type ReleaseMultiLockByIdResponse400Headers struct {
+	XRequestId string
+}
+
+// ReleaseMultiLockByIdResponse410Headers the declared response headers of an HTTP 410 response for ReleaseMultiLockById
+type ReleaseMultiLockByIdResponse410Headers struct {
+	XRequestId string
+}
+
+// ReleaseMultiLockByIdResponse500Headers the declared response headers of an HTTP 500 response for ReleaseMultiLockById
+type ReleaseMultiLockByIdResponse500Headers struct {
+	XRequestId string
+}
+
+// ReleaseMultiLockByIdResponse503Headers the declared response headers of an HTTP 503 response for ReleaseMultiLockById
+type ReleaseMultiLockByIdResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ReleaseMultiLockByIdResponseDefaultHeaders the declared response headers of an HTTP default response for ReleaseMultiLockById
+type ReleaseMultiLockByIdResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type ReleaseMultiLockByIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MultiLockReleased
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReleaseMultiLockByIdResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReleaseMultiLockByIdResponse400Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *ReleaseMultiLockByIdResponse410Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ReleaseMultiLockByIdResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleaseMultiLockByIdResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ReleaseMultiLockByIdResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseMultiLockByIdResponse) GetJSON200() *MultiLockReleased {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseMultiLockByIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseMultiLockByIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseMultiLockByIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseMultiLockByIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewMultiLockByIdResponse200Headers the declared response headers of an HTTP 200 response for RenewMultiLockById
+type RenewMultiLockByIdResponse200Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockByIdResponse400Headers the declared response headers of an HTTP 400 response for RenewMultiLockById
+type RenewMultiLockByIdResponse400Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockByIdResponse410Headers the declared response headers of an HTTP 410 response for RenewMultiLockById
+type RenewMultiLockByIdResponse410Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockByIdResponse413Headers the declared response headers of an HTTP 413 response for RenewMultiLockById
+type RenewMultiLockByIdResponse413Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockByIdResponse500Headers the declared response headers of an HTTP 500 response for RenewMultiLockById
+type RenewMultiLockByIdResponse500Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockByIdResponse503Headers the declared response headers of an HTTP 503 response for RenewMultiLockById
+type RenewMultiLockByIdResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// RenewMultiLockByIdResponseDefaultHeaders the declared response headers of an HTTP default response for RenewMultiLockById
+type RenewMultiLockByIdResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type RenewMultiLockByIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MultiLockRenewed
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RenewMultiLockByIdResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RenewMultiLockByIdResponse400Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *RenewMultiLockByIdResponse410Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RenewMultiLockByIdResponse413Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *RenewMultiLockByIdResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewMultiLockByIdResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *RenewMultiLockByIdResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewMultiLockByIdResponse) GetJSON200() *MultiLockRenewed {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RenewMultiLockByIdResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewMultiLockByIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewMultiLockByIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewMultiLockByIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewMultiLockByIdResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3675,6 +5028,139 @@ func (c *ClientWithResponses) RenewLockWithResponse(ctx context.Context, name Lo
 	return ParseRenewLockResponse(rsp)
 }
 
+// ReleaseMultiLockWithResponse Release every member of a multi-lock
+//
+// Gives back every member of the group named by `Lease-Token`; each goes to the first
+// waiter in its own line. Same as `DELETE /multilocks/{id}`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /multilocks (the `ReleaseMultiLock` operationId).
+func (c *ClientWithResponses) ReleaseMultiLockWithResponse(ctx context.Context, params *ReleaseMultiLockParams, reqEditors ...RequestEditorFn) (*ReleaseMultiLockResponse, error) {
+	rsp, err := c.ReleaseMultiLock(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseMultiLockResponse(rsp)
+}
+
+// AcquireMultiLockWithBodyWithResponse Take several locks at once, all or nothing
+//
+// Grants every lock in `locks` to one new lease (201), or none. With `wait_ms` 0 it is
+// one atomic try: 409 `lock-held` lists in `locks` the members that were held (or had
+// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
+// waits: see "Multi-locks" above for what it holds meanwhile. Idempotency-Key is not
+// supported on multi-lock calls (400).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /multilocks (the `AcquireMultiLock` operationId).
+func (c *ClientWithResponses) AcquireMultiLockWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AcquireMultiLockResponse, error) {
+	rsp, err := c.AcquireMultiLockWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireMultiLockResponse(rsp)
+}
+
+// AcquireMultiLockWithResponse Take several locks at once, all or nothing
+//
+// Grants every lock in `locks` to one new lease (201), or none. With `wait_ms` 0 it is
+// one atomic try: 409 `lock-held` lists in `locks` the members that were held (or had
+// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
+// waits: see "Multi-locks" above for what it holds meanwhile. Idempotency-Key is not
+// supported on multi-lock calls (400).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /multilocks (the `AcquireMultiLock` operationId).
+func (c *ClientWithResponses) AcquireMultiLockWithResponse(ctx context.Context, body AcquireMultiLockJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireMultiLockResponse, error) {
+	rsp, err := c.AcquireMultiLock(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcquireMultiLockResponse(rsp)
+}
+
+// RenewMultiLockWithBodyWithResponse Renew every member of a multi-lock
+//
+// Sets the TTL of every member to `ttl_ms` (default: the group's TTL), or, if any member
+// ran out, frees the rest and answers 410 listing the lost members. Same as
+// `POST /multilocks/{id}/renew`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /multilocks/renew (the `RenewMultiLock` operationId).
+func (c *ClientWithResponses) RenewMultiLockWithBodyWithResponse(ctx context.Context, params *RenewMultiLockParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewMultiLockResponse, error) {
+	rsp, err := c.RenewMultiLockWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewMultiLockResponse(rsp)
+}
+
+// RenewMultiLockWithResponse Renew every member of a multi-lock
+//
+// Sets the TTL of every member to `ttl_ms` (default: the group's TTL), or, if any member
+// ran out, frees the rest and answers 410 listing the lost members. Same as
+// `POST /multilocks/{id}/renew`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /multilocks/renew (the `RenewMultiLock` operationId).
+func (c *ClientWithResponses) RenewMultiLockWithResponse(ctx context.Context, params *RenewMultiLockParams, body RenewMultiLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewMultiLockResponse, error) {
+	rsp, err := c.RenewMultiLock(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewMultiLockResponse(rsp)
+}
+
+// ReleaseMultiLockByIdWithResponse Release every member of a multi-lock (its Location)
+//
+// As `DELETE /multilocks`; the token must be the group's with this id (400 otherwise).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /multilocks/{id} (the `ReleaseMultiLockById` operationId).
+func (c *ClientWithResponses) ReleaseMultiLockByIdWithResponse(ctx context.Context, id MultiLockIdParam, params *ReleaseMultiLockByIdParams, reqEditors ...RequestEditorFn) (*ReleaseMultiLockByIdResponse, error) {
+	rsp, err := c.ReleaseMultiLockById(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseMultiLockByIdResponse(rsp)
+}
+
+// RenewMultiLockByIdWithBodyWithResponse Renew every member of a multi-lock (under its Location)
+//
+// As `POST /multilocks/renew`; the token must be the group's with this id (400 otherwise).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /multilocks/{id}/renew (the `RenewMultiLockById` operationId).
+func (c *ClientWithResponses) RenewMultiLockByIdWithBodyWithResponse(ctx context.Context, id MultiLockIdParam, params *RenewMultiLockByIdParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewMultiLockByIdResponse, error) {
+	rsp, err := c.RenewMultiLockByIdWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewMultiLockByIdResponse(rsp)
+}
+
+// RenewMultiLockByIdWithResponse Renew every member of a multi-lock (under its Location)
+//
+// As `POST /multilocks/renew`; the token must be the group's with this id (400 otherwise).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /multilocks/{id}/renew (the `RenewMultiLockById` operationId).
+func (c *ClientWithResponses) RenewMultiLockByIdWithResponse(ctx context.Context, id MultiLockIdParam, params *RenewMultiLockByIdParams, body RenewMultiLockByIdJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewMultiLockByIdResponse, error) {
+	rsp, err := c.RenewMultiLockById(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewMultiLockByIdResponse(rsp)
+}
+
 // OpenapiSpecWithResponse This API description
 //
 // Serves this OpenAPI document as YAML.
@@ -4461,6 +5947,726 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers RenewLockResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseMultiLockResponse parses an HTTP response from a ReleaseMultiLockWithResponse call
+func ParseReleaseMultiLockResponse(rsp *http.Response) (*ReleaseMultiLockResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseMultiLockResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MultiLockReleased
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReleaseMultiLockResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReleaseMultiLockResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 410:
+		var headers ReleaseMultiLockResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 500:
+		var headers ReleaseMultiLockResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseMultiLockResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ReleaseMultiLockResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAcquireMultiLockResponse parses an HTTP response from a AcquireMultiLockWithResponse call
+func ParseAcquireMultiLockResponse(rsp *http.Response) (*AcquireMultiLockResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcquireMultiLockResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest MultiLockGrant
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest LockHeld
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers AcquireMultiLockResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers AcquireMultiLockResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 409:
+		var headers AcquireMultiLockResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers AcquireMultiLockResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 500:
+		var headers AcquireMultiLockResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers AcquireMultiLockResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers AcquireMultiLockResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewMultiLockResponse parses an HTTP response from a RenewMultiLockWithResponse call
+func ParseRenewMultiLockResponse(rsp *http.Response) (*RenewMultiLockResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewMultiLockResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MultiLockRenewed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RenewMultiLockResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers RenewMultiLockResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 410:
+		var headers RenewMultiLockResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 413:
+		var headers RenewMultiLockResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 500:
+		var headers RenewMultiLockResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewMultiLockResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers RenewMultiLockResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleaseMultiLockByIdResponse parses an HTTP response from a ReleaseMultiLockByIdWithResponse call
+func ParseReleaseMultiLockByIdResponse(rsp *http.Response) (*ReleaseMultiLockByIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseMultiLockByIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MultiLockReleased
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReleaseMultiLockByIdResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReleaseMultiLockByIdResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 410:
+		var headers ReleaseMultiLockByIdResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 500:
+		var headers ReleaseMultiLockByIdResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleaseMultiLockByIdResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ReleaseMultiLockByIdResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewMultiLockByIdResponse parses an HTTP response from a RenewMultiLockByIdWithResponse call
+func ParseRenewMultiLockByIdResponse(rsp *http.Response) (*RenewMultiLockByIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewMultiLockByIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MultiLockRenewed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RenewMultiLockByIdResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers RenewMultiLockByIdResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 410:
+		var headers RenewMultiLockByIdResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 413:
+		var headers RenewMultiLockByIdResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 500:
+		var headers RenewMultiLockByIdResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewMultiLockByIdResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers RenewMultiLockByIdResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

@@ -153,6 +153,109 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/multilocks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Take several locks at once, all or nothing
+         * @description Grants every lock in `locks` to one new lease (201), or none. With `wait_ms` 0 it is
+         *     one atomic try: 409 `lock-held` lists in `locks` the members that were held (or had
+         *     waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
+         *     waits: see "Multi-locks" above for what it holds meanwhile. Idempotency-Key is not
+         *     supported on multi-lock calls (400).
+         */
+        post: operations["acquireMultiLock"];
+        /**
+         * Release every member of a multi-lock
+         * @description Gives back every member of the group named by `Lease-Token`; each goes to the first
+         *     waiter in its own line. Same as `DELETE /multilocks/{id}`.
+         */
+        delete: operations["releaseMultiLock"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/multilocks/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renew every member of a multi-lock
+         * @description Sets the TTL of every member to `ttl_ms` (default: the group's TTL), or, if any member
+         *     ran out, frees the rest and answers 410 listing the lost members. Same as
+         *     `POST /multilocks/{id}/renew`.
+         */
+        post: operations["renewMultiLock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/multilocks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A multi-lock's id, from its grant (`id`, and the `Location` header).
+                 * @example m-9b2f4c1e-3d5a-4e6f-8a7b-1c2d3e4f5a6b
+                 */
+                id: components["parameters"]["MultiLockIdParam"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Release every member of a multi-lock (its Location)
+         * @description As `DELETE /multilocks`; the token must be the group's with this id (400 otherwise).
+         */
+        delete: operations["releaseMultiLockById"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/multilocks/{id}/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A multi-lock's id, from its grant (`id`, and the `Location` header).
+                 * @example m-9b2f4c1e-3d5a-4e6f-8a7b-1c2d3e4f5a6b
+                 */
+                id: components["parameters"]["MultiLockIdParam"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renew every member of a multi-lock (under its Location)
+         * @description As `POST /multilocks/renew`; the token must be the group's with this id (400 otherwise).
+         */
+        post: operations["renewMultiLockById"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -433,6 +536,8 @@ export interface components {
              * @description How much longer the watchdog renews it. Watchdog leases only.
              */
             max_hold_ms?: number;
+            /** @description The id of the multi-lock this hold belongs to. Only for a multi-lock's member. */
+            multilock?: string;
         };
         SemaphoreState: {
             name: components["schemas"]["LockName"];
@@ -495,8 +600,75 @@ export interface components {
              * @description How much longer the watchdog renews the holder's lease, in milliseconds. Only while held by a watchdog lease.
              */
             max_hold_ms?: number;
+            /** @description The id of the multi-lock whose member this lock is (`/multilocks/{id}`). Only while held exclusively by a multi-lock. */
+            multilock?: string;
             /** @description Whether the lease of the sent `Lease-Token` holds the lock (either way). Only when a `Lease-Token` was sent. */
             yours?: boolean;
+        };
+        MultiLockRequest: {
+            owner: components["schemas"]["Owner"];
+            /** @description The locks to take together, 2-64 distinct names, in any order. */
+            locks: components["schemas"]["LockName"][];
+            mode?: components["schemas"]["Mode"];
+            /**
+             * Format: int64
+             * @description Every member's time to live in milliseconds, as for locks.
+             * @default 30000
+             */
+            ttl_ms?: number;
+            /**
+             * Format: int64
+             * @description How long to wait for all members, in milliseconds, as for locks (0 tries once).
+             * @default 0
+             */
+            wait_ms?: number;
+            /**
+             * @description If true, the gateway renews every member itself, as for locks.
+             * @default false
+             */
+            watchdog?: boolean;
+            /**
+             * Format: int64
+             * @description Watchdog groups only, as for locks.
+             */
+            max_hold_ms?: number;
+        };
+        MultiLockMember: {
+            lock: components["schemas"]["LockName"];
+            /**
+             * Format: int64
+             * @description This member's fence, under the same guarantee as a single grant of that lock.
+             */
+            fence: number;
+        };
+        /** @description One lease that holds every member of a multi-lock. */
+        MultiLockGrant: {
+            /**
+             * @description The group's id; its resource is `/multilocks/{id}`. Members' holders show it as `multilock`.
+             * @example m-9b2f4c1e-3d5a-4e6f-8a7b-1c2d3e4f5a6b
+             */
+            id: string;
+            owner: components["schemas"]["Owner"];
+            /** @description The group's token, for `Lease-Token` on `/multilocks`. */
+            token: string;
+            mode: components["schemas"]["Mode"];
+            /** Format: int64 */
+            ttl_ms: number;
+            /**
+             * Format: date-time
+             * @description When the first member expires unless renewed.
+             */
+            expires_at: string;
+            watchdog: boolean;
+            /** @description Every member with its fence, in name order. */
+            locks: components["schemas"]["MultiLockMember"][];
+        };
+        MultiLockRelease: {
+            id: string;
+            /** @description Always true in a 200; every member is given back. */
+            released: boolean;
+            /** @description The members given back, in name order. */
+            locks: components["schemas"]["LockName"][];
         };
         Health: {
             /** @enum {string} */
@@ -512,11 +684,11 @@ export interface components {
          *     | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
          *     | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
          *     | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
-         *     | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. |
+         *     | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
          *     | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
          *     | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
          *     | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
-         *     | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. |
+         *     | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
          *     | `urn:leasegate:problem:not-found` | 404 | No such route. |
          *     | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
          *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
@@ -564,6 +736,8 @@ export interface components {
              * @description With lock-held after a wait (`wait_ms` > 0), how long the request waited, in milliseconds.
              */
             waited_ms?: number;
+            /** @description With lock-held from `/multilocks`, the members that were held (or had waiters); with lease-gone, the members that were no longer held. */
+            locks?: components["schemas"]["LockName"][];
             /**
              * @description With lock-held after a wait, or shutting-down: send it as `queue_ticket` in the next
              *     waiting acquire (same lock and owner, within 10 s, once) to keep this wait's place in
@@ -639,6 +813,26 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description Every member was given back. */
+        MultiLockReleased: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["MultiLockRelease"];
+            };
+        };
+        /** @description Every member was renewed. */
+        MultiLockRenewed: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["MultiLockGrant"];
+            };
+        };
         /** @description The request body is larger than 64 KiB. */
         BodyTooLarge: {
             headers: {
@@ -705,6 +899,20 @@ export interface components {
          */
         SemaphoreNameParam: string;
         /**
+         * @description A multi-lock's id, from its grant (`id`, and the `Location` header).
+         * @example m-9b2f4c1e-3d5a-4e6f-8a7b-1c2d3e4f5a6b
+         */
+        MultiLockIdParam: string;
+        /**
+         * @description The multi-lock's `token` from its grant: like a lock's token, but its payload is
+         *     `{"v":1,"owner":...,"lease":"m-<uuid>","locks":[...],"mode":...}` and it is signed in a
+         *     domain of its own, so lock endpoints refuse it and multi-lock endpoints refuse a lock's
+         *     token (400 `invalid-lease-token`). It grows with the names (up to about 18 KB for 64
+         *     names of 200 characters).
+         * @example eyJ2IjoxLCJvd25lciI6InRyYW5zZmVyLXdvcmtlci0xIn0.c2lnbmF0dXJl
+         */
+        MultiLockToken: string;
+        /**
          * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
          *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
          *     answers as the first call did and changes nothing. A retried release never gives back a
@@ -750,7 +958,7 @@ export interface components {
          */
         "X-Request-Id": string;
         /**
-         * @description The path of the granted lock or semaphore, `/locks/{name}` or `/semaphores/{name}`.
+         * @description The path of the granted lock, semaphore or multi-lock, `/locks/{name}`, `/semaphores/{name}` or `/multilocks/{id}`.
          * @example /locks/orders.42
          */
         Location: string;
@@ -1247,6 +1455,168 @@ export interface operations {
                     "application/json": components["schemas"]["SemaphoreGrant"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            410: components["responses"]["LeaseGone"];
+            413: components["responses"]["BodyTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    acquireMultiLock: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MultiLockRequest"];
+            };
+        };
+        responses: {
+            /** @description Every member was granted to one new lease. */
+            201: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MultiLockGrant"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            409: components["responses"]["LockHeld"];
+            413: components["responses"]["BodyTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    releaseMultiLock: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The multi-lock's `token` from its grant: like a lock's token, but its payload is
+                 *     `{"v":1,"owner":...,"lease":"m-<uuid>","locks":[...],"mode":...}` and it is signed in a
+                 *     domain of its own, so lock endpoints refuse it and multi-lock endpoints refuse a lock's
+                 *     token (400 `invalid-lease-token`). It grows with the names (up to about 18 KB for 64
+                 *     names of 200 characters).
+                 * @example eyJ2IjoxLCJvd25lciI6InRyYW5zZmVyLXdvcmtlci0xIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token": components["parameters"]["MultiLockToken"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["MultiLockReleased"];
+            400: components["responses"]["BadRequest"];
+            410: components["responses"]["LeaseGone"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    renewMultiLock: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The multi-lock's `token` from its grant: like a lock's token, but its payload is
+                 *     `{"v":1,"owner":...,"lease":"m-<uuid>","locks":[...],"mode":...}` and it is signed in a
+                 *     domain of its own, so lock endpoints refuse it and multi-lock endpoints refuse a lock's
+                 *     token (400 `invalid-lease-token`). It grows with the names (up to about 18 KB for 64
+                 *     names of 200 characters).
+                 * @example eyJ2IjoxLCJvd25lciI6InRyYW5zZmVyLXdvcmtlci0xIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token": components["parameters"]["MultiLockToken"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RenewRequest"];
+            };
+        };
+        responses: {
+            200: components["responses"]["MultiLockRenewed"];
+            400: components["responses"]["BadRequest"];
+            410: components["responses"]["LeaseGone"];
+            413: components["responses"]["BodyTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    releaseMultiLockById: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The multi-lock's `token` from its grant: like a lock's token, but its payload is
+                 *     `{"v":1,"owner":...,"lease":"m-<uuid>","locks":[...],"mode":...}` and it is signed in a
+                 *     domain of its own, so lock endpoints refuse it and multi-lock endpoints refuse a lock's
+                 *     token (400 `invalid-lease-token`). It grows with the names (up to about 18 KB for 64
+                 *     names of 200 characters).
+                 * @example eyJ2IjoxLCJvd25lciI6InRyYW5zZmVyLXdvcmtlci0xIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token": components["parameters"]["MultiLockToken"];
+            };
+            path: {
+                /**
+                 * @description A multi-lock's id, from its grant (`id`, and the `Location` header).
+                 * @example m-9b2f4c1e-3d5a-4e6f-8a7b-1c2d3e4f5a6b
+                 */
+                id: components["parameters"]["MultiLockIdParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["MultiLockReleased"];
+            400: components["responses"]["BadRequest"];
+            410: components["responses"]["LeaseGone"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    renewMultiLockById: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The multi-lock's `token` from its grant: like a lock's token, but its payload is
+                 *     `{"v":1,"owner":...,"lease":"m-<uuid>","locks":[...],"mode":...}` and it is signed in a
+                 *     domain of its own, so lock endpoints refuse it and multi-lock endpoints refuse a lock's
+                 *     token (400 `invalid-lease-token`). It grows with the names (up to about 18 KB for 64
+                 *     names of 200 characters).
+                 * @example eyJ2IjoxLCJvd25lciI6InRyYW5zZmVyLXdvcmtlci0xIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token": components["parameters"]["MultiLockToken"];
+            };
+            path: {
+                /**
+                 * @description A multi-lock's id, from its grant (`id`, and the `Location` header).
+                 * @example m-9b2f4c1e-3d5a-4e6f-8a7b-1c2d3e4f5a6b
+                 */
+                id: components["parameters"]["MultiLockIdParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RenewRequest"];
+            };
+        };
+        responses: {
+            200: components["responses"]["MultiLockRenewed"];
             400: components["responses"]["BadRequest"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];

@@ -1,0 +1,257 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/rueidis"
+)
+
+// A multi-lock takes several locks all or nothing under one lease (MultiLease): its members are
+// ordinary locks, each held by the group's lease with a fence of its own, so single requests for
+// a member wait in that member's line as usual.
+//
+// On one Redis every all-or-nothing step is one script over all members' keys (multi_*.lua),
+// whatever their hash tags. Waiting takes the members one by one in name order instead (see
+// lockInOrder): that order is what makes it deadlock-free, and each step there touches one lock.
+
+// MultiRequest asks for several locks at once. Validation of its ranges is the caller's.
+type MultiRequest struct {
+	Locks    []string // 2 or more distinct names, in any order
+	Mode     Mode     // for every member: Exclusive (the zero value) or Shared
+	Owner    string
+	TTL      time.Duration
+	Wait     time.Duration // 0: try once
+	Watchdog bool
+	MaxHold  time.Duration // bounds a watchdog group: not renewed past MaxHold after its grant
+}
+
+// MultiGrant is a held multi-lock as the caller should see it.
+type MultiGrant struct {
+	MultiLease
+	Token     string
+	Fences    []int64 // one per member, in MultiLease.Locks order (name order)
+	TTL       time.Duration
+	ExpiresAt time.Time // conservative: measured from before the Redis call
+	Watchdog  bool
+}
+
+// MultiReleased reports a released multi-lock.
+type MultiReleased struct {
+	MultiLease
+}
+
+// AcquireAll grants every lock of req to one new lease, or none. With req.Wait set it waits up to
+// req.Wait, holding the members it has while it waits for the next one (see lockInOrder).
+//
+// It returns a *HeldError listing the members held (try-once) or the member it was waiting for
+// (the wait ran out), and otherwise the errors Acquire returns. Whenever it returns an error the
+// caller holds none of the members and is in no line; if ctx ends after the grant, the grant is
+// given back before ctx's error is returned.
+func (s *Service) AcquireAll(ctx context.Context, req MultiRequest) (MultiGrant, error) {
+	names := slices.Clone(req.Locks)
+	slices.Sort(names)
+	if len(names) < 2 || len(slices.Compact(slices.Clone(names))) != len(names) {
+		return MultiGrant{}, fmt.Errorf("%w: a multi-lock takes two or more distinct locks", ErrInvalid)
+	}
+	if req.Mode != Shared {
+		req.Mode = Exclusive
+	}
+	m := MultiLease{ID: multiLeasePrefix + uuid.NewString(), Owner: req.Owner, Locks: names, Mode: req.Mode}
+	start := time.Now()
+	g, err := s.tryAll(ctx, req, m, start)
+	var held *HeldError
+	if errors.As(err, &held) && req.Wait > 0 {
+		g, err = s.lockInOrder(ctx, req, m, start)
+	}
+	if err != nil {
+		return MultiGrant{}, err
+	}
+	if g.Watchdog {
+		err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.groupSchedule},
+			[]string{"enroll", groupScheduleMember(m), ms(g.TTL / 3)}).Error()
+		if err != nil {
+			s.releaseGroup(context.WithoutCancel(ctx), m) // a watchdog group nobody would renew is worse than none
+			return MultiGrant{}, s.classify(err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		_, _ = s.releaseGroup(context.WithoutCancel(ctx), m)
+		return MultiGrant{}, err
+	}
+	return g, nil
+}
+
+// tryAll runs the all-or-nothing try (multi_acquire.lua): the grant, or a *HeldError listing the
+// members held or waited for.
+func (s *Service) tryAll(ctx context.Context, req MultiRequest, m MultiLease, start time.Time) (MultiGrant, error) {
+	reply, err := s.runGroup(ctx, s.multiAcquire, m.Locks, m.ID, ms(req.TTL), req.Owner, flag(req.Watchdog), ms(req.MaxHold), req.Mode.arg())
+	if err != nil {
+		return MultiGrant{}, err
+	}
+	r, err := ints(reply) // {1, fence...} | {0, ms, index...}
+	if err != nil || len(r) < 1 || (r[0] == 1 && len(r) != len(m.Locks)+1) || (r[0] == 0 && len(r) < 3) {
+		return MultiGrant{}, unexpectedReply("multi_acquire", m.Locks[0], r, err)
+	}
+	if r[0] == 0 {
+		busy, err := members(m.Locks, r[2:])
+		if err != nil {
+			return MultiGrant{}, unexpectedReply("multi_acquire", m.Locks[0], r, err)
+		}
+		return MultiGrant{}, &HeldError{Lock: busy[0], Locks: busy, RetryAfter: time.Duration(max(r[1], 0)) * time.Millisecond}
+	}
+	return s.multiGrant(m, r[1:], req.TTL, req.Watchdog, start), nil
+}
+
+func (s *Service) multiGrant(m MultiLease, fences []int64, ttl time.Duration, watchdog bool, start time.Time) MultiGrant {
+	return MultiGrant{MultiLease: m, Token: s.tokens.MintMulti(m), Fences: fences, TTL: ttl, ExpiresAt: start.Add(ttl),
+		Watchdog: watchdog}
+}
+
+// members maps a script's 1-based member indexes to names.
+func members(names []string, index []int64) ([]string, error) {
+	out := make([]string, 0, len(index))
+	for _, i := range index {
+		if i < 1 || int(i) > len(names) {
+			return nil, fmt.Errorf("member index %d out of range", i)
+		}
+		out = append(out, names[i-1])
+	}
+	return out, nil
+}
+
+// ReleaseAll gives back every member of the multi-lock token names (id, when not "", must be its
+// id). It returns a *GroupLostError when some members were no longer held (the others are given
+// back all the same), ErrInvalidToken for a bad token, and ErrUnavailable when Redis does not
+// answer.
+func (s *Service) ReleaseAll(ctx context.Context, token, id string) (MultiReleased, error) {
+	m, err := s.tokens.ParseMulti(token, id)
+	if err != nil {
+		return MultiReleased{}, err
+	}
+	lost, err := s.releaseGroup(ctx, m)
+	if err != nil {
+		return MultiReleased{}, err
+	}
+	if len(lost) > 0 {
+		return MultiReleased{}, &GroupLostError{ID: m.ID, Locks: lost}
+	}
+	return MultiReleased{m}, nil
+}
+
+// releaseGroup gives back every member m still holds and returns those it no longer held.
+func (s *Service) releaseGroup(ctx context.Context, m MultiLease) (lost []string, err error) {
+	reply, err := s.runGroup(ctx, s.multiRelease, m.Locks, m.ID, m.Mode.arg())
+	if err != nil {
+		return nil, err
+	}
+	r, err := ints(reply) // {watchdog, index...}
+	if err == nil && len(r) < 1 {
+		err = errors.New("empty")
+	}
+	if err == nil {
+		lost, err = members(m.Locks, r[1:])
+	}
+	if err != nil {
+		return nil, unexpectedReply("multi_release", m.Locks[0], r, err)
+	}
+	if r[0] == 1 {
+		err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.groupSchedule).Member(groupScheduleMember(m)).Build()).Error()
+		if err != nil {
+			s.log.Warn("taking a multi-lock off the watchdog schedule failed; the next sweep does it", "multilock", m.ID, "err", err)
+		}
+	}
+	return lost, nil
+}
+
+// RenewAll sets the TTL of every member of the multi-lock token names to ttl (0: the group's TTL).
+// If any member is no longer held it gives back the others and returns a *GroupLostError; it also
+// returns ErrInvalidToken and ErrUnavailable as ReleaseAll does.
+func (s *Service) RenewAll(ctx context.Context, token, id string, ttl time.Duration) (MultiGrant, error) {
+	m, err := s.tokens.ParseMulti(token, id)
+	if err != nil {
+		return MultiGrant{}, err
+	}
+	start := time.Now()
+	r, err := s.renewGroup(ctx, m, m.Locks, ttl, false)
+	if err != nil {
+		return MultiGrant{}, err
+	}
+	g := s.multiGrant(m, r.fences, r.ttl, r.watchdog, start)
+	g.Token = token
+	if g.Watchdog {
+		err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.groupSchedule},
+			[]string{"reschedule", groupScheduleMember(m), ms(g.TTL / 3)}).Error()
+		if err != nil {
+			s.log.Warn("rescheduling a multi-lock's watchdog renewal failed", "multilock", m.ID, "err", err)
+		}
+	}
+	return g, nil
+}
+
+// groupRenewal is multi_renew.lua's answer for a group that still holds every member.
+type groupRenewal struct {
+	ttl      time.Duration
+	watchdog bool
+	now      int64 // Redis time, ms
+	fences   []int64
+}
+
+// errWatchdogDone: a watchdog renewal found the group past its max hold (or without a watchdog).
+var errWatchdogDone = errors.New("watchdog duty over")
+
+// renewGroup renews the members names (all of m's, or the first ones a waiting group holds) to ttl
+// (0: the group's). It returns a *GroupLostError when some were no longer held (the rest are given
+// back), and errWatchdogDone for a watchdog renewal the group is past.
+func (s *Service) renewGroup(ctx context.Context, m MultiLease, names []string, ttl time.Duration, byWatchdog bool) (groupRenewal, error) {
+	reply, err := s.runGroup(ctx, s.multiRenew, names, m.ID, m.Mode.arg(), ms(ttl), flag(byWatchdog))
+	if err != nil {
+		return groupRenewal{}, err
+	}
+	r, err := ints(reply) // {1, ttl, watchdog, now, fence...} | {0, index...} | {-1}
+	switch {
+	case err != nil || len(r) < 1 || (r[0] == 1 && len(r) != len(names)+4):
+		return groupRenewal{}, unexpectedReply("multi_renew", names[0], r, err)
+	case r[0] == -1:
+		return groupRenewal{}, errWatchdogDone
+	case r[0] == 0:
+		lost, err := members(names, r[1:])
+		if err != nil {
+			return groupRenewal{}, unexpectedReply("multi_renew", names[0], r, err)
+		}
+		return groupRenewal{}, &GroupLostError{ID: m.ID, Locks: lost}
+	}
+	return groupRenewal{ttl: time.Duration(r[1]) * time.Millisecond, watchdog: r[2] == 1, now: r[3], fences: r[4:]}, nil
+}
+
+// runGroup runs a multi_*.lua script over the keys of the locks names.
+func (s *Service) runGroup(ctx context.Context, script *rueidis.Lua, names []string, args ...string) ([]rueidis.RedisMessage, error) {
+	keys := make([]string, 0, 7*len(names))
+	for _, name := range names {
+		keys = append(keys, s.keys(LockRef(name)).all()...)
+	}
+	return s.exec(ctx, script, keys, append(append(slices.Clip(s.queueArgs), kindArg(KindLock)), args...))
+}
+
+// groupScheduleMember is m's entry in the multi-lock watchdog schedule: "<id>\n<x|s>\n<member>...".
+func groupScheduleMember(m MultiLease) string {
+	return m.ID + "\n" + m.Mode.arg() + "\n" + strings.Join(m.Locks, "\n")
+}
+
+// parseGroupScheduleMember reads groupScheduleMember's format back.
+func parseGroupScheduleMember(member string) (MultiLease, bool) {
+	parts := strings.Split(member, "\n")
+	if len(parts) < 4 || (parts[1] != "x" && parts[1] != "s") {
+		return MultiLease{}, false
+	}
+	m := MultiLease{ID: parts[0], Locks: parts[2:], Mode: Exclusive}
+	if parts[1] == "s" {
+		m.Mode = Shared
+	}
+	return m, true
+}

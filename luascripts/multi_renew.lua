@@ -1,0 +1,65 @@
+-- multi_renew.lua (+ lib.lua): renews every member of a multi-lock's lease, or ends the group.
+--   KEYS as in multi_acquire.lua (all of the group's members, or the first ones a waiting group
+--   holds so far); ARGV[1..5] as in lib.lua, then ARGV[6..9] = [lease, hold ('x'|'s'),
+--   ttl_ms (0 = keep the group's), by_watchdog (1: the watchdog's renewal)]
+--   => {1, ttl_ms, watchdog, now_ms, fence...}  every member held: each one's TTL set to ttl_ms
+--                                  (fences in KEYS order; now_ms: Redis time)
+--    | {0, index...}               index (1-based) are the members lease no longer holds (ran out,
+--                                  or lost); every member it still held has been given back, so a
+--                                  group never keeps a subset
+--    | {-1}                        by_watchdog, and the group is no watchdog lease or is past its
+--                                  max hold: nothing changed (its members run out their last TTL)
+-- Never resurrects a member. Also confirms the members a waiting group took one by one.
+local lease, want, ttl, by_watchdog = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
+local n = #KEYS / 7
+
+local fences, lost = {}, {}
+for i = 1, n do
+  use(i)
+  local fence = held_by(lease, want)
+  if fence then
+    fences[i] = fence
+  else
+    lost[#lost + 1] = i
+  end
+end
+if #lost > 0 then
+  for i = 1, n do
+    if fences[i] then
+      use(i)
+      give_back(lease, want)
+    end
+  end
+  return {0, unpack(lost)}
+end
+
+-- Every member carries the group's TTL and watchdog settings; read them from the first.
+use(1)
+local group_ttl, wd, until_ms
+if want == 'x' then
+  local v = redis.call('HMGET', lock, ':ttl', ':wd', ':until')
+  group_ttl, wd, until_ms = tonumber(v[1]), v[2], tonumber(v[3])
+else
+  local m = shared_hold(lease)
+  group_ttl, wd, until_ms = m.ttl, m.wd, m.until_ms
+end
+if by_watchdog == '1' and (wd ~= '1' or now_ms() >= until_ms) then
+  return {-1}
+end
+if ttl == 0 then
+  ttl = group_ttl
+end
+
+for i = 1, n do
+  use(i)
+  if want == 'x' then
+    redis.call('HSET', lock, ':ttl', ttl)
+    redis.call('PEXPIRE', lock, ttl)
+  else
+    set_shared_ttl(lease, shared_hold(lease), ttl)
+  end
+  if redis.call('EXISTS', q) == 1 then
+    hint()
+  end
+end
+return {1, ttl, tonumber(wd), now_ms(), unpack(fences)}
