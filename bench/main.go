@@ -27,7 +27,7 @@ import (
 )
 
 var (
-	only      = flag.String("only", "", "run one scenario: throughput, handoff, rwsem, waiting, outside")
+	only      = flag.String("only", "", "run one scenario: throughput, handoff, rwsem, multilock, waiting, outside")
 	duration  = flag.Duration("duration", 3*time.Second, "length of one measured round")
 	rounds    = flag.Int("rounds", 3, "rounds per side; the median is reported")
 	clients   = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
@@ -95,6 +95,11 @@ func run() error {
 			if err := handoff(redis, 100, *duration); err != nil {
 				return err
 			}
+		}
+	}
+	if *only == "" || *only == "multilock" {
+		if err := multiLocks(redis); err != nil {
+			return err
 		}
 	}
 	if *only == "" || *only == "waiting" {

@@ -101,6 +101,17 @@ func (l roundTripLocker) Release(ctx context.Context, req lockcore.ReleaseReques
 // cycles runs n clients, each acquiring and releasing its own lock name in a loop, for d, and
 // returns completed cycles per second. Any unexpected status aborts the run.
 func cycles(base string, n int, d time.Duration) (float64, error) {
+	body := []byte(`{"owner":"bench","ttl_ms":30000}`)
+	return cyclesOf(n, d, func(i int) (string, []byte, string) {
+		name := fmt.Sprintf("%s/locks/bench-%d", base, i)
+		return name, body, name
+	})
+}
+
+// cyclesOf runs n clients for d, client i acquiring at acquire (POST body, 201) and releasing at
+// release (DELETE with the grant's token, 200) in a loop, and returns completed cycles per second.
+// Any unexpected status aborts the run.
+func cyclesOf(n int, d time.Duration, target func(i int) (acquire string, body []byte, release string)) (float64, error) {
 	tr := &http.Transport{MaxIdleConns: n, MaxIdleConnsPerHost: n}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
@@ -117,12 +128,11 @@ func cycles(base string, n int, d time.Duration) (float64, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			name := fmt.Sprintf("%s/locks/bench-%d", base, i)
-			body := []byte(`{"owner":"bench","ttl_ms":30000}`)
+			acquire, body, release := target(i)
 			for ctx.Err() == nil {
-				tok, err := call(client, http.MethodPost, name, "", body, http.StatusCreated)
+				tok, err := call(client, http.MethodPost, acquire, "", body, http.StatusCreated)
 				if err == nil {
-					_, err = call(client, http.MethodDelete, name, tok, nil, http.StatusOK)
+					_, err = call(client, http.MethodDelete, release, tok, nil, http.StatusOK)
 				}
 				if err != nil {
 					errOnce.Do(func() { runErr = err; cancel() })
