@@ -66,7 +66,9 @@ func (s *Service) AcquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 	start := time.Now()
 	g, err := s.tryAll(ctx, req, m, start)
 	var held *HeldError
-	if errors.As(err, &held) && req.Wait > 0 {
+	if req.Wait > 0 && (errors.As(err, &held) || errors.Is(err, ErrUnavailable)) {
+		// Held, or Redis failing (a waiter rides that out; a try whose reply was lost is found
+		// granted, since a lease that holds is never queued behind itself).
 		g, err = s.lockInOrder(ctx, req, m, start)
 	}
 	if err != nil {

@@ -31,10 +31,16 @@ func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLeas
 				s.log.Warn("giving back the members a multi-lock took failed", "multilock", m.ID, "err", rerr)
 			}
 		}
-		var heldErr *HeldError
-		if errors.As(err, &heldErr) {
-			heldErr.Locks, heldErr.Waited = []string{heldErr.Lock}, time.Since(start)
-			heldErr.QueueTicket = "" // a member's place is no use to a group's retry
+		// A member's queue ticket is no use to the group's retry: drop it.
+		var (
+			heldErr     *HeldError
+			shutdownErr *ShutdownError
+		)
+		switch {
+		case errors.As(err, &heldErr):
+			heldErr.Locks, heldErr.Waited, heldErr.QueueTicket = []string{heldErr.Lock}, time.Since(start), ""
+		case errors.As(err, &shutdownErr):
+			err = errShuttingDown
 		}
 		return MultiGrant{}, err
 	}
