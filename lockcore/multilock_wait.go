@@ -20,6 +20,11 @@ import (
 // replica that dies mid-wait frees them within one TTL. When the wait runs out or ctx ends it gives
 // back what it took (and waitAs has left the line). If a held member is lost meanwhile (a Redis
 // restart), it gives back the rest and starts over within the wait.
+// minSlice bounds how often a waiting group renews what it holds: a group with a TTL under three
+// times this may lose a member between renewals, and then starts over (safe, if slower), rather
+// than spend Redis calls on renewals every few milliseconds.
+const minSlice = 50 * time.Millisecond
+
 func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLease, start time.Time) (MultiGrant, error) {
 	deadline := start.Add(req.Wait)
 	held := 0 // m.Locks[:held] are ours
@@ -48,7 +53,7 @@ func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLeas
 		for held < len(m.Locks) {
 			slice := time.Until(deadline)
 			if held > 0 {
-				slice = min(slice, req.TTL/3)
+				slice = min(slice, max(req.TTL/3, minSlice))
 			}
 			if slice <= 0 {
 				return giveUp(&HeldError{Lock: m.Locks[held], RetryAfter: s.claimTTL})
