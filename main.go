@@ -50,10 +50,11 @@ const usage = `leasegate: an HTTP/JSON distributed-lock gateway backed by Redis,
 Usage:
   leasegate [serve]          run the gateway (configured by LEASEGATE_* variables; see README)
   leasegate healthcheck      exit 0 if the gateway on LEASEGATE_LISTEN answers /healthz
-  leasegate run (--lock NAME [--shared] | --semaphore NAME --permits N) [flags] -- COMMAND [ARGS...]
-                             run a command while holding a lock (or a semaphore's permit); it is
-                             stopped before the lease can lapse
-  leasegate acquire|release|renew|inspect (--lock NAME | --semaphore NAME) [flags]
+  leasegate run (--lock NAME [--lock NAME...] [--shared] | --semaphore NAME --permits N) [flags] -- COMMAND [ARGS...]
+                             run a command while holding a lock (several --lock: all of them, as
+                             one multi-lock; or a semaphore's permit); it is stopped before the
+                             lease can lapse
+  leasegate acquire|release|renew|inspect (--lock NAME | --semaphore NAME | --multilock ID) [flags]
                              one call, printing the gateway's JSON answer
   leasegate version          print the version
   leasegate COMMAND --help   a command's flags

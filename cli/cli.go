@@ -1,7 +1,7 @@
 // Package cli is leasegate's command line for scripts and cron: "run" runs a command under a lock
-// (held exclusively or shared) or a semaphore's permit, and "acquire", "release", "renew" and
-// "inspect" print the gateway's JSON answer. It talks to the gateway through the generated Go
-// client (sdk/go).
+// (held exclusively or shared), several locks at once (a multi-lock: --lock repeated) or a
+// semaphore's permit, and "acquire", "release", "renew" and "inspect" print the gateway's JSON
+// answer. It talks to the gateway through the generated Go client (sdk/go).
 package cli
 
 import (
@@ -62,22 +62,38 @@ type command struct {
 	gateways []*leasegate.Gateway
 }
 
-// common are the flags every subcommand takes: what it acts on (--lock or --semaphore, with
-// --shared, --mode and --permits where they apply) and where (--server).
+// common are the flags every subcommand takes: what it acts on (--lock, --semaphore or
+// --multilock, with --shared, --mode and --permits where they apply) and where (--server).
 type common struct {
 	fs        *flag.FlagSet
-	lock      *string
+	locks     *lockNames // several only where a hold is taken (a multi-lock)
 	semaphore *string
+	multilock *string // release and renew: a multi-lock's id; nil elsewhere
 	permits   *int64
 	shared    *bool   // run and acquire: take a shared hold; nil elsewhere
 	mode      *string // release: which hold to give back; nil elsewhere
 	server    *string
-	// takes: the subcommand takes a hold (run, acquire), so a semaphore needs its size.
+	// takes: the subcommand takes a hold (run, acquire), so a semaphore needs its size, and
+	// several --lock make a multi-lock.
 	takes bool
 }
 
-// maxPermits is the largest semaphore size the gateway accepts (openapi.yaml).
-const maxPermits = 10000
+// lockNames are the --lock flags, in the order given.
+type lockNames []string
+
+func (n *lockNames) String() string { return strings.Join(*n, ",") }
+
+func (n *lockNames) Set(name string) error {
+	*n = append(*n, name)
+	return nil
+}
+
+// maxPermits is the largest semaphore size the gateway accepts, and maxMembers the most locks one
+// multi-lock takes (openapi.yaml).
+const (
+	maxPermits = 10000
+	maxMembers = 64
+)
 
 func (c *command) flags(name, usage string) common {
 	fs := flag.NewFlagSet("leasegate "+name, flag.ContinueOnError)
@@ -92,16 +108,23 @@ func (c *command) flags(name, usage string) common {
 	}
 	f := common{
 		fs:        fs,
-		lock:      fs.String("lock", "", "lock name (this or --semaphore is required)"),
+		locks:     &lockNames{},
 		semaphore: fs.String("semaphore", "", "semaphore name, in place of --lock: one of its permits"),
 		server:    fs.String("server", server, "gateway URL, or several replicas' URLs separated by commas (default from LEASEGATE_SERVER)"),
 	}
 	switch name {
 	case "run", "acquire":
 		f.takes = true
-		f.shared = fs.Bool("shared", false, "hold the lock shared: shared holders coexist, an exclusive one excludes them all")
+		fs.Var(f.locks, "lock", fmt.Sprintf("lock `name` (this or --semaphore is required); repeat it to take 2-%d locks at once, all or none, as one multi-lock", maxMembers))
+		f.shared = fs.Bool("shared", false, "hold the lock (every --lock) shared: shared holders coexist, an exclusive one excludes them all")
 		f.permits = fs.Int64("permits", 0, fmt.Sprintf("with --semaphore (required): the semaphore's size, 1-%d; it must match its holders'", maxPermits))
+	case "release", "renew":
+		fs.Var(f.locks, "lock", "lock `name` (this, --semaphore or --multilock is required)")
+		f.multilock = fs.String("multilock", "", "a multi-lock's id (its grant's \"id\"), in place of --lock: all its locks at once")
 	default:
+		fs.Var(f.locks, "lock", "lock `name` (this or --semaphore is required)")
+	}
+	if !f.takes {
 		f.permits = fs.Int64("permits", 0, "with --semaphore: the semaphore's size (not needed here; accepted so that one set of flags serves every command)")
 	}
 	if name == "release" {
@@ -140,18 +163,39 @@ func (c *command) parse(f common, args []string) (t target, code int, ok bool) {
 	return t, 0, true
 }
 
-// target checks the parsed --lock, --semaphore, --permits, --shared and --mode and sets t from
-// them, or says what is wrong with them.
+// target checks the parsed --lock, --semaphore, --multilock, --permits, --shared and --mode and
+// sets t from them, or says what is wrong with them.
 func (f common) target(t *target) error {
+	locks := *f.locks
+	if len(locks) == 1 && locks[0] == "" {
+		locks = nil // as if not given
+	}
+	multilock := f.multilock != nil && *f.multilock != ""
 	switch {
-	case *f.lock == "" && *f.semaphore == "" && f.takes:
-		return errors.New("--lock is required, or --semaphore with --permits")
-	case *f.lock == "" && *f.semaphore == "":
+	case len(locks) == 0 && *f.semaphore == "" && !multilock:
+		switch {
+		case f.takes:
+			return errors.New("--lock is required, or --semaphore with --permits")
+		case f.multilock != nil:
+			return errors.New("--lock is required, or --semaphore, or --multilock")
+		}
 		return errors.New("--lock is required, or --semaphore")
-	case *f.lock != "" && *f.semaphore != "":
+	case len(locks) > 0 && *f.semaphore != "":
 		return errors.New("--lock and --semaphore exclude each other: give one")
+	case multilock && (len(locks) > 0 || *f.semaphore != ""):
+		return errors.New("--multilock excludes --lock and --semaphore: give one")
 	}
 	permitsSet := isSet(f.fs, "permits")
+	if multilock {
+		switch {
+		case permitsSet:
+			return errors.New("--permits goes with --semaphore, not --multilock")
+		case f.mode != nil && *f.mode != "":
+			return errors.New("--mode is for locks: a multi-lock is given back whole")
+		}
+		t.multilock = *f.multilock
+		return nil
+	}
 	if *f.semaphore != "" {
 		switch {
 		case f.shared != nil && *f.shared:
@@ -169,7 +213,14 @@ func (f common) target(t *target) error {
 	if permitsSet {
 		return errors.New("--permits goes with --semaphore, not --lock")
 	}
-	t.lock = *f.lock
+	if err := f.members(locks); err != nil {
+		return err
+	}
+	if len(locks) == 1 {
+		t.lock = locks[0]
+	} else {
+		t.locks = locks
+	}
 	switch {
 	case f.shared != nil && *f.shared:
 		t.mode = leasegate.ModeShared
@@ -179,6 +230,32 @@ func (f common) target(t *target) error {
 		if t.mode = leasegate.Mode(*f.mode); !t.mode.Valid() {
 			return fmt.Errorf("--mode must be exclusive or shared, got %q", *f.mode)
 		}
+	}
+	return nil
+}
+
+// members checks the --lock names: several are a multi-lock's members where a hold is taken,
+// else a mistake.
+func (f common) members(locks []string) error {
+	switch {
+	case len(locks) == 1:
+		return nil
+	case !f.takes && f.multilock != nil:
+		return errors.New("give one --lock: a multi-lock's locks are renewed and given back together, with --multilock ID (its grant's \"id\")")
+	case !f.takes:
+		return errors.New("give one --lock: inspect a multi-lock's locks one by one")
+	case len(locks) > maxMembers:
+		return fmt.Errorf("at most %d --lock make one multi-lock, got %d", maxMembers, len(locks))
+	}
+	seen := make(map[string]bool, len(locks))
+	for _, name := range locks {
+		if name == "" {
+			return errors.New("--lock needs a name")
+		}
+		if seen[name] {
+			return fmt.Errorf("--lock %q given twice", name)
+		}
+		seen[name] = true
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,9 +19,10 @@ import (
 	leasegate "github.com/leasegate/leasegate/sdk/go"
 )
 
-// run acquires a lock (exclusively, or shared with --shared) or one permit of a semaphore, runs a
-// command while renewing the lease every TTL/3, gives the hold back when the command exits, and
-// exits with the command's code.
+// run acquires a lock (exclusively, or shared with --shared), several locks as one multi-lock
+// (--lock repeated; --shared then holds each shared) or one permit of a semaphore, runs a command
+// while renewing the lease every TTL/3, gives the hold back when the command exits, and exits with
+// the command's code.
 //
 // The command never outlives the lease. run knows when the lease lapses at the earliest (its last
 // grant or renewal's TTL, counted from when that request was sent) and, unless a renewal pushes
@@ -29,7 +31,7 @@ import (
 // retried every margin until then. A renewal
 // answered 410 (the lease is gone) sends SIGTERM at once. After a loss run exits ExitLeaseLost.
 func (c *command) run(ctx context.Context, args []string) int {
-	f := c.flags("run", "(--lock NAME [--shared] | --semaphore NAME --permits N) [--owner O] [--ttl D] [--wait D] [--grace D] [--server URL] -- COMMAND [ARGS...]")
+	f := c.flags("run", "(--lock NAME [--lock NAME...] [--shared] | --semaphore NAME --permits N) [--owner O] [--ttl D] [--wait D] [--grace D] [--server URL] -- COMMAND [ARGS...]")
 	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock or permit")
 	ttl := durationFlag(f.fs, "ttl", 30*time.Second, "lease time to live; renewed every ttl/3")
 	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock or a free permit")
@@ -72,9 +74,11 @@ func (c *command) run(ctx context.Context, args []string) int {
 		}
 		return ExitCannotRun
 	}
-	// The first replica that answers grants the hold; any replica can renew or release it.
+	// The first replica that answers grants the hold; any replica can renew or release it. (A
+	// multi-lock's acquire has no Idempotency-Key: should a replica have granted it and its answer
+	// been lost, that grant lapses with its TTL, unrenewed.)
 	var (
-		lease *leasegate.Lease
+		lease heldLease
 		err   error
 		key   = uuid.NewString() // one acquire, whichever replica answers
 	)
@@ -175,13 +179,25 @@ func (c *command) run(ctx context.Context, args []string) int {
 }
 
 // leaseEnv is what the command learns of its lease: LEASEGATE_LOCK and LEASEGATE_MODE, or
-// LEASEGATE_SEMAPHORE; and LEASEGATE_TOKEN and LEASEGATE_FENCE.
-func leaseEnv(t target, lease *leasegate.Lease) []string {
-	env := []string{"LEASEGATE_TOKEN=" + lease.Token, "LEASEGATE_FENCE=" + strconv.FormatInt(lease.Fence, 10)}
-	if t.semaphore != "" {
-		return append(env, "LEASEGATE_SEMAPHORE="+lease.Lock)
+// LEASEGATE_SEMAPHORE; and LEASEGATE_TOKEN and LEASEGATE_FENCE. For a multi-lock:
+// LEASEGATE_MULTILOCK (its id), LEASEGATE_LOCKS (its members in name order, separated by spaces),
+// LEASEGATE_FENCES (NAME=FENCE for each, likewise), LEASEGATE_MODE and LEASEGATE_TOKEN.
+func leaseEnv(t target, lease heldLease) []string {
+	if m, ok := lease.(*leasegate.MultiLease); ok {
+		locks := make([]string, len(m.Members))
+		fences := make([]string, len(m.Members))
+		for i, member := range m.Members {
+			locks[i], fences[i] = member.Lock, member.Lock+"="+strconv.FormatInt(member.Fence, 10)
+		}
+		return []string{"LEASEGATE_MULTILOCK=" + m.ID, "LEASEGATE_LOCKS=" + strings.Join(locks, " "),
+			"LEASEGATE_FENCES=" + strings.Join(fences, " "), "LEASEGATE_MODE=" + string(m.Mode), "LEASEGATE_TOKEN=" + m.Token}
 	}
-	return append(env, "LEASEGATE_LOCK="+lease.Lock, "LEASEGATE_MODE="+string(lease.Mode()))
+	l := lease.(*leasegate.Lease)
+	env := []string{"LEASEGATE_TOKEN=" + l.Token, "LEASEGATE_FENCE=" + strconv.FormatInt(l.Fence, 10)}
+	if t.semaphore != "" {
+		return append(env, "LEASEGATE_SEMAPHORE="+l.Lock)
+	}
+	return append(env, "LEASEGATE_LOCK="+l.Lock, "LEASEGATE_MODE="+string(l.Mode()))
 }
 
 // safetyMargin is how long before its lease can lapse a command must be gone: a tenth of the TTL,
@@ -194,7 +210,7 @@ func safetyMargin(ttl time.Duration) time.Duration {
 // renewal that fails is retried every retry, through the next of gateways each time: the lease is
 // still ours until it lapses, and any success before then keeps the command running. A renewal
 // answered 410 ends it with the error on lost.
-func keepAlive(ctx context.Context, lease *leasegate.Lease, gateways []*leasegate.Gateway, ttl, retry time.Duration, renewed chan<- time.Time, lost chan<- error) {
+func keepAlive(ctx context.Context, lease heldLease, gateways []*leasegate.Gateway, ttl, retry time.Duration, renewed chan<- time.Time, lost chan<- error) {
 	next, via := ttl/3, 0
 	for {
 		select {

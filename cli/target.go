@@ -12,37 +12,81 @@ import (
 )
 
 // target is what a command takes, gives back, renews or inspects: a lock (an exclusive or a
-// shared hold) or one permit of a semaphore. run holds it through the SDK (hold); the one-shot
-// commands, which print the gateway's answer as it is, make one call each through one gateway
-// (acquire, renew, release, inspect), which returns the answer whatever its status, and a
+// shared hold), several locks at once (a multi-lock: taken by its members' names, renewed and
+// given back by its id), or one permit of a semaphore. run holds it through the SDK (hold); the
+// one-shot commands, which print the gateway's answer as it is, make one call each through one
+// gateway (acquire, renew, release, inspect), which returns the answer whatever its status, and a
 // transport error as its error.
 type target struct {
-	lock, semaphore string // exactly one is set
-	// mode is the hold of a lock to take (run, acquire) or to give back (release, where ""
-	// lets the gateway choose). Semaphores have none.
+	// Exactly one is set: lock; locks, a multi-lock's 2-64 members (run, acquire); multilock, a
+	// multi-lock's id (renew, release); semaphore.
+	lock      string
+	locks     []string
+	multilock string
+	semaphore string
+	// mode is the hold of a lock (or of every member) to take (run, acquire) or to give back
+	// (release, where "" lets the gateway choose). Semaphores have none.
 	mode    leasegate.Mode
 	permits int64 // the semaphore's size (run, acquire)
 }
 
-// String names the target for messages: `lock "a"`, `shared lock "a"`, `semaphore "s"`.
+// String names the target for messages: `lock "a"`, `shared lock "a"`, `multi-lock ["a" "b"]`,
+// `multi-lock "m-…"`, `semaphore "s"`.
 func (t target) String() string {
+	shared := ""
+	if t.mode == leasegate.ModeShared {
+		shared = "shared "
+	}
 	switch {
 	case t.semaphore != "":
 		return fmt.Sprintf("semaphore %q", t.semaphore)
-	case t.mode == leasegate.ModeShared:
-		return fmt.Sprintf("shared lock %q", t.lock)
+	case t.multilock != "":
+		return fmt.Sprintf("multi-lock %q", t.multilock)
+	case t.locks != nil:
+		return fmt.Sprintf("%smulti-lock %q", shared, t.locks)
 	}
-	return fmt.Sprintf("lock %q", t.lock)
+	return fmt.Sprintf("%slock %q", shared, t.lock)
 }
 
-// hold takes t through gw for run, waiting up to wait, with the SDK's Lock or AcquireSemaphore
-// (which split a long wait into long-polls that keep their place in line, and retry a 503 within
-// it). key is the Idempotency-Key of the acquire, whichever replica answers.
-func (t target) hold(ctx context.Context, gw *leasegate.Gateway, owner string, ttl, wait time.Duration, key string) (*leasegate.Lease, error) {
-	if t.semaphore != "" {
-		return gw.AcquireSemaphore(ctx, t.semaphore, leasegate.SemaphoreOptions{Owner: owner, Permits: t.permits, TTL: ttl, Wait: wait, IdempotencyKey: key})
+// keyed reports whether t's calls carry an Idempotency-Key; multi-lock calls take none.
+func (t target) keyed() bool { return t.locks == nil && t.multilock == "" }
+
+// heldLease is a hold run keeps alive and gives back: a lock's or a permit's *leasegate.Lease, or
+// a multi-lock's *leasegate.MultiLease.
+type heldLease interface {
+	RenewVia(ctx context.Context, gw *leasegate.Gateway, ttl time.Duration) error
+	ReleaseVia(ctx context.Context, gw *leasegate.Gateway) (released bool, err error)
+	ValidUntil() time.Time
+}
+
+// hold takes t through gw for run, waiting up to wait, with the SDK's Lock, LockAll or
+// AcquireSemaphore (which split a long wait into long-polls, and retry a 503 within it; a lock's
+// and a permit's keep their place in line). key is the Idempotency-Key of the acquire, whichever
+// replica answers; a multi-lock's acquire has none.
+func (t target) hold(ctx context.Context, gw *leasegate.Gateway, owner string, ttl, wait time.Duration, key string) (heldLease, error) {
+	var (
+		lease heldLease
+		err   error
+	)
+	// Each branch assigns a non-nil lease only with a nil err: a nil *Lease in heldLease is not nil.
+	switch {
+	case t.semaphore != "":
+		var l *leasegate.Lease
+		if l, err = gw.AcquireSemaphore(ctx, t.semaphore, leasegate.SemaphoreOptions{Owner: owner, Permits: t.permits, TTL: ttl, Wait: wait, IdempotencyKey: key}); err == nil {
+			lease = l
+		}
+	case t.locks != nil:
+		var m *leasegate.MultiLease
+		if m, err = gw.LockAll(ctx, t.locks, leasegate.MultiLockOptions{Owner: owner, Mode: t.mode, TTL: ttl, Wait: wait}); err == nil {
+			lease = m
+		}
+	default:
+		var l *leasegate.Lease
+		if l, err = gw.Lock(ctx, t.lock, leasegate.LockOptions{Owner: owner, Mode: t.mode, TTL: ttl, Wait: wait, IdempotencyKey: key}); err == nil {
+			lease = l
+		}
 	}
-	return gw.Lock(ctx, t.lock, leasegate.LockOptions{Owner: owner, Mode: t.mode, TTL: ttl, Wait: wait, IdempotencyKey: key})
+	return lease, err
 }
 
 // answer is the gateway's answer to one call.
@@ -80,7 +124,15 @@ type acquireOptions struct {
 
 func (t target) acquire(ctx context.Context, gw *leasegate.Gateway, o acquireOptions) (*answer, error) {
 	var token, watchdog = optional(o.token), optional(o.watchdog)
-	if t.semaphore != "" {
+	switch {
+	case t.locks != nil: // no re-entry, no queue ticket, no Idempotency-Key
+		resp, err := gw.API.AcquireMultiLockWithResponse(ctx, leasegate.MultiLockRequest{Owner: o.owner, Locks: t.locks,
+			Mode: optional(t.mode), TtlMs: ms(o.ttl), WaitMs: ms(o.wait), Watchdog: watchdog, MaxHoldMs: ms(o.maxHold)})
+		if err != nil {
+			return nil, err
+		}
+		return newAnswer(resp.HTTPResponse, resp.Body), nil
+	case t.semaphore != "":
 		resp, err := gw.API.AcquireSemaphoreWithResponse(ctx, t.semaphore,
 			&leasegate.AcquireSemaphoreParams{LeaseToken: token, IdempotencyKey: &o.key},
 			leasegate.SemaphoreAcquireRequest{Owner: o.owner, Permits: t.permits, TtlMs: ms(o.ttl), WaitMs: ms(o.wait),
@@ -101,7 +153,15 @@ func (t target) acquire(ctx context.Context, gw *leasegate.Gateway, o acquireOpt
 }
 
 func (t target) renew(ctx context.Context, gw *leasegate.Gateway, token string, ttl time.Duration, key string) (*answer, error) {
-	if t.semaphore != "" {
+	switch {
+	case t.multilock != "":
+		resp, err := gw.API.RenewMultiLockByIdWithResponse(ctx, t.multilock,
+			&leasegate.RenewMultiLockByIdParams{LeaseToken: token}, leasegate.RenewRequest{TtlMs: ms(ttl)})
+		if err != nil {
+			return nil, err
+		}
+		return newAnswer(resp.HTTPResponse, resp.Body), nil
+	case t.semaphore != "":
 		resp, err := gw.API.RenewSemaphoreWithResponse(ctx, t.semaphore,
 			&leasegate.RenewSemaphoreParams{LeaseToken: token, IdempotencyKey: &key}, leasegate.RenewRequest{TtlMs: ms(ttl)})
 		if err != nil {
@@ -117,9 +177,17 @@ func (t target) renew(ctx context.Context, gw *leasegate.Gateway, token string, 
 	return newAnswer(resp.HTTPResponse, resp.Body), nil
 }
 
-// release gives back one hold of the token's lease (for a lock, of t.mode when set).
+// release gives back one hold of the token's lease (for a lock, of t.mode when set), or every
+// member of a multi-lock.
 func (t target) release(ctx context.Context, gw *leasegate.Gateway, token, key string) (*answer, error) {
-	if t.semaphore != "" {
+	switch {
+	case t.multilock != "":
+		resp, err := gw.API.ReleaseMultiLockByIdWithResponse(ctx, t.multilock, &leasegate.ReleaseMultiLockByIdParams{LeaseToken: token})
+		if err != nil {
+			return nil, err
+		}
+		return newAnswer(resp.HTTPResponse, resp.Body), nil
+	case t.semaphore != "":
 		resp, err := gw.API.ReleaseSemaphoreWithResponse(ctx, t.semaphore,
 			&leasegate.ReleaseSemaphoreParams{LeaseToken: token, IdempotencyKey: &key})
 		if err != nil {

@@ -111,7 +111,7 @@ type GroupLostError struct {
 }
 
 func (e *GroupLostError) Error() string {
-	return fmt.Sprintf("%s: multi-lock %s no longer holds %q; its other members were given back", ErrLeaseLost, e.ID, e.Locks)
+	return fmt.Sprintf("%s: multi-lock %s no longer holds %q; any other member it held was given back", ErrLeaseLost, e.ID, e.Locks)
 }
 
 // Is makes errors.Is(err, ErrLeaseLost) true.

@@ -76,7 +76,7 @@ func (c *Gateway) acquire(ctx context.Context, kind calls, name string, r acquis
 			if time.Since(sent) > SafetyMargin(lease.ttl) && !a.Watchdog {
 				_ = lease.Renew(ctx, 0) // on failure the earlier, conservative bound stands
 			}
-			lease.arm()
+			lease.arm(a.Watchdog)
 			return lease, nil
 		}
 		if resp == nil { // no answer
@@ -109,9 +109,16 @@ func (c *Gateway) acquire(ctx context.Context, kind calls, name string, r acquis
 }
 
 // retry runs one logical call with a fresh Idempotency-Key, retrying it (same key) after a lost
-// answer or a 503, up to 3 tries within ctx, 50 and 100 ms apart.
+// answer or a 503, as resend does.
 func retry(ctx context.Context, call func(key *string) error) error {
 	key := newKey()
+	return resend(ctx, func() error { return call(&key) })
+}
+
+// resend runs call, and again after a lost answer or a 503, up to 3 tries within ctx, 50 and 100
+// ms apart. Only for calls that cannot apply twice: keyed ones (retry), or ones whose second
+// application changes nothing.
+func resend(ctx context.Context, call func() error) error {
 	var err error
 	for try := range 3 {
 		if try > 0 {
@@ -119,7 +126,7 @@ func retry(ctx context.Context, call func(key *string) error) error {
 				return err
 			}
 		}
-		err = call(&key)
+		err = call()
 		if !retryable(err) || ctx.Err() != nil {
 			return err
 		}
@@ -137,6 +144,13 @@ func retryable(err error) bool {
 	var ne net.Error
 	return err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
 		(errors.As(err, &ne) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
+}
+
+// unsent reports whether err says that a request never reached the gateway (its connection was
+// refused), so that sending it again cannot apply it twice, key or no key.
+func unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 func newKey() string { return uuid.NewString() }

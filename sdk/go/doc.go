@@ -1,5 +1,6 @@
 // Package leasegate is the Go client of the leasegate lock gateway: take a lock (exclusive or
-// shared) or a semaphore's permit, keep its lease alive, and stop work before the lease can lapse.
+// shared), several locks at once, or a semaphore's permit, keep its lease alive, and stop work
+// before the lease can lapse.
 //
 //	gw, _ := leasegate.New("http://127.0.0.1:8080")
 //	lease, err := gw.Lock(ctx, "nightly-report", leasegate.LockOptions{Owner: "cron-7", TTL: 30 * time.Second, Wait: 10 * time.Minute})
@@ -40,6 +41,23 @@
 //	permit, err := gw.AcquireSemaphore(ctx, "partner-api", leasegate.SemaphoreOptions{Owner: "worker-3", Permits: 5, Wait: time.Minute})
 //	if errors.Is(err, leasegate.ErrSemaphoreFull) { ... } // no permit came free within a minute
 //	defer permit.Release(context.Background())
+//
+// # Multi-locks
+//
+// LockAll takes 2-64 locks all or none under one lease, a *MultiLease: one token and TTL, renewed
+// and released together (Renew, KeepAlive, Release), with a fence per member (Members, Fence).
+// KeepAlive, Done, Context, Err and ValidUntil work as for a Lease; a renewal finding that a
+// member ran out gets ErrLeaseGone (the gateway frees the others) and ends the lease. Waiting,
+// the gateway takes the members in name order, so groups that overlap cannot deadlock. A wait
+// that runs out returns an error matching ErrHeld whose *ProblemError lists the held members
+// (Members). The members are ordinary locks: Inspect shows the group's id in LockState.Multilock.
+// Multi-lock calls take no Idempotency-Key and cannot be re-entered.
+//
+//	group, err := gw.LockAll(ctx, []string{"account.17", "account.42"}, leasegate.MultiLockOptions{Owner: "transfer-3", TTL: 30 * time.Second, Wait: time.Minute})
+//	if errors.Is(err, leasegate.ErrHeld) { ... } // some still held after a minute: the *ProblemError's Members()
+//	defer group.Release(context.Background())
+//	group.KeepAlive()
+//	err = transfer(group.Context(), group.Fence("account.17"), group.Fence("account.42"))
 //
 // client.gen.go is the generated client (oapi-codegen, from openapi.yaml: cd sdk/go && go generate; a
 // test fails when it is stale); Gateway.API exposes it for calls this layer does not wrap.

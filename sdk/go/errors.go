@@ -63,8 +63,9 @@ func (e *ProblemError) Is(target error) bool {
 	return false
 }
 
-// RetryAfter is how long until the holder's lease runs out, for lock-held problems (for
-// semaphore-full, until the first permit's lease runs out).
+// RetryAfter is how long until the holder's lease runs out, for lock-held problems (for a
+// multi-lock, the longest among its held members; for semaphore-full, until the first permit's
+// lease runs out).
 func (e *ProblemError) RetryAfter() time.Duration {
 	if e.RetryAfterMs == nil {
 		return 0
@@ -78,6 +79,16 @@ func (e *ProblemError) SemaphorePermits() int64 {
 		return 0
 	}
 	return *e.Permits
+}
+
+// Members are the multi-lock members a problem from /multilocks names: for lock-held, those that
+// were held (or had others waiting); for lease-gone, those no longer held (the gateway freed the
+// others). Nil for other problems. (Problem.Locks holds the same list.)
+func (e *ProblemError) Members() []string {
+	if e.Locks == nil {
+		return nil
+	}
+	return *e.Locks
 }
 
 // problem turns a non-2xx answer into a *ProblemError.

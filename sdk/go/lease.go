@@ -3,7 +3,6 @@ package leasegate
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 )
 
@@ -28,19 +27,13 @@ type Lease struct {
 	Permits            int64 // a permit's: the semaphore's size; 0 for a lock
 
 	client *Gateway
-	calls  calls           // the lock's or the semaphore's endpoints
-	ctx    context.Context // ends when work must stop; its cause is Err
-	stop   context.CancelCauseFunc
-
-	mu    sync.Mutex
+	calls  calls // the lock's or the semaphore's endpoints
+	// lifetime gives Done, Context, Err and ValidUntil; its mu guards the fields below. Its ttl and
+	// validUntil are those of the hold that lapses first (the last one's, once none is left).
+	lifetime
 	grant Grant
 	used  int64
 	holds [2]hold // by slot(mode)
-	// ttl and validUntil are those of the hold that lapses first (the last one's, once none is left).
-	ttl        time.Duration
-	validUntil time.Time
-	lapse      *time.Timer // stops the lease margin before validUntil; nil for watchdog leases
-	keeping    bool        // KeepAlive's goroutine runs
 }
 
 // hold is one way a lease holds its lock: exclusively, or shared (also a semaphore's permit).
@@ -61,19 +54,9 @@ func slot(mode Mode) int {
 func newLease(c *Gateway, kind calls, a *answer, sent time.Time) *Lease {
 	l := &Lease{Lock: a.Lock, Owner: a.Owner, Token: a.Token, Fence: a.Fence, Watchdog: a.Watchdog, Permits: a.Permits,
 		client: c, calls: kind}
-	l.ctx, l.stop = context.WithCancelCause(context.Background())
+	l.start()
 	l.granted(a, sent)
 	return l
-}
-
-// arm starts counting down to the lease's lapse (see Done). The gateway renews a watchdog lease:
-// only a 410 or the release end it here.
-func (l *Lease) arm() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.Watchdog && l.lapse == nil {
-		l.lapse = time.AfterFunc(l.untilStop(), func() { l.stop(ErrLeaseLapsing) })
-	}
 }
 
 // Grant returns the latest grant, re-entry or renewal body (TTL, expiry, holds, mode). For a
@@ -114,38 +97,6 @@ func (l *Lease) Used() int64 {
 	return l.used
 }
 
-// ValidUntil is when the lease lapses at the earliest unless renewed: the TTL of its last grant,
-// renewal or re-entry, counted on this process's monotonic clock from when that request was sent
-// (not from when its answer arrived, which may be later). For a lease holding its lock both ways,
-// that of the hold that lapses first.
-func (l *Lease) ValidUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.validUntil
-}
-
-// Done is closed when work under the lease must stop (see Err).
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
-
-// Context is cancelled when work under the lease must stop; context.Cause gives Err. Derive the
-// contexts of the work the lease protects from it.
-func (l *Lease) Context() context.Context { return l.ctx }
-
-// Err is nil while the lease may be used, then why not: an error matching ErrLeaseGone (a renewal
-// answered 410), ErrLeaseLapsing (margin before ValidUntil, no renewal succeeded) or ErrReleased.
-func (l *Lease) Err() error { return context.Cause(l.ctx) }
-
-// SafetyMargin is how long before ValidUntil a lease counts as lost: a tenth of its TTL, between
-// 50 ms and 1 s (scheduling, network and clock-rate slack).
-func SafetyMargin(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, 50*time.Millisecond), time.Second)
-}
-
-// untilStop is how long until the lease counts as lost; l.mu held or l not shared yet.
-func (l *Lease) untilStop() time.Duration {
-	return time.Until(l.validUntil.Add(-SafetyMargin(l.ttl)))
-}
-
 // recount sets ttl and validUntil from the hold that lapses first and moves the lapse timer to
 // match; with no hold left they keep their values. l.mu held or l not shared yet.
 func (l *Lease) recount() {
@@ -158,10 +109,7 @@ func (l *Lease) recount() {
 	if first < 0 {
 		return
 	}
-	l.ttl, l.validUntil = l.holds[first].ttl, l.holds[first].validUntil
-	if l.ctx.Err() == nil && l.lapse != nil {
-		l.lapse.Reset(l.untilStop())
-	}
+	l.extend(l.holds[first].ttl, l.holds[first].validUntil)
 }
 
 // granted records a grant or a re-entry of one hold (a.Mode), whose request was sent at sent.
@@ -310,58 +258,9 @@ func (l *Lease) release(ctx context.Context, gw *Gateway, mode Mode) (bool, erro
 	return false, nil
 }
 
-// endIfGone ends the lease when err says it is gone (410).
-func (l *Lease) endIfGone(err error) {
-	if errors.Is(err, ErrLeaseGone) {
-		l.end(err)
-	}
-}
-
-// end stops the lease's work with cause.
-func (l *Lease) end(cause error) {
-	l.mu.Lock()
-	if l.lapse != nil {
-		l.lapse.Stop()
-	}
-	l.mu.Unlock()
-	l.stop(cause)
-}
-
 // KeepAlive renews the lease every third of its TTL until it is released or lost, retrying a failed
 // renewal every SafetyMargin: any success before the margin keeps the lease (and Done open). It
 // returns at once; calling it again does nothing.
 func (l *Lease) KeepAlive() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.keeping || l.ctx.Err() != nil {
-		return
-	}
-	l.keeping = true
-	go l.keepAlive()
-}
-
-func (l *Lease) keepAlive() {
-	l.mu.Lock()
-	next := l.ttl / 3
-	l.mu.Unlock()
-	for {
-		t := time.NewTimer(next)
-		select {
-		case <-l.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		l.mu.Lock()
-		ttl := l.ttl // a Renew or Reenter may have changed it
-		l.mu.Unlock()
-		rctx, cancel := context.WithTimeout(l.ctx, ttl/3)
-		err := l.Renew(rctx, 0)
-		cancel()
-		if err == nil {
-			next = ttl / 3
-		} else {
-			next = SafetyMargin(ttl)
-		}
-	}
+	l.keepAlive(func(ctx context.Context) error { return l.Renew(ctx, 0) })
 }

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Gateway is a client of one leasegate deployment: the generated client (API), plus Lock and
-// AcquireSemaphore.
+// Gateway is a client of one leasegate deployment: the generated client (API), plus Lock,
+// AcquireSemaphore and LockAll.
 type Gateway struct {
 	API *ClientWithResponses
 }

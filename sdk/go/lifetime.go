@@ -1,0 +1,136 @@
+package leasegate
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// lifetime is what a Lease and a MultiLease share: when work under the lease must stop (Done,
+// Context, Err), when the lease lapses at the earliest (ValidUntil), and the keep-alive that
+// pushes that moment back. Both embed it, so its exported methods are theirs.
+type lifetime struct {
+	ctx  context.Context // ends when work must stop; its cause is Err
+	stop context.CancelCauseFunc
+
+	// mu guards the fields below and the embedding lease's own changing state (its grant, holds).
+	mu sync.Mutex
+	// ttl and validUntil are those of the hold that lapses first (see ValidUntil).
+	ttl        time.Duration
+	validUntil time.Time
+	lapse      *time.Timer // stops the lease margin before validUntil; nil for watchdog leases
+	keeping    bool        // KeepAlive's goroutine runs
+}
+
+// start makes the lifetime's context; before the lease is shared.
+func (l *lifetime) start() {
+	l.ctx, l.stop = context.WithCancelCause(context.Background())
+}
+
+// arm starts counting down to the lease's lapse (see Done). The gateway renews a watchdog lease:
+// only a 410 or the release end it here.
+func (l *lifetime) arm(watchdog bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !watchdog && l.lapse == nil {
+		l.lapse = time.AfterFunc(l.untilStop(), func() { l.stop(ErrLeaseLapsing) })
+	}
+}
+
+// extend records that the lease lapses at validUntil at the earliest, with TTL ttl, and moves the
+// lapse timer to match; l.mu held or the lease not shared yet.
+func (l *lifetime) extend(ttl time.Duration, validUntil time.Time) {
+	l.ttl, l.validUntil = ttl, validUntil
+	if l.ctx.Err() == nil && l.lapse != nil {
+		l.lapse.Reset(l.untilStop())
+	}
+}
+
+// untilStop is how long until the lease counts as lost; l.mu held or the lease not shared yet.
+func (l *lifetime) untilStop() time.Duration {
+	return time.Until(l.validUntil.Add(-SafetyMargin(l.ttl)))
+}
+
+// ValidUntil is when the lease lapses at the earliest unless renewed: the TTL of its last grant,
+// renewal or re-entry, counted on this process's monotonic clock from when that request was sent
+// (not from when its answer arrived, which may be later). For a lease holding its lock both ways,
+// that of the hold that lapses first; for a multi-lock, that of its members (renewed together).
+func (l *lifetime) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Done is closed when work under the lease must stop (see Err).
+func (l *lifetime) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context is cancelled when work under the lease must stop; context.Cause gives Err. Derive the
+// contexts of the work the lease protects from it.
+func (l *lifetime) Context() context.Context { return l.ctx }
+
+// Err is nil while the lease may be used, then why not: an error matching ErrLeaseGone (a renewal
+// answered 410), ErrLeaseLapsing (margin before ValidUntil, no renewal succeeded) or ErrReleased.
+func (l *lifetime) Err() error { return context.Cause(l.ctx) }
+
+// SafetyMargin is how long before ValidUntil a lease counts as lost: a tenth of its TTL, between
+// 50 ms and 1 s (scheduling, network and clock-rate slack).
+func SafetyMargin(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 50*time.Millisecond), time.Second)
+}
+
+// endIfGone ends the lease when err says it is gone (410).
+func (l *lifetime) endIfGone(err error) {
+	if errors.Is(err, ErrLeaseGone) {
+		l.end(err)
+	}
+}
+
+// end stops the lease's work with cause.
+func (l *lifetime) end(cause error) {
+	l.mu.Lock()
+	if l.lapse != nil {
+		l.lapse.Stop()
+	}
+	l.mu.Unlock()
+	l.stop(cause)
+}
+
+// keepAlive starts the goroutine of KeepAlive, which calls renew (the lease's Renew keeping its
+// TTL) every third of the TTL until the lease ends, and every SafetyMargin after a failure; it
+// does nothing when that goroutine runs already or the lease has ended.
+func (l *lifetime) keepAlive(renew func(ctx context.Context) error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.keeping || l.ctx.Err() != nil {
+		return
+	}
+	l.keeping = true
+	go l.renewEveryThird(renew)
+}
+
+func (l *lifetime) renewEveryThird(renew func(ctx context.Context) error) {
+	l.mu.Lock()
+	next := l.ttl / 3
+	l.mu.Unlock()
+	for {
+		t := time.NewTimer(next)
+		select {
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		ttl := l.ttl // a Renew or Reenter may have changed it
+		l.mu.Unlock()
+		rctx, cancel := context.WithTimeout(l.ctx, ttl/3)
+		err := renew(rctx)
+		cancel()
+		if err == nil {
+			next = ttl / 3
+		} else {
+			next = SafetyMargin(ttl)
+		}
+	}
+}
