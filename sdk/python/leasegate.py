@@ -18,11 +18,13 @@ Or drive a lease by hand::
     lease.renew()
     lease.release()
 
-Read-write locks take ``mode="shared"`` (any number of shared holders, no exclusive one), and
-counting semaphores work the same way, one permit per lease::
+Read-write locks take ``mode="shared"`` (any number of shared holders, no exclusive one),
+counting semaphores work the same way, one permit per lease, and so do multi-locks, several locks
+taken all or nothing under one lease::
 
     with gw.lock("price-table", "reader-3", mode="shared", wait_ms=5_000) as lease: ...
     with gw.semaphore("partner-api", "worker-3", permits=5, wait_ms=60_000) as permit: ...
+    with gw.multilock(["account.17", "account.42"], "transfer-1", wait_ms=5_000) as group: ...
 
 Retries. Every mutating call (acquire, re-entry, renew, release) sends an ``Idempotency-Key``
 header: one random key per call of these methods, reused by the retries of that call (after a
@@ -31,9 +33,10 @@ lease's TTL if longer) and answers a retry with it, changing nothing: a retried 
 gives back a second hold, a retried acquire gets the same lease (or 410 once that lease is gone,
 and then ``acquire`` starts afresh with a new key). In a waiting ``acquire``, a 409 that ends a
 long-poll is a definite "not granted", so the next long-poll is a new request with a new key. (A
-gateway older than the header ignores it; a retried release may then answer 410.)
+gateway older than the header ignores it; a retried release may then answer 410.) Multi-lock
+calls take no Idempotency-Key: see :meth:`Client.lock_all`.
 
-Never outliving a lease. :attr:`BaseLease.valid_until` is a conservative bound (on
+Never outliving a lease. :attr:`RenewableLease.valid_until` is a conservative bound (on
 :func:`time.monotonic`'s clock) on when the lease can lapse: the TTL of its latest grant or
 renewal, counted from just *before* the request that produced it was sent (the first attempt's
 send time when the answer came to a retry). Work under the lock must be over by then.
@@ -45,13 +48,14 @@ import abc
 import contextlib
 import http.client
 import json
+import socket
 import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Final, Generic, Literal, TypeVar, cast
+from typing import Any, ClassVar, Final, Generic, Literal, Protocol, TypeVar, cast
 
 __all__ = [
     "Client",
@@ -61,9 +65,13 @@ __all__ = [
     "Holder",
     "LockState",
     "SemaphoreState",
+    "MultiLockMember",
+    "MultiLockGrant",
+    "RenewableLease",
     "BaseLease",
     "Lease",
     "SemaphoreLease",
+    "MultiLease",
     "LeasegateError",
     "HeldError",
     "LockHeldError",
@@ -75,12 +83,15 @@ __all__ = [
     "LeaseLostError",
 ]
 
-__version__: Final = "1.1.0"
+__version__: Final = "1.2.0"
 
 #: How a lock is held: ``"exclusive"`` (one holder, the default) or ``"shared"`` (any number of
 #: shared holders and no exclusive one). A semaphore's permit counts as a shared hold.
 Mode = Literal["exclusive", "shared"]
 _MODES: Final[tuple[Mode, ...]] = ("exclusive", "shared")
+
+#: What a lease holds: a lock, one permit of a semaphore, or the members of a multi-lock.
+Kind = Literal["lock", "semaphore", "multilock"]
 
 PROBLEM_PREFIX: Final = "urn:leasegate:problem:"
 LOCK_HELD: Final = PROBLEM_PREFIX + "lock-held"
@@ -114,9 +125,10 @@ def _check_mode(mode: str) -> Mode:
 class LeasegateError(Exception):
     """An error answer from the gateway (an RFC 9457 problem), or a failure to reach it.
 
-    Attributes mirror the problem body (``lock`` or ``semaphore`` names what it concerns). A body
-    that is not a problem becomes a LeasegateError of type ``"about:blank"`` with the HTTP status
-    and the start of the body as ``detail``.
+    Attributes mirror the problem body (``lock`` or ``semaphore`` names what it concerns;
+    ``locks``, a multi-lock's members it concerns). A body that is not a problem becomes a
+    LeasegateError of type ``"about:blank"`` with the HTTP status and the start of the body as
+    ``detail``.
     """
 
     type: str
@@ -127,6 +139,7 @@ class LeasegateError(Exception):
     request_id: str | None
     lock: str | None
     semaphore: str | None
+    locks: list[str] | None
     retry_after_ms: int | None
     waited_ms: int | None
     queue_ticket: str | None
@@ -144,6 +157,7 @@ class LeasegateError(Exception):
         request_id: str | None = None,
         lock: str | None = None,
         semaphore: str | None = None,
+        locks: list[str] | None = None,
         retry_after_ms: int | None = None,
         waited_ms: int | None = None,
         queue_ticket: str | None = None,
@@ -163,6 +177,7 @@ class LeasegateError(Exception):
         self.request_id = request_id
         self.lock = lock
         self.semaphore = semaphore
+        self.locks = None if locks is None else list(locks)
         self.retry_after_ms = retry_after_ms
         self.waited_ms = waited_ms
         self.queue_ticket = queue_ticket
@@ -227,6 +242,7 @@ class LeasegateError(Exception):
             request_id=_str_or_none(p.get("request_id")) or request_id,
             lock=_str_or_none(p.get("lock")),
             semaphore=_str_or_none(p.get("semaphore")),
+            locks=_str_list_or_none(p.get("locks")),
             retry_after_ms=_int_or_none(p.get("retry_after_ms")),
             waited_ms=_int_or_none(p.get("waited_ms")),
             queue_ticket=_str_or_none(p.get("queue_ticket")),
@@ -240,13 +256,15 @@ class HeldError(LeasegateError):
     for it. Catch this to handle :class:`LockHeldError` and :class:`SemaphoreFullError` alike.
 
     ``retry_after_ms`` is how long until the holder's lease (for a semaphore: the permit that runs
-    out first) expires. After :meth:`Client.acquire` or :meth:`Client.acquire_semaphore` waited,
+    out first; for a multi-lock: the longest among its held members) expires. After
+    :meth:`Client.acquire`, :meth:`Client.acquire_semaphore` or :meth:`Client.lock_all` waited,
     ``waited_ms`` is how long the whole wait lasted (across its long-polls).
     """
 
 
 class LockHeldError(HeldError):
-    """409 ``lock-held``: another lease holds the lock (or others wait for it)."""
+    """409 ``lock-held``: another lease holds the lock (or others wait for it). For a multi-lock
+    (:meth:`Client.lock_all`), ``locks`` lists the members that were held (or had waiters)."""
 
 
 class SemaphoreFullError(HeldError):
@@ -273,7 +291,8 @@ class PermitsMismatchError(LeasegateError):
 
 class LeaseGoneError(LeasegateError):
     """410 ``lease-gone``: the lease no longer holds the lock or permit (it expired or was
-    released)."""
+    released). For a multi-lock, ``locks`` lists the members it no longer held; the call that
+    answered this freed the others."""
 
 
 class TransportError(LeasegateError):
@@ -294,15 +313,15 @@ _PROBLEM_CLASSES: Final[dict[str, type[LeasegateError]]] = {
 
 
 class LeaseLostError(Exception):
-    """Raised by :meth:`BaseLease.check` once the lease is lost, or may lapse before it is
+    """Raised by :meth:`RenewableLease.check` once the lease is lost, or may lapse before it is
     renewed."""
 
-    def __init__(self, lock: str, reason: str, kind: Literal["lock", "semaphore"] = "lock") -> None:
-        """``lock`` is the lock's name (the semaphore's, with ``kind="semaphore"``), ``reason``
-        why the lease counts as lost."""
+    def __init__(self, lock: str, reason: str, kind: Kind = "lock") -> None:
+        """``lock`` is the lock's name (the semaphore's, with ``kind="semaphore"``; the group's id,
+        with ``kind="multilock"``), ``reason`` why the lease counts as lost."""
         self.lock = lock
         self.reason = reason
-        self.kind: Literal["lock", "semaphore"] = kind
+        self.kind: Kind = kind
         super().__init__(f"lease on {kind} {lock!r} lost: {reason}")
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -328,6 +347,12 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
 
 def _str_or_none(v: object) -> str | None:
     return v if isinstance(v, str) else None
+
+
+def _str_list_or_none(v: object) -> list[str] | None:
+    if not isinstance(v, list):
+        return None
+    return [str(x) for x in cast(list[object], v)]
 
 
 def _int_or_none(v: object) -> int | None:
@@ -426,11 +451,56 @@ class SemaphoreGrant:
 
 
 @dataclass(frozen=True)
+class MultiLockMember:
+    """One member of a multi-lock and its fence (under the same guarantee as a single grant of
+    that lock: greater than every fence granted earlier for it)."""
+
+    lock: str
+    fence: int
+
+
+@dataclass(frozen=True)
+class MultiLockGrant:
+    """A multi-lock's grant or renewal answer: one lease (``id``, ``token``, ``ttl_ms``) holding
+    every member, listed in ``locks`` in name order with their fences. ``expires_at`` is when the
+    first member expires unless renewed."""
+
+    id: str
+    owner: str
+    token: str = field(repr=False)  # a bearer credential: kept out of reprs and logs
+    mode: Mode
+    ttl_ms: int
+    expires_at: str
+    watchdog: bool
+    locks: tuple[MultiLockMember, ...]
+
+    @property
+    def name(self) -> str:
+        """The group's id (``id``)."""
+        return self.id
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> MultiLockGrant:
+        """Build a MultiLockGrant from the gateway's JSON object."""
+        members = cast(list[Mapping[str, Any]], d["locks"])
+        return MultiLockGrant(
+            id=str(d["id"]),
+            owner=str(d["owner"]),
+            token=str(d["token"]),
+            mode=_check_mode(str(d.get("mode", "exclusive"))),
+            ttl_ms=int(d["ttl_ms"]),
+            expires_at=str(d.get("expires_at", "")),
+            watchdog=bool(d.get("watchdog", False)),
+            locks=tuple(MultiLockMember(lock=str(m["lock"]), fence=int(m["fence"])) for m in members),
+        )
+
+
+@dataclass(frozen=True)
 class Holder:
     """One shared holder (a lock's reader, a semaphore's permit) as ``GET`` lists it.
 
     ``ttl_ms`` is what its lease has left; ``max_hold_ms`` (watchdog leases only) how much longer
-    the gateway renews it.
+    the gateway renews it; ``multilock`` the id of the multi-lock the hold belongs to, if any.
     """
 
     owner: str
@@ -439,6 +509,7 @@ class Holder:
     ttl_ms: int
     watchdog: bool
     max_hold_ms: int | None = None
+    multilock: str | None = None
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Holder:
@@ -450,6 +521,7 @@ class Holder:
             ttl_ms=int(d["ttl_ms"]),
             watchdog=bool(d.get("watchdog", False)),
             max_hold_ms=_int_or_none(d.get("max_hold_ms")),
+            multilock=_str_or_none(d.get("multilock")),
         )
 
 
@@ -465,7 +537,8 @@ class LockState:
 
     ``mode`` is set while it is held (``"exclusive"`` while an exclusive hold exists). ``owner``,
     ``fence``, ``holds``, ``ttl_ms`` (remaining) and ``watchdog`` describe the exclusive holder
-    and are set only while it is held exclusively, ``max_hold_ms`` only for a watchdog lease.
+    and are set only while it is held exclusively, ``max_hold_ms`` only for a watchdog lease,
+    ``multilock`` (the group's id) only while a multi-lock holds it.
     ``holders`` (the first 100, soonest to expire first) and ``holder_count`` describe the shared
     holders (empty and 0 when there are none). ``yours`` is set only when a token was sent.
     """
@@ -483,6 +556,7 @@ class LockState:
     mode: Mode | None = None
     holders: tuple[Holder, ...] = ()
     holder_count: int = 0
+    multilock: str | None = None
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> LockState:
@@ -502,6 +576,7 @@ class LockState:
             mode=None if mode is None else _check_mode(str(mode)),
             holders=_holders(d.get("holders")),
             holder_count=_int_or_none(d.get("holder_count")) or 0,
+            multilock=_str_or_none(d.get("multilock")),
         )
 
 
@@ -602,6 +677,12 @@ def _new_key() -> str:
     return str(uuid.uuid4())
 
 
+def _never_sent(e: TransportError) -> bool:
+    """Whether a TransportError shows the request never reached the gateway (the connection was
+    refused, or the name did not resolve), so that sending it again cannot apply it twice."""
+    return isinstance(e.__cause__, (ConnectionRefusedError, socket.gaierror))
+
+
 def _acquire_body(owner: str, ttl_ms: int | None, watchdog: bool, max_hold_ms: int | None) -> dict[str, Any]:
     """The members an acquire of a lock and of a semaphore share (unset ones left out)."""
     body: dict[str, Any] = {"owner": owner}
@@ -617,9 +698,10 @@ def _acquire_body(owner: str, ttl_ms: int | None, watchdog: bool, max_hold_ms: i
 # ---------------------------------------------------------------------------------------------
 # Client
 
-_L = TypeVar("_L", bound="BaseLease[Any]")
+_L = TypeVar("_L", bound="RenewableLease[Any]")
 _LOCKS: Final = "/locks/"
 _SEMAPHORES: Final = "/semaphores/"
+_MULTILOCKS: Final = "/multilocks"
 
 
 class Client:
@@ -812,6 +894,86 @@ class Client:
         whether that lease holds a permit."""
         return self._inspect_semaphore(name, token, tries=_TRIES, deadline=None)
 
+    # -- multi-locks -----------------------------------------------------------------------
+
+    def lock_all(
+        self,
+        names: Sequence[str],
+        owner: str,
+        *,
+        mode: Mode = "exclusive",
+        ttl_ms: int | None = None,
+        wait_ms: int = 0,
+        watchdog: bool = False,
+        max_hold_ms: int | None = None,
+        max_wait_per_request_ms: int = 30000,
+    ) -> MultiLease:
+        """Take every lock in ``names`` (2-64 distinct names, in any order) for ``owner`` under one
+        new lease, all or nothing, and return its :class:`MultiLease`: one token and one TTL for
+        the group, a fence per member. Members are ordinary locks: others see them held
+        (:meth:`inspect` shows the group's id as ``multilock``) and wait in each member's line.
+
+        With ``wait_ms`` 0 it tries once (one atomic step). Otherwise the gateway waits up to
+        ``wait_ms`` for every member: it takes them in name order, holding those it has while it
+        waits for the next (so groups never deadlock), and gives them back if the wait runs out.
+        The wait is a series of long-polls of at most ``max_wait_per_request_ms``; the gateway
+        gives groups no queue tickets, so each one asks again for what is left of the wait. 503s
+        are retried as for :meth:`acquire`.
+
+        ``/multilocks`` takes no Idempotency-Key, so none is sent, and a connection error is
+        retried only when the connection was refused (nothing was sent): a request whose answer
+        was lost may have been granted, so its :class:`TransportError` is raised (such a group
+        lapses after its TTL). The other options are :meth:`acquire`'s, for every member.
+
+        Raises :class:`LockHeldError` (``locks``: the members that were held or had waiters;
+        ``retry_after_ms``: the longest of their remaining TTLs; after a wait, ``waited_ms``) when
+        a member is still held when the wait runs out, or any other :class:`LeasegateError`.
+        """
+        if isinstance(names, str):
+            raise TypeError("leasegate: names must be a sequence of lock names, not one string")
+        body = _acquire_body(owner, ttl_ms, watchdog, max_hold_ms)
+        body["locks"] = list(names)
+        if _check_mode(mode) == "shared":
+            body["mode"] = mode
+        return self._acquire(
+            _MULTILOCKS,
+            body,
+            wait_ms=wait_ms,
+            max_wait_per_request_ms=max_wait_per_request_ms,
+            make=lambda d, sent: MultiLease(self, MultiLockGrant.from_json(d), sent=sent),
+            keyed=False,
+        )
+
+    @contextlib.contextmanager
+    def multilock(
+        self,
+        names: Sequence[str],
+        owner: str,
+        *,
+        mode: Mode = "exclusive",
+        ttl_ms: int | None = None,
+        wait_ms: int = 0,
+        watchdog: bool = False,
+        max_hold_ms: int | None = None,
+        max_wait_per_request_ms: int = 30000,
+    ) -> Generator[MultiLease, None, None]:
+        """Hold every lock in ``names`` for the ``with`` block; the options are
+        :meth:`lock_all`'s. The group's lease is kept alive, watched (``lost``, ``check()``) and
+        released on exit exactly as :meth:`lock` does for a lock's (a watchdog group is checked
+        by inspecting its members, which show the group's id)."""
+        lease = self.lock_all(
+            names,
+            owner,
+            mode=mode,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            watchdog=watchdog,
+            max_hold_ms=max_hold_ms,
+            max_wait_per_request_ms=max_wait_per_request_ms,
+        )
+        with lease._for_block():
+            yield lease
+
     # -- internals -------------------------------------------------------------------------
 
     def _acquire(
@@ -822,10 +984,14 @@ class Client:
         wait_ms: int,
         max_wait_per_request_ms: int,
         make: Callable[[Mapping[str, Any], float], _L],
+        keyed: bool = True,
     ) -> _L:
-        """The acquire of a lock or a semaphore (see :meth:`acquire`): POST ``base_body`` to
-        ``path``, waiting as asked, and build the lease from the grant with ``make(grant,
-        sent)``, ``sent`` being the send time its validity counts from."""
+        """The acquire of a lock, a semaphore or a multi-lock (see :meth:`acquire`): POST
+        ``base_body`` to ``path``, waiting as asked, and build the lease from the grant with
+        ``make(grant, sent)``, ``sent`` being the send time its validity counts from.
+
+        Without ``keyed`` (multi-locks), no Idempotency-Key is sent and a connection error is
+        retried only when nothing was sent (see :meth:`lock_all`)."""
         if wait_ms < 0:
             raise ValueError("leasegate: wait_ms must be >= 0")
         if max_wait_per_request_ms < 1:
@@ -853,10 +1019,11 @@ class Client:
             if pending_since is None:
                 pending_since = now
             try:
-                ans = self._send("POST", path, body=body, headers={"Idempotency-Key": key}, timeout=socket_timeout)
-            except TransportError:
+                headers = {"Idempotency-Key": key} if keyed else {}
+                ans = self._send("POST", path, body=body, headers=headers, timeout=socket_timeout)
+            except TransportError as e:
                 failures += 1
-                if not self._may_retry(failures, deadline):
+                if not self._may_retry(failures, deadline) or not (keyed or _never_sent(e)):
                     raise
                 self._pause(_backoff(failures), deadline)
                 continue
@@ -887,7 +1054,7 @@ class Client:
                     raise err
                 self._pause(ans.retry_pause(), deadline)
                 continue
-            if isinstance(err, LeaseGoneError) and replays < _TRIES:
+            if isinstance(err, LeaseGoneError) and keyed and replays < _TRIES:
                 # No Lease-Token was sent, so this is a retry answered with the outcome of an
                 # earlier attempt: its grant lapsed before we heard of it. Start afresh.
                 replays += 1
@@ -919,7 +1086,7 @@ class Client:
         return ans.parse(build)
 
     def _path(self, collection: str, name: str) -> str:
-        """The path of lock or semaphore ``name`` in ``collection`` ("/locks/", "/semaphores/")."""
+        """The path of ``name`` in ``collection`` ("/locks/", "/semaphores/", "/multilocks/")."""
         return collection + urllib.parse.quote(name, safe=":")
 
     @staticmethod
@@ -1030,69 +1197,72 @@ class Client:
 # Leases
 
 
-@dataclass
-class _Hold:
-    """One way a lease holds its lock: exclusively, or shared (a semaphore's permit too)."""
+class _LeaseGrant(Protocol):
+    """What every grant a :class:`RenewableLease` follows has (:class:`Grant`,
+    :class:`SemaphoreGrant`, :class:`MultiLockGrant`)."""
 
-    count: int  # re-entry count; 0: not held this way
-    ttl_ms: int
-    valid_until: float  # monotonic: `sent` + ttl
-    sent: float  # the send time of the request that last set valid_until
+    @property
+    def name(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def token(self) -> str: ...
+    @property
+    def ttl_ms(self) -> int: ...
+    @property
+    def watchdog(self) -> bool: ...
+    @property
+    def expires_at(self) -> str: ...
 
 
+_K = TypeVar("_K", bound=_LeaseGrant)
 _G = TypeVar("_G", Grant, SemaphoreGrant)
 
 
-class BaseLease(abc.ABC, Generic[_G]):
-    """What a lock's :class:`Lease` and a semaphore permit's :class:`SemaphoreLease` share:
-    renewal, release, the loss bookkeeping (``lost``, :meth:`check`, ``valid_until``) and the
-    keep-alive thread of :meth:`Client.lock` and :meth:`Client.semaphore`. Safe to use from
-    several threads.
+class RenewableLease(abc.ABC, Generic[_K]):
+    """What every lease shares, whatever it holds (a lock, a semaphore's permit, the members of a
+    multi-lock): its latest grant, renewal, the loss bookkeeping (``lost``, :meth:`check`,
+    ``valid_until``) and the keep-alive threads of the ``with`` forms (:meth:`Client.lock`,
+    :meth:`Client.semaphore`, :meth:`Client.multilock`). Safe to use from several threads.
 
-    The fields (``name``, ``owner``, ``token``, ``fence``, ``ttl_ms``, ``watchdog``,
-    ``expires_at``) are read from the latest grant (:class:`Grant` or :class:`SemaphoreGrant`);
-    read ``lease.grant`` once to get a consistent snapshot of all of them (e.g. the token and
-    fence of the same renewal).
+    The fields (``name``, ``owner``, ``token``, ``ttl_ms``, ``watchdog``, ``expires_at``) are
+    read from the latest grant; read ``lease.grant`` once to get a consistent snapshot of all of
+    them.
     """
 
-    #: What the lease holds: ``"lock"`` or ``"semaphore"`` (one permit of it).
-    kind: ClassVar[Literal["lock", "semaphore"]]
-    _collection: ClassVar[str]
+    #: What the lease holds: ``"lock"``, ``"semaphore"`` (one permit of it) or ``"multilock"``.
+    kind: ClassVar[Kind]
 
-    def __init__(self, client: Client, grant: _G, *, sent: float) -> None:
-        """Made by :meth:`Client.acquire` or :meth:`Client.acquire_semaphore`; ``sent`` is the
-        monotonic time before its request."""
+    def __init__(self, client: Client, grant: _K, *, sent: float, path: str) -> None:
+        """``sent`` is the monotonic time before the request that produced ``grant``; ``path``
+        the lease's resource (its renewal is ``path + "/renew"``)."""
         self._client = client
-        self._url_path = client._path(self._collection, grant.name)
+        self._url_path = path
         self._cond = threading.Condition(threading.Lock())
-        self._grant: _G = grant
+        self._grant: _K = grant
         self._applied_sent = sent
-        self._mode: Mode = self._mode_of(grant)  # the way the lease was granted
-        ttl_s: float = grant.ttl_ms / 1000.0
-        self._holds: dict[Mode, _Hold] = {self._mode: _Hold(grant.holds, grant.ttl_ms, sent + ttl_s, sent)}
-        self._valid_until: float = sent + ttl_s
+        self._valid_until: float = sent + grant.ttl_ms / 1000.0
         self._margin: float = min(max(grant.ttl_ms / 10000.0, 0.05), 1.0)
         self._released = False
         self._lost_reason = ""
         self._kept_alive = False
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        #: Set once the lease is lost (a renewal answered 410, or, while :meth:`Client.lock` or
-        #: :meth:`Client.semaphore` keeps it alive, ``valid_until - margin`` came without a
-        #: successful renewal).
+        #: Set once the lease is lost (a renewal answered 410, or, while a ``with`` form keeps it
+        #: alive, ``valid_until - margin`` came without a successful renewal).
         self.lost: threading.Event = threading.Event()
 
     # -- fields ----------------------------------------------------------------------------
 
     @property
-    def grant(self) -> _G:
+    def grant(self) -> _K:
         """The latest grant, re-entry or renewal, as one consistent snapshot."""
         with self._cond:
             return self._grant
 
     @property
     def name(self) -> str:
-        """The lock's or the semaphore's name."""
+        """The lock's or the semaphore's name; a multi-lock's id."""
         return self.grant.name
 
     @property
@@ -1106,21 +1276,9 @@ class BaseLease(abc.ABC, Generic[_G]):
         return self.grant.token
 
     @property
-    def fence(self) -> int:
-        """The fencing token: pass it with every write to the protected resource."""
-        return self.grant.fence
-
-    @property
     def ttl_ms(self) -> int:
         """The TTL of the latest grant or renewal, in milliseconds."""
         return self.grant.ttl_ms
-
-    @property
-    def holds(self) -> int:
-        """How many holds the lease has: 1 after a new grant, +1 per re-entry, -1 per release
-        (both ways counted, for a lease holding its lock both ways); 0 once it holds nothing."""
-        with self._cond:
-            return sum(h.count for h in self._holds.values())
 
     @property
     def watchdog(self) -> bool:
@@ -1150,12 +1308,12 @@ class BaseLease(abc.ABC, Generic[_G]):
 
     # -- operations ------------------------------------------------------------------------
 
-    def renew(self, ttl_ms: int | None = None) -> _G:
-        """Reset the lease's TTL to ``ttl_ms`` (default: its current TTL), every hold it has;
-        return the new grant.
+    def renew(self, ttl_ms: int | None = None) -> _K:
+        """Reset the lease's TTL to ``ttl_ms`` (default: its current TTL), every hold it has (a
+        multi-lock's: every member); return the new grant.
 
-        Retried (same Idempotency-Key) on connection errors and 503s, up to 3 tries. A 410
-        sets :attr:`lost` and raises :class:`LeaseGoneError`.
+        Retried (same Idempotency-Key, where the gateway takes one) on connection errors and
+        503s, up to 3 tries. A 410 sets :attr:`lost` and raises :class:`LeaseGoneError`.
         """
         try:
             return self._renew(ttl_ms, tries=_TRIES, deadline=None)
@@ -1166,9 +1324,8 @@ class BaseLease(abc.ABC, Generic[_G]):
     def check(self) -> None:
         """Raise :class:`LeaseLostError` if the lease is lost or released, or if it may lapse
         within :attr:`margin` (checked on the clock here too, so that a late keep-alive thread
-        cannot make it miss the bound). For a watchdog lease that is not kept alive by
-        :meth:`Client.lock` or :meth:`Client.semaphore`, only a recorded loss counts: the
-        gateway renews it unseen."""
+        cannot make it miss the bound). For a watchdog lease that is not kept alive by a ``with``
+        form, only a recorded loss counts: the gateway renews it unseen."""
         with self._cond:
             name = self._grant.name
             if self._released:
@@ -1181,6 +1338,158 @@ class BaseLease(abc.ABC, Generic[_G]):
                     self.lost.set()
             if self.lost.is_set():
                 raise LeaseLostError(name, self._lost_reason or "lost", self.kind)
+
+    # -- what each kind of lease does its own way -------------------------------------------
+
+    @abc.abstractmethod
+    def _renew(self, ttl_ms: int | None, *, tries: int, deadline: float | None) -> _K:
+        """POST the renewal (at most ``tries`` attempts, none after ``deadline``) and record
+        it; raise the answer's error, if any, without setting :attr:`lost`."""
+
+    @abc.abstractmethod
+    def _observe(self, deadline: float) -> None:
+        """Check a watchdog lease by inspecting what it holds: gone -> LeaseGoneError; held ->
+        record the new valid_until."""
+
+    @abc.abstractmethod
+    def _finish(self) -> None:
+        """End of a ``with`` block, after the keep-alive threads stopped: give back what the
+        block took unless the block did (a 410 is fine: the lease is gone either way)."""
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _set_lost(self, reason: str) -> None:
+        with self._cond:
+            if not self.lost.is_set():
+                self._lost_reason = reason
+                self.lost.set()
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def _for_block(self) -> Generator[None, None, None]:
+        """Keep the lease alive for a ``with`` block, then release what it was granted."""
+        self._start_keepalive()
+        try:
+            yield
+        except BaseException as exc:
+            try:
+                self._stop_keepalive()
+                self._finish()
+            except Exception as rel:  # noqa: BLE001 - reported on the block's own exception
+                exc.add_note(f"leasegate: releasing {self.kind} {self.name!r} failed too: {rel}")
+            raise
+        else:
+            self._stop_keepalive()
+            self._finish()
+
+    def _start_keepalive(self) -> None:
+        with self._cond:
+            self._kept_alive = True
+        name = self.name
+        self._threads = [
+            threading.Thread(target=self._keepalive, name=f"leasegate-renew:{name}", daemon=True),
+            threading.Thread(target=self._watch_deadline, name=f"leasegate-deadline:{name}", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _stop_keepalive(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        for t in self._threads:
+            # A renewal may be in flight; it cannot resurrect anything, so do not wait long.
+            t.join(timeout=1.0)
+
+    def _keepalive(self) -> None:
+        """Renew every TTL/3 (a watchdog lease: check it); retry failures every margin."""
+        g = self.grant
+        period = g.ttl_ms / 3000.0
+        pause = period
+        while not self._stop.wait(pause):
+            with self._cond:
+                if self.lost.is_set() or self._released:
+                    return
+            deadline = self.valid_until - self._margin
+            if time.monotonic() >= deadline:
+                return  # _watch_deadline sets lost
+            try:
+                if g.watchdog:
+                    self._observe(deadline)
+                else:
+                    self._renew(g.ttl_ms, tries=1, deadline=deadline)
+            except LeaseGoneError as e:
+                if not self._stop.is_set() and not self._released:
+                    self._set_lost(f"renewal answered 410: {e.detail}")
+                return
+            except LeasegateError:
+                pause = self._margin
+                continue
+            except Exception:  # noqa: BLE001 - e.g. a malformed answer; retry like a failure
+                pause = self._margin
+                continue
+            pause = period
+
+    def _watch_deadline(self) -> None:
+        """Set lost when valid_until - margin comes without a renewal pushing it back."""
+        with self._cond:
+            while not self._stop.is_set() and not self.lost.is_set() and not self._released:
+                left = self._valid_until - self._margin - time.monotonic()
+                if left <= 0:
+                    self._lost_reason = (
+                        f"no renewal succeeded; it can lapse in {self._valid_until - time.monotonic():.3f}s"
+                    )
+                    self.lost.set()
+                    return
+                self._cond.wait(left)
+
+
+@dataclass
+class _Hold:
+    """One way a lease holds its lock: exclusively, or shared (a semaphore's permit too)."""
+
+    count: int  # re-entry count; 0: not held this way
+    ttl_ms: int
+    valid_until: float  # monotonic: `sent` + ttl
+    sent: float  # the send time of the request that last set valid_until
+
+
+class BaseLease(RenewableLease[_G]):
+    """What a lock's :class:`Lease` and a semaphore permit's :class:`SemaphoreLease` share:
+    re-entry, holds counted by mode, release, and (from :class:`RenewableLease`) renewal, the
+    loss bookkeeping (``lost``, :meth:`check`, ``valid_until``) and the keep-alive thread of
+    :meth:`Client.lock` and :meth:`Client.semaphore`. Safe to use from several threads.
+
+    The fields (``name``, ``owner``, ``token``, ``fence``, ``ttl_ms``, ``watchdog``,
+    ``expires_at``) are read from the latest grant (:class:`Grant` or :class:`SemaphoreGrant`);
+    read ``lease.grant`` once to get a consistent snapshot of all of them (e.g. the token and
+    fence of the same renewal).
+    """
+
+    #: What the lease holds: ``"lock"`` or ``"semaphore"`` (one permit of it).
+    kind: ClassVar[Kind]
+    _collection: ClassVar[str]
+
+    def __init__(self, client: Client, grant: _G, *, sent: float) -> None:
+        """Made by :meth:`Client.acquire` or :meth:`Client.acquire_semaphore`; ``sent`` is the
+        monotonic time before its request."""
+        super().__init__(client, grant, sent=sent, path=client._path(self._collection, grant.name))
+        self._mode: Mode = self._mode_of(grant)  # the way the lease was granted
+        self._holds: dict[Mode, _Hold] = {self._mode: _Hold(grant.holds, grant.ttl_ms, self._valid_until, sent)}
+
+    # -- fields ----------------------------------------------------------------------------
+
+    @property
+    def fence(self) -> int:
+        """The fencing token: pass it with every write to the protected resource."""
+        return self.grant.fence
+
+    @property
+    def holds(self) -> int:
+        """How many holds the lease has: 1 after a new grant, +1 per re-entry, -1 per release
+        (both ways counted, for a lease holding its lock both ways); 0 once it holds nothing."""
+        with self._cond:
+            return sum(h.count for h in self._holds.values())
 
     # -- what a lock's and a semaphore's leases do differently ------------------------------
 
@@ -1347,43 +1656,8 @@ class BaseLease(abc.ABC, Generic[_G]):
             semaphore=name if self.kind == "semaphore" else None,
         )
 
-    def _set_lost(self, reason: str) -> None:
-        with self._cond:
-            if not self.lost.is_set():
-                self._lost_reason = reason
-                self.lost.set()
-            self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def _for_block(self) -> Generator[None, None, None]:
-        """Keep the lease alive for a ``with`` block, then release the hold it was granted."""
-        self._start_keepalive()
-        try:
-            yield
-        except BaseException as exc:
-            try:
-                self._finish()
-            except Exception as rel:  # noqa: BLE001 - reported on the block's own exception
-                exc.add_note(f"leasegate: releasing {self.kind} {self.name!r} failed too: {rel}")
-            raise
-        else:
-            self._finish()
-
-    def _start_keepalive(self) -> None:
-        with self._cond:
-            self._kept_alive = True
-        name = self.name
-        self._threads = [
-            threading.Thread(target=self._keepalive, name=f"leasegate-renew:{name}", daemon=True),
-            threading.Thread(target=self._watch_deadline, name=f"leasegate-deadline:{name}", daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
     def _finish(self) -> None:
-        """End of a ``with`` block: stop the threads, release the hold the lease was granted
-        unless the block did (a 410 is fine: the lease is gone either way)."""
-        self._stop_keepalive()
+        """Release the hold the lease was granted unless the block did."""
         with self._cond:
             if self._released:
                 return
@@ -1394,43 +1668,6 @@ class BaseLease(abc.ABC, Generic[_G]):
         except LeaseGoneError:
             pass
 
-    def _stop_keepalive(self) -> None:
-        self._stop.set()
-        with self._cond:
-            self._cond.notify_all()
-        for t in self._threads:
-            # A renewal may be in flight; it cannot resurrect anything, so do not wait long.
-            t.join(timeout=1.0)
-
-    def _keepalive(self) -> None:
-        """Renew every TTL/3 (a watchdog lease: check it); retry failures every margin."""
-        g = self.grant
-        period = g.ttl_ms / 3000.0
-        pause = period
-        while not self._stop.wait(pause):
-            with self._cond:
-                if self.lost.is_set() or self._released:
-                    return
-            deadline = self.valid_until - self._margin
-            if time.monotonic() >= deadline:
-                return  # _watch_deadline sets lost
-            try:
-                if g.watchdog:
-                    self._observe(deadline)
-                else:
-                    self._renew(g.ttl_ms, tries=1, deadline=deadline)
-            except LeaseGoneError as e:
-                if not self._stop.is_set() and not self._released:
-                    self._set_lost(f"renewal answered 410: {e.detail}")
-                return
-            except LeasegateError:
-                pause = self._margin
-                continue
-            except Exception:  # noqa: BLE001 - e.g. a malformed answer; retry like a failure
-                pause = self._margin
-                continue
-            pause = period
-
     def _observe(self, deadline: float) -> None:
         """Check a watchdog lease: gone -> LeaseGoneError; held -> a new valid_until."""
         sent = time.monotonic()
@@ -1438,19 +1675,6 @@ class BaseLease(abc.ABC, Generic[_G]):
         if not ttls:  # cannot happen with the gateway's listing; retried like a failure
             raise LeasegateError(title="Lease not listed", detail="inspect shows no TTL of this lease")
         self._observed(ttls, sent)
-
-    def _watch_deadline(self) -> None:
-        """Set lost when valid_until - margin comes without a renewal pushing it back."""
-        with self._cond:
-            while not self._stop.is_set() and not self.lost.is_set() and not self._released:
-                left = self._valid_until - self._margin - time.monotonic()
-                if left <= 0:
-                    self._lost_reason = (
-                        f"no renewal succeeded; it can lapse in {self._valid_until - time.monotonic():.3f}s"
-                    )
-                    self.lost.set()
-                    return
-                self._cond.wait(left)
 
 
 class Lease(BaseLease[Grant]):
@@ -1466,7 +1690,7 @@ class Lease(BaseLease[Grant]):
     a downgrade). A shared lease asking for exclusive gets :class:`UpgradeRefusedError`.
     """
 
-    kind: ClassVar[Literal["lock", "semaphore"]] = "lock"
+    kind: ClassVar[Kind] = "lock"
     _collection: ClassVar[str] = _LOCKS
 
     def __repr__(self) -> str:
@@ -1559,7 +1783,7 @@ class SemaphoreLease(BaseLease[SemaphoreGrant]):
     the semaphore's size, which cannot change while the lease holds its permit.
     """
 
-    kind: ClassVar[Literal["lock", "semaphore"]] = "semaphore"
+    kind: ClassVar[Kind] = "semaphore"
     _collection: ClassVar[str] = _SEMAPHORES
 
     def __init__(self, client: Client, grant: SemaphoreGrant, *, sent: float) -> None:
@@ -1624,3 +1848,132 @@ class SemaphoreLease(BaseLease[SemaphoreGrant]):
             raise self._gone()
         ttl = _holder_ttl_ms(st.holders, st.holder_count, g.fence)
         return {} if ttl is None else {"shared": ttl}
+
+
+class MultiLease(RenewableLease[MultiLockGrant]):
+    """A held multi-lock (:meth:`Client.lock_all`): one lease holding every member, renewed,
+    kept alive, watched and released together like a lock's :class:`Lease`. Safe to use from
+    several threads.
+
+    The fields (``id``, ``owner``, ``token``, ``mode``, ``ttl_ms``, ``watchdog``,
+    ``expires_at``, ``members``) are read from the latest :class:`MultiLockGrant`. Pass each
+    member's fence (``lease.fences[name]``) to what that lock protects. The group's token works on
+    ``/multilocks`` only: the lock endpoints refuse it (400), and a member cannot be re-entered,
+    renewed or released on its own. Multi-lock calls take no Idempotency-Key (see
+    :meth:`release`).
+    """
+
+    kind: ClassVar[Kind] = "multilock"
+
+    def __init__(self, client: Client, grant: MultiLockGrant, *, sent: float) -> None:
+        """Made by :meth:`Client.lock_all`; ``sent`` is the monotonic time before its request."""
+        super().__init__(client, grant, sent=sent, path=client._path(_MULTILOCKS + "/", grant.id))
+
+    def __repr__(self) -> str:
+        g = self.grant
+        return (
+            f"MultiLease(id={g.id!r}, locks={[m.lock for m in g.locks]!r}, mode={g.mode!r}, "
+            f"owner={g.owner!r}, lost={self.lost.is_set()})"
+        )
+
+    @property
+    def id(self) -> str:
+        """The group's id: its resource is ``/multilocks/{id}``, and its members' holders show it
+        as ``multilock``."""
+        return self.grant.id
+
+    @property
+    def mode(self) -> Mode:
+        """How the group holds every member."""
+        return self.grant.mode
+
+    @property
+    def members(self) -> tuple[MultiLockMember, ...]:
+        """Every member with its fence, in name order (whatever order they were asked in)."""
+        return self.grant.locks
+
+    @property
+    def locks(self) -> tuple[str, ...]:
+        """The members' names, in name order."""
+        return tuple(m.lock for m in self.grant.locks)
+
+    @property
+    def fences(self) -> dict[str, int]:
+        """Each member's fence by name (a new dict each time)."""
+        return {m.lock: m.fence for m in self.grant.locks}
+
+    def release(self) -> bool:
+        """Give back every member (each goes to the first waiter in its own line); return True.
+
+        Retried on connection errors and 503s, up to 3 tries; without an Idempotency-Key (which
+        ``/multilocks`` does not take), a retry whose first attempt was applied but not answered
+        gets 410. A 410 (a member ran out, or the group was released: ``locks`` lists the members
+        no longer held, and the gateway freed the others) sets :attr:`lost` and raises
+        :class:`LeaseGoneError`.
+        """
+        headers = {"Lease-Token": self.token}
+        ans, _ = self._client._retrying("DELETE", self._url_path, None, headers, tries=_TRIES, deadline=None)
+        if not ans.ok:
+            err = ans.error()
+            if isinstance(err, LeaseGoneError):
+                self._set_lost(f"release answered 410: {err.detail}")
+            raise err
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+        return True
+
+    def _renew(self, ttl_ms: int | None, *, tries: int, deadline: float | None) -> MultiLockGrant:
+        body: dict[str, Any] = {} if ttl_ms is None else {"ttl_ms": ttl_ms}
+        headers = {"Lease-Token": self.token}  # a renewal sets the TTL: safe to repeat unkeyed
+        ans, sent = self._client._retrying(
+            "POST", self._url_path + "/renew", body, headers, tries=tries, deadline=deadline
+        )
+        if not ans.ok:
+            raise ans.error()
+        new = ans.parse(MultiLockGrant.from_json)
+        with self._cond:
+            if sent >= self._applied_sent:
+                self._applied_sent, self._grant = sent, new
+                self._valid_until = sent + new.ttl_ms / 1000.0
+            self._cond.notify_all()
+        return new
+
+    def _observe(self, deadline: float) -> None:
+        """A watchdog group: inspect every member (the group's token is refused there, so by the
+        group's id and the member's fence) and count from the one with the least TTL left."""
+        sent = time.monotonic()
+        g = self.grant
+        least: int | None = None
+        for m in g.locks:
+            st = self._client._inspect(m.lock, None, tries=1, deadline=deadline)
+            ttl: int | None = None
+            if st.multilock == g.id and st.fence == m.fence:
+                ttl = st.ttl_ms
+            else:
+                ttl = _holder_ttl_ms(st.holders, st.holder_count, m.fence)
+            if ttl is None:
+                raise LeaseGoneError(
+                    type=LEASE_GONE,
+                    title="Lease gone",
+                    status=410,
+                    detail=f"the multi-lock no longer holds {m.lock!r} (inspect)",
+                    locks=[m.lock],
+                )
+            least = ttl if least is None else min(least, ttl)
+        if least is None:
+            return
+        with self._cond:
+            if sent >= self._applied_sent:
+                self._applied_sent = sent
+                self._valid_until = sent + least / 1000.0
+            self._cond.notify_all()
+
+    def _finish(self) -> None:
+        with self._cond:
+            if self._released:
+                return
+        try:
+            self.release()
+        except LeaseGoneError:
+            pass

@@ -1,9 +1,9 @@
 import type { AcquireRequest } from "./client.js";
 import { HeldError, LeaseGoneError, toLeasegateError } from "./errors.js";
-import { type LeaseGrant, safetyMarginMs } from "./lease.js";
+import { type RenewableGrant, safetyMarginMs } from "./lease.js";
 import { type Answer, delay, idempotencyKey, withRetries } from "./retry.js";
 
-/** Options of `lock()` and `acquireSemaphore()`. */
+/** Options of `lock()`, `acquireSemaphore()` and `lockAll()`. */
 export interface AcquireOptions {
   /** Who asks, 1-128 printable characters. */
   owner: string;
@@ -11,7 +11,8 @@ export interface AcquireOptions {
   ttlMs?: number;
   /**
    * How long to wait for the grant, in FIFO order (0 or absent: try once). A wait longer than
-   * `maxWaitPerRequestMs` is split into successive long-polls that keep their place in line.
+   * `maxWaitPerRequestMs` is split into successive long-polls that keep their place in line (a
+   * multi-lock's ask again: the gateway gives groups no queue tickets).
    */
   waitMs?: number;
   /**
@@ -47,17 +48,24 @@ export function commonBody(o: Omit<AcquireOptions, "signal" | "maxWaitPerRequest
 export type WaitMembers = Pick<CommonAcquireBody, "wait_ms" | "queue_ticket">;
 
 /**
- * Runs one acquire call (a lock's or a semaphore's), as `lock()` documents: `send` sends one try
- * with Idempotency-Key `key`, its body completed with `wait` (empty for a try-once acquire);
- * `newLease` makes the lease of a grant. A long wait is a series of long-polls, each presenting
- * the queue ticket of the one before.
+ * Runs one acquire call (a lock's, a semaphore's or a multi-lock's), as `lock()` documents: `send`
+ * sends one try with Idempotency-Key `key`, its body completed with `wait` (empty for a try-once
+ * acquire); `newLease` makes the lease of a grant. A long wait is a series of long-polls, each
+ * presenting the queue ticket of the one before.
+ *
+ * With `multiLock` (`lockAll()`), the gateway takes no Idempotency-Key and hands out no queue
+ * tickets: `send` must not send `key`; each long-poll that ends in a 409 is followed by another
+ * asking for what is left of the wait; and a network error is tried again only when the request
+ * never left this process, as a try whose answer was lost may have been granted (a retry would
+ * then wait for that lease, or fail against it).
  * @throws HeldError when the grant is refused (after waiting `waitMs`, if given)
  * @throws LeasegateProblemError for any other problem
  */
-export async function acquireLease<G extends LeaseGrant, L extends { renew(): Promise<unknown> }>(
+export async function acquireLease<G extends RenewableGrant, L extends { renew(): Promise<unknown> }>(
   options: AcquireOptions,
   send: (key: string, wait: WaitMembers) => Promise<Answer<G>>,
   newLease: (grant: G, created: boolean, sentAt: number) => L,
+  multiLock = false,
 ): Promise<L> {
   const deadline = Date.now() + (options.waitMs ?? 0);
   const perRequest = options.maxWaitPerRequestMs ?? 30_000;
@@ -79,6 +87,7 @@ export async function acquireLease<G extends LeaseGrant, L extends { renew(): Pr
       },
       options.signal,
       !waiting,
+      multiLock,
     );
     if (error === undefined && data !== undefined) {
       const lease = newLease(data, response.status === 201, sentAt);
@@ -91,7 +100,7 @@ export async function acquireLease<G extends LeaseGrant, L extends { renew(): Pr
       return lease;
     }
     const err = toLeasegateError(error, response);
-    if (err instanceof LeaseGoneError && restarts < 2) {
+    if (err instanceof LeaseGoneError && !multiLock && restarts < 2) {
       // The gateway granted an earlier try of this key a lease that is gone already (given back
       // because its answer did not arrive, or expired): ask anew.
       key = idempotencyKey();
@@ -101,6 +110,8 @@ export async function acquireLease<G extends LeaseGrant, L extends { renew(): Pr
     if (!waiting || Date.now() >= deadline) throw err;
     if (err instanceof HeldError && err.queueTicket !== undefined) {
       queueTicket = err.queueTicket;
+    } else if (err instanceof HeldError && multiLock) {
+      // The long-poll ran out (the gateway gave back what it had taken): ask again.
     } else if (err.status === 503) {
       // A replica shutting down (or full, or without Redis): retry within the wait, keeping the place.
       if (err.problem.queue_ticket !== undefined) queueTicket = err.problem.queue_ticket;

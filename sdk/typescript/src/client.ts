@@ -15,6 +15,10 @@ export type SemaphoreAcquireRequest = Schemas["SemaphoreAcquireRequest"];
 export type SemaphoreGrant = Schemas["SemaphoreGrant"];
 export type SemaphoreRelease = Schemas["SemaphoreRelease"];
 export type SemaphoreState = Schemas["SemaphoreState"];
+export type MultiLockRequest = Schemas["MultiLockRequest"];
+export type MultiLockGrant = Schemas["MultiLockGrant"];
+export type MultiLockMember = Schemas["MultiLockMember"];
+export type MultiLockRelease = Schemas["MultiLockRelease"];
 export type Problem = Schemas["Problem"];
 export type InvalidParam = Schemas["InvalidParam"];
 

@@ -71,7 +71,18 @@ export class HeldError extends LeasegateProblemError {
 }
 
 /** 409 `lock-held`: another lease holds the lock (or others wait for it). */
-export class LockHeldError extends HeldError {}
+export class LockHeldError extends HeldError {
+  /**
+   * For a multi-lock (`lockAll()`): the members that were held (or had waiters) when the gateway
+   * answered. Undefined for a single lock, whose name is `problem.lock`.
+   */
+  readonly locks: string[] | undefined;
+
+  constructor(problem: Problem, retryAfterHeader?: string | null) {
+    super(problem, retryAfterHeader);
+    this.locks = problem.locks;
+  }
+}
 
 /** 409 `semaphore-full`: every permit of the semaphore is taken (or others wait for one). */
 export class SemaphoreFullError extends HeldError {}
@@ -93,22 +104,43 @@ export class PermitsMismatchError extends LeasegateProblemError {
   }
 }
 
-/** 410 `lease-gone`: the lease no longer holds the lock or permit (it expired or was fully released). */
-export class LeaseGoneError extends LeasegateProblemError {}
+/**
+ * 410 `lease-gone`: the lease no longer holds the lock or permit (it expired or was fully
+ * released), or a multi-lock no longer holds one of its members.
+ */
+export class LeaseGoneError extends LeasegateProblemError {
+  /**
+   * For a multi-lock: the members it no longer held; the call that answered this freed the
+   * others. Undefined for a lock's or a semaphore's lease.
+   */
+  readonly locks: string[] | undefined;
 
-/** What a lease holds: a lock, or a permit of a semaphore. */
-export type LeaseResource = "lock" | "semaphore";
+  constructor(problem: Problem) {
+    super(problem);
+    this.locks = problem.locks;
+  }
+}
+
+/** What a lease holds: a lock, a permit of a semaphore, or the members of a multi-lock. */
+export type LeaseResource = "lock" | "semaphore" | "multilock";
 
 /**
  * The reason `lease.signal` is aborted with: the lease is lost, or may be lost before another
  * renewal could succeed. Stop the work the lock (or permit) protects.
  */
 export class LeaseLostError extends Error {
-  /** The lock's name; undefined for a semaphore's permit. */
+  /** The lock's name; undefined for a semaphore's permit and a multi-lock. */
   readonly lock: string | undefined;
-  /** The semaphore's name; undefined for a lock. */
+  /** The semaphore's name; undefined for a lock and a multi-lock. */
   readonly semaphore: string | undefined;
-  /** The fence of the lost lease. */
+  /** The multi-lock's id; undefined for a lock and a semaphore's permit. */
+  readonly multilock: string | undefined;
+  /**
+   * A multi-lock's members, all of them (a 410's `cause.locks` tells which were lost); undefined
+   * for a lock and a semaphore's permit.
+   */
+  readonly locks: readonly string[] | undefined;
+  /** The fence of the lost lease; 0 for a multi-lock, whose members have a fence each. */
   readonly fence: number;
   /**
    * `"gone"`: the gateway answered 410 `lease-gone` to a renewal, re-entry or release (`cause` is
@@ -117,6 +149,10 @@ export class LeaseLostError extends Error {
    */
   readonly kind: "gone" | "lapsing";
 
+  /**
+   * @param name the lock's or semaphore's name, or the multi-lock's id
+   * @param locks a multi-lock's members
+   */
   constructor(
     resource: LeaseResource,
     name: string,
@@ -124,11 +160,15 @@ export class LeaseLostError extends Error {
     kind: "gone" | "lapsing",
     message: string,
     cause?: unknown,
+    locks?: readonly string[],
   ) {
-    super(`lease on ${resource} "${name}" (fence ${fence}) lost: ${message}`, cause === undefined ? undefined : { cause });
+    const what = resource === "multilock" ? `of ${locks?.length ?? 0} locks` : `(fence ${fence})`;
+    super(`lease on ${resource} "${name}" ${what} lost: ${message}`, cause === undefined ? undefined : { cause });
     this.name = new.target.name;
     this.lock = resource === "lock" ? name : undefined;
     this.semaphore = resource === "semaphore" ? name : undefined;
+    this.multilock = resource === "multilock" ? name : undefined;
+    this.locks = resource === "multilock" ? [...(locks ?? [])] : undefined;
     this.fence = fence;
     this.kind = kind;
   }

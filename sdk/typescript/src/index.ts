@@ -4,10 +4,10 @@
  * `createLeasegateClient` returns an openapi-fetch client typed by the `paths` generated from
  * openapi.yaml (src/schema.d.ts): every operation of the contract, with typed bodies, params and
  * responses. On top of it, a small layer for what generation cannot express: `lock()` (a lock,
- * exclusive or shared) and `acquireSemaphore()` (a permit of a counting semaphore) turn the
- * acquire call (including the `wait_ms` long-poll) into a lease that carries its token, renews (by
- * hand or with `keepAlive()`), re-enters and releases itself, and problem+json answers become
- * typed errors.
+ * exclusive or shared), `acquireSemaphore()` (a permit of a counting semaphore) and `lockAll()`
+ * (several locks at once, all or nothing) turn the acquire call (including the `wait_ms`
+ * long-poll) into a lease that carries its token, renews (by hand or with `keepAlive()`),
+ * re-enters and releases itself, and problem+json answers become typed errors.
  */
 export type { components, operations, paths } from "./schema.js";
 export {
@@ -18,6 +18,10 @@ export {
   type LeasegateClient,
   type LockState,
   type Mode,
+  type MultiLockGrant,
+  type MultiLockMember,
+  type MultiLockRelease,
+  type MultiLockRequest,
   type Problem,
   type Release,
   type SemaphoreAcquireRequest,
@@ -47,7 +51,10 @@ export {
   LeaseBase,
   type LeaseGrant,
   type LeaseRelease,
+  RenewableLease,
+  type RenewableGrant,
   safetyMarginMs,
 } from "./lease.js";
 export { Lease, type LockOptions, type ReleaseOptions, inspectLock, lock } from "./lock.js";
 export { SemaphoreLease, type SemaphoreOptions, acquireSemaphore, inspectSemaphore } from "./semaphore.js";
+export { MultiLockLease, type MultiLockOptions, lockAll } from "./multilock.js";

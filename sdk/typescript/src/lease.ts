@@ -25,7 +25,7 @@ export function safetyMarginMs(ttlMs: number): number {
 }
 
 /** Options of `lease.keepAlive()`; `G` is the lease's grant body. */
-export interface KeepAliveOptions<G extends LeaseGrant = Grant> {
+export interface KeepAliveOptions<G = Grant> {
   /** The TTL each renewal sets, in milliseconds (default: the lease's `ttlMs` when keepAlive is called). */
   ttlMs?: number;
   /** Called with the grant of each successful renewal. */
@@ -46,7 +46,7 @@ export interface InspectOptions extends CallOptions {
   token?: string;
 }
 
-interface KeepAliveState<G extends LeaseGrant> {
+interface KeepAliveState<G> {
   readonly ttl: number;
   readonly period: number;
   readonly margin: number;
@@ -59,18 +59,17 @@ interface KeepAliveState<G extends LeaseGrant> {
   lastError: unknown;
 }
 
+/** What every grant body a `RenewableLease` follows has: a lock's, a semaphore's or a multi-lock's. */
+export type RenewableGrant = Pick<Grant, "owner" | "token" | "ttl_ms" | "expires_at" | "watchdog">;
+
 /**
- * A granted lease: a lock's (`Lease`) or a semaphore permit's (`SemaphoreLease`). Its fields
- * follow the latest grant (renewal, re-entry) and release. Pass `fence` to the resource the lease
- * protects with every write.
+ * What every lease shares, whatever it holds (a lock, a semaphore's permit, the members of a
+ * multi-lock): its latest grant, `validUntil`, `renew()`, keep-alive and the `signal` that aborts
+ * once the lease is lost. Subclasses send the renewal and name what was lost.
  */
-export abstract class LeaseBase<G extends LeaseGrant, R extends LeaseRelease> {
+export abstract class RenewableLease<G extends RenewableGrant> {
   /** The latest grant body. */
   grant: G;
-  /** Whether the acquire made a new lease (201) rather than re-entering one (200). */
-  readonly created: boolean;
-  /** Holds left of each mode (a semaphore's permit is a shared hold). */
-  protected readonly holdCounts: Record<Mode, number> = { exclusive: 0, shared: 0 };
 
   private validUntilMs: number;
   private readonly lost = new AbortController();
@@ -81,35 +80,25 @@ export abstract class LeaseBase<G extends LeaseGrant, R extends LeaseRelease> {
    *   sent (default: now, which is later than that and so trusts the lease a little too long).
    */
   protected constructor(
-    private readonly resource: LeaseResource,
     readonly client: LeasegateClient,
-    readonly name: string,
     grant: G,
-    created: boolean,
     sentAt: number,
   ) {
     this.grant = grant;
-    this.count(grant);
-    this.created = created;
     this.validUntilMs = sentAt + grant.ttl_ms;
   }
 
-  /** Sends a renewal (`POST .../renew`) with this lease's token and Idempotency-Key `key`. */
+  /**
+   * Sends one try of a renewal (`POST .../renew`) with this lease's token and, where the gateway
+   * takes one, Idempotency-Key `key`.
+   */
   protected abstract sendRenew(key: string, ttlMs: number | undefined, signal?: AbortSignal): Promise<Answer<G>>;
-  /** Sends a release (`DELETE`) of one hold (of `mode`, when given) with this lease's token and Idempotency-Key `key`. */
-  protected abstract sendRelease(key: string, signal?: AbortSignal, mode?: Mode): Promise<Answer<R>>;
+  /** The reason `signal` aborts with once the lease is lost. */
+  protected abstract lostError(kind: "gone" | "lapsing", message: string, cause?: unknown): LeaseLostError;
 
-  /** Holds left: 1 after a new grant, +1 per re-entry, -1 per release; 0 once the lease holds nothing. */
-  get holds(): number {
-    return this.holdCounts.exclusive + this.holdCounts.shared;
-  }
   /** The lease token (sent as `Lease-Token`). */
   get token(): string {
     return this.grant.token;
-  }
-  /** The fencing token: greater than every fence granted earlier for this name. */
-  get fence(): number {
-    return this.grant.fence;
   }
   get owner(): string {
     return this.grant.owner;
@@ -155,14 +144,10 @@ export abstract class LeaseBase<G extends LeaseGrant, R extends LeaseRelease> {
     return this.keeper !== undefined;
   }
 
-  /** The path and headers of a call with this lease's token and Idempotency-Key `key`. */
-  protected leaseParams(key: string) {
-    return { path: { name: this.name }, header: { "Lease-Token": this.token, "Idempotency-Key": key } };
-  }
-
   /**
    * Sends one call that answers with a grant (renewal, re-entry) through `send`, with a fresh
-   * Idempotency-Key, up to 3 times on a network error or a 503, and records the grant.
+   * Idempotency-Key (to send on every try, where the gateway takes one), up to 3 times on a
+   * network error or a 503, and records the grant.
    * @throws LeaseGoneError when the lease no longer holds (and aborts `signal`)
    */
   protected async regrant(send: (key: string) => Promise<Answer<G>>, signal: AbortSignal | undefined): Promise<G> {
@@ -170,77 +155,37 @@ export abstract class LeaseBase<G extends LeaseGrant, R extends LeaseRelease> {
     const sentAt = performance.now();
     const { data, error, response } = await withRetries(() => send(key), signal, true);
     if (error !== undefined || data === undefined) throw this.failed(toLeasegateError(error, response));
-    this.grant = data;
-    this.count(data);
+    this.granted(data);
     this.validUntilMs = sentAt + data.ttl_ms;
     if (this.keeper !== undefined) this.armDeadline(this.keeper);
     return data;
   }
 
-  /** Records the holds of the mode an answer reports (a semaphore's, which names none, are shared). */
-  private count(answer: { holds: number; mode?: Mode }): void {
-    this.holdCounts[answer.mode ?? "shared"] = answer.holds;
+  /** Records the grant of a renewal or re-entry. */
+  protected granted(grant: G): void {
+    this.grant = grant;
   }
 
   /** Stops keep-alive and aborts `signal` with a LeaseLostError (once). */
-  private lose(kind: "gone" | "lapsing", message: string, cause?: unknown): void {
+  protected lose(kind: "gone" | "lapsing", message: string, cause?: unknown): void {
     this.stopKeepAlive();
-    if (!this.lost.signal.aborted) {
-      this.lost.abort(new LeaseLostError(this.resource, this.name, this.fence, kind, message, cause));
-    }
+    if (!this.lost.signal.aborted) this.lost.abort(this.lostError(kind, message, cause));
   }
 
   /** Returns err, after losing the lease when err is a 410. */
-  private failed(err: LeasegateProblemError): LeasegateProblemError {
+  protected failed(err: LeasegateProblemError): LeasegateProblemError {
     if (err instanceof LeaseGoneError) this.lose("gone", "the gateway answered 410 lease-gone", err);
     return err;
   }
 
   /**
-   * Resets the lease's TTL to `ttlMs` (default: its current TTL), every hold it has. Sends an
-   * `Idempotency-Key` and tries up to 3 times on a network error or a 503.
+   * Resets the lease's TTL to `ttlMs` (default: its current TTL), every hold it has (a
+   * multi-lock's: every member). Sends an `Idempotency-Key` (not to `/multilocks`, which takes
+   * none; a renewal is safe to repeat anyway) and tries up to 3 times on a network error or a 503.
    * @throws LeaseGoneError when the lease no longer holds (and aborts `signal`)
    */
   renew(ttlMs?: number, options: CallOptions = {}): Promise<G> {
     return this.regrant((key) => this.sendRenew(key, ttlMs, options.signal), options.signal);
-  }
-
-  /**
-   * Releases one hold; the lease holds nothing once `released` is true and `holds` is 0. Sends an
-   * `Idempotency-Key` and tries up to 3 times on a network error or a 503.
-   *
-   * Releasing the last hold (`holds` 1) stops keep-alive before the request is sent, so a failed
-   * release lets the lease lapse instead of renewing it on. Releasing one of several holds leaves
-   * keep-alive running; it stops once an answer leaves no hold.
-   * @throws LeaseGoneError when the lease no longer holds (and aborts `signal`)
-   */
-  release(options: CallOptions = {}): Promise<R> {
-    return this.releaseHold(undefined, options);
-  }
-
-  /**
-   * `release()`, of a hold of `mode` when given. A 410 to a release of one mode while the lease
-   * holds the other way tells only that no hold of that mode is left: it does not lose the lease.
-   */
-  protected async releaseHold(mode: Mode | undefined, options: CallOptions): Promise<R> {
-    if (this.holds <= 1) this.stopKeepAlive();
-    const key = idempotencyKey();
-    const { data, error, response } = await withRetries(
-      () => this.sendRelease(key, options.signal, mode),
-      options.signal,
-      true,
-    );
-    if (error !== undefined || data === undefined) {
-      const err = toLeasegateError(error, response);
-      if (err instanceof LeaseGoneError && mode !== undefined && this.holdCounts[otherMode(mode)] > 0) {
-        this.holdCounts[mode] = 0;
-        throw err;
-      }
-      throw this.failed(err);
-    }
-    this.count(data);
-    if (this.holds === 0) this.stopKeepAlive();
-    return data;
   }
 
   /**
@@ -327,6 +272,104 @@ export abstract class LeaseBase<G extends LeaseGrant, R extends LeaseRelease> {
     k.lastError = undefined;
     this.scheduleRenewal(k, k.period);
     k.options.onRenew?.(grant);
+  }
+}
+
+/**
+ * A granted lease: a lock's (`Lease`) or a semaphore permit's (`SemaphoreLease`). Its fields
+ * follow the latest grant (renewal, re-entry) and release. Pass `fence` to the resource the lease
+ * protects with every write.
+ */
+export abstract class LeaseBase<G extends LeaseGrant, R extends LeaseRelease> extends RenewableLease<G> {
+  /** Whether the acquire made a new lease (201) rather than re-entering one (200). */
+  readonly created: boolean;
+  /** Holds left of each mode (a semaphore's permit is a shared hold). */
+  protected readonly holdCounts: Record<Mode, number> = { exclusive: 0, shared: 0 };
+
+  /**
+   * @param sentAt `performance.now()` taken just before the request that produced `grant` was
+   *   sent (default: now, which is later than that and so trusts the lease a little too long).
+   */
+  protected constructor(
+    private readonly resource: LeaseResource,
+    client: LeasegateClient,
+    readonly name: string,
+    grant: G,
+    created: boolean,
+    sentAt: number,
+  ) {
+    super(client, grant, sentAt);
+    this.count(grant);
+    this.created = created;
+  }
+
+  /** Sends a release (`DELETE`) of one hold (of `mode`, when given) with this lease's token and Idempotency-Key `key`. */
+  protected abstract sendRelease(key: string, signal?: AbortSignal, mode?: Mode): Promise<Answer<R>>;
+
+  /** Holds left: 1 after a new grant, +1 per re-entry, -1 per release; 0 once the lease holds nothing. */
+  get holds(): number {
+    return this.holdCounts.exclusive + this.holdCounts.shared;
+  }
+  /** The fencing token: greater than every fence granted earlier for this name. */
+  get fence(): number {
+    return this.grant.fence;
+  }
+
+  /** The path and headers of a call with this lease's token and Idempotency-Key `key`. */
+  protected leaseParams(key: string) {
+    return { path: { name: this.name }, header: { "Lease-Token": this.token, "Idempotency-Key": key } };
+  }
+
+  protected override granted(grant: G): void {
+    super.granted(grant);
+    this.count(grant);
+  }
+
+  protected lostError(kind: "gone" | "lapsing", message: string, cause?: unknown): LeaseLostError {
+    return new LeaseLostError(this.resource, this.name, this.fence, kind, message, cause);
+  }
+
+  /** Records the holds of the mode an answer reports (a semaphore's, which names none, are shared). */
+  private count(answer: { holds: number; mode?: Mode }): void {
+    this.holdCounts[answer.mode ?? "shared"] = answer.holds;
+  }
+
+  /**
+   * Releases one hold; the lease holds nothing once `released` is true and `holds` is 0. Sends an
+   * `Idempotency-Key` and tries up to 3 times on a network error or a 503.
+   *
+   * Releasing the last hold (`holds` 1) stops keep-alive before the request is sent, so a failed
+   * release lets the lease lapse instead of renewing it on. Releasing one of several holds leaves
+   * keep-alive running; it stops once an answer leaves no hold.
+   * @throws LeaseGoneError when the lease no longer holds (and aborts `signal`)
+   */
+  release(options: CallOptions = {}): Promise<R> {
+    return this.releaseHold(undefined, options);
+  }
+
+  /**
+   * `release()`, of a hold of `mode` when given. A 410 to a release of one mode while the lease
+   * holds the other way tells only that no hold of that mode is left: it does not lose the lease.
+   */
+  protected async releaseHold(mode: Mode | undefined, options: CallOptions): Promise<R> {
+    if (this.holds <= 1) this.stopKeepAlive();
+    const key = idempotencyKey();
+    const { data, error, response } = await withRetries(
+      () => this.sendRelease(key, options.signal, mode),
+      options.signal,
+      true,
+    );
+    if (error !== undefined || data === undefined) {
+      const err = toLeasegateError(error, response);
+      if (err instanceof LeaseGoneError && mode !== undefined && this.holdCounts[otherMode(mode)] > 0) {
+        this.holdCounts[mode] = 0;
+        throw err;
+      }
+      throw this.failed(err);
+    }
+    this.count(data);
+    if (this.holds === 0) this.stopKeepAlive();
+    return data;
   }
 }
 

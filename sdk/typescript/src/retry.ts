@@ -13,13 +13,15 @@ const RETRY_BACKOFF_MS = [100, 300] as const;
 /**
  * Sends one logical call through `call` (which builds and sends the request; every try must
  * carry the same Idempotency-Key) up to MAX_TRIES times: again after a network error (fetch's
- * TypeError) and, with `retry503`, after a 503 answer. It resolves with the last answer, or
- * rejects with the last network error, or with `signal`'s reason once it is aborted.
+ * TypeError; with `onlyUnsent`, only one that shows the request was never sent) and, with
+ * `retry503`, after a 503 answer. It resolves with the last answer, or rejects with the last
+ * network error, or with `signal`'s reason once it is aborted.
  */
 export async function withRetries<R extends { response: Response }>(
   call: () => Promise<R>,
   signal: AbortSignal | undefined,
   retry503: boolean,
+  onlyUnsent = false,
 ): Promise<R> {
   for (let attempt = 1; ; attempt++) {
     let answer: R;
@@ -27,12 +29,26 @@ export async function withRetries<R extends { response: Response }>(
       answer = await call();
     } catch (e) {
       if (signal?.aborted || !(e instanceof TypeError) || attempt >= MAX_TRIES) throw e;
+      if (onlyUnsent && !neverSent(e)) throw e;
       await delay(backoff(attempt), signal);
       continue;
     }
     if (!retry503 || answer.response.status !== 503 || attempt >= MAX_TRIES) return answer;
     await delay(backoff(attempt), signal);
   }
+}
+
+/** Error codes (of a fetch TypeError's `cause`) that show no byte of the request reached a server. */
+const UNSENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "UND_ERR_CONNECT_TIMEOUT"]);
+
+/**
+ * Whether fetch's TypeError `e` shows that the request never reached the gateway (no connection
+ * was made), so that sending it again cannot apply it twice. Anything else (a reset connection,
+ * a lost answer) may have been applied.
+ */
+function neverSent(e: TypeError): boolean {
+  const code = (e.cause as { code?: unknown } | undefined)?.code;
+  return typeof code === "string" && UNSENT_CODES.has(code);
 }
 
 function backoff(attempt: number): number {
