@@ -72,6 +72,11 @@ func (s *Service) AcquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 		g, err = s.lockInOrder(ctx, req, m, start)
 	}
 	if err != nil {
+		if req.Wait == 0 && errors.Is(err, ErrUnavailable) {
+			// The try may have been applied, its reply lost: give back whatever it took (nothing
+			// else holds this lease), so that nobody holds members nobody has the token of.
+			_, _ = s.releaseGroup(context.WithoutCancel(ctx), m)
+		}
 		return MultiGrant{}, err
 	}
 	if g.Watchdog {
@@ -211,7 +216,18 @@ var errWatchdogDone = errors.New("watchdog duty over")
 // (0: the group's). It returns a *GroupLostError when some were no longer held (the rest are given
 // back), and errWatchdogDone for a watchdog renewal the group is past.
 func (s *Service) renewGroup(ctx context.Context, m MultiLease, names []string, ttl time.Duration, byWatchdog bool) (groupRenewal, error) {
-	reply, err := s.runGroup(ctx, s.multiRenew, names, m.ID, m.Mode.arg(), ms(ttl), flag(byWatchdog))
+	return s.runRenewGroup(ctx, m, names, ms(ttl), flag(byWatchdog), "", "0")
+}
+
+// confirmGroup is a waiting group's last step: every member renewed to req.TTL, with req's watchdog
+// flag and its max hold counted from now (the members were taken one by one without them).
+func (s *Service) confirmGroup(ctx context.Context, m MultiLease, req MultiRequest) (groupRenewal, error) {
+	return s.runRenewGroup(ctx, m, m.Locks, ms(req.TTL), "0", flag(req.Watchdog), ms(req.MaxHold))
+}
+
+// runRenewGroup runs multi_renew.lua over names with its own arguments after the lease and mode.
+func (s *Service) runRenewGroup(ctx context.Context, m MultiLease, names []string, args ...string) (groupRenewal, error) {
+	reply, err := s.runGroup(ctx, s.multiRenew, names, append([]string{m.ID, m.Mode.arg()}, args...)...)
 	if err != nil {
 		return groupRenewal{}, err
 	}

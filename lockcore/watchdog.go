@@ -199,7 +199,9 @@ func (s *Service) renewGroupDue(ctx context.Context, member string) int64 {
 	case errors.Is(err, errWatchdogDone):
 		return 0
 	case errors.As(err, &lost):
-		s.log.Warn("watchdog found a multi-lock's member gone; the group's other members were given back", "multilock", m.ID, "lost", lost.Locks)
+		if len(lost.Locks) < len(m.Locks) { // all gone: released as the sweep ran, or ran out whole
+			s.log.Warn("watchdog found a multi-lock's member gone; the group's other members were given back", "multilock", m.ID, "lost", lost.Locks)
+		}
 		return 0
 	case err != nil:
 		if errors.Is(err, context.Canceled) {

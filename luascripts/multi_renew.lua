@@ -1,7 +1,9 @@
 -- multi_renew.lua (+ lib.lua): renews every member of a multi-lock's lease, or ends the group.
 --   KEYS as in multi_acquire.lua (all of the group's members, or the first ones a waiting group
---   holds so far); ARGV[1..5] as in lib.lua, then ARGV[6..9] = [lease, hold ('x'|'s'),
---   ttl_ms (0 = keep the group's), by_watchdog (1: the watchdog's renewal)]
+--   holds so far); ARGV[1..5] as in lib.lua, then ARGV[6..11] = [lease, hold ('x'|'s'),
+--   ttl_ms (0 = keep the group's), by_watchdog (1: the watchdog's renewal),
+--   confirm ('' | '0' | '1': a waiting group's final step, setting every member's watchdog flag
+--   to it and its max hold to max_hold_ms from now), max_hold_ms]
 --   => {1, ttl_ms, watchdog, now_ms, fence...}  every member held: each one's TTL set to ttl_ms
 --                                  (fences in KEYS order; now_ms: Redis time)
 --    | {0, index...}               index (1-based) are the members lease no longer holds (ran out,
@@ -10,7 +12,7 @@
 --    | {-1}                        by_watchdog, and the group is no watchdog lease or is past its
 --                                  max hold: nothing changed (its members run out their last TTL)
 -- Never resurrects a member. Also confirms the members a waiting group took one by one.
-local lease, want, ttl, by_watchdog = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
+local lease, want, ttl, by_watchdog, confirm = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
 local n = #KEYS / 7
 
 local fences, lost = {}, {}
@@ -49,14 +51,28 @@ end
 if ttl == 0 then
   ttl = group_ttl
 end
+if confirm ~= '' then
+  wd, until_ms = confirm, 0
+  if wd == '1' then
+    until_ms = now_ms() + tonumber(ARGV[11])
+  end
+end
 
 for i = 1, n do
   use(i)
   if want == 'x' then
-    redis.call('HSET', lock, ':ttl', ttl)
+    if confirm ~= '' then
+      redis.call('HSET', lock, ':ttl', ttl, ':wd', wd, ':until', string.format('%d', until_ms))
+    else
+      redis.call('HSET', lock, ':ttl', ttl)
+    end
     redis.call('PEXPIRE', lock, ttl)
   else
-    set_shared_ttl(lease, shared_hold(lease), ttl)
+    local m = shared_hold(lease)
+    if confirm ~= '' then
+      m.wd, m.until_ms = wd, until_ms
+    end
+    set_shared_ttl(lease, m, ttl)
   end
   if redis.call('EXISTS', q) == 1 then
     hint()

@@ -576,3 +576,70 @@ func TestMultiLockCrowd(t *testing.T) {
 	wg.Wait()
 	assert.Empty(t, bad, strings.Join(bad, "\n"))
 }
+
+// TestMultiLockMaxHoldCountsFromTheGroupsGrant: a watchdog group that waited for a member longer
+// than its max hold is still renewed from its grant on (the members it took first carry the
+// group's max hold from the grant, not from when each was taken), and lets go once max_hold_ms has
+// passed since the grant.
+func TestMultiLockMaxHoldCountsFromTheGroupsGrant(t *testing.T) {
+	t.Parallel()
+	w := newMultiWorld(t)
+	blocker := w.replica(0).Do(http.MethodPost, "/locks/x2", nil, acquireBody("blocker", 60000))
+	require.Equal(t, http.StatusCreated, blocker.Status)
+	ch := make(chan *harness.Response, 1)
+	go func() {
+		ch <- lockAll(w.replica(1), "guarded", []string{"x1", "x2"}, 600, 20000, `,"watchdog":true,"max_hold_ms":1500`)
+	}()
+	eventually(t, 5*time.Second, "x1 taken by the waiting group", func() bool { return w.state(0, "x1").Str("owner") == "guarded" })
+	throughout(t, 2*time.Second, "the waiting group keeps x1", func() bool { return w.state(0, "x1").Str("owner") == "guarded" })
+	assert.Equal(t, false, w.state(0, "x1").JSON()["watchdog"], "no watchdog renews a member before the group's grant")
+	require.Equal(t, http.StatusOK, w.replica(0).Do(http.MethodDelete, "/locks/x2", tokenHeader(blocker.Str("token")), "").Status)
+	g := redissonReceive(t, ch, 10*time.Second, "the group's grant")
+	require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
+	granted := time.Now()
+	for _, name := range []string{"x1", "x2"} {
+		st := w.state(0, name)
+		assert.Equal(t, true, st.JSON()["watchdog"], name)
+		assert.Greater(t, st.Int("max_hold_ms"), int64(1000), "%s: max hold counted from the grant", name)
+	}
+	throughout(t, time.Second, "the watchdog renews both members past their 600 ms TTL", func() bool {
+		return w.state(0, "x1").Str("multilock") == g.Str("id") && w.state(0, "x2").Str("multilock") == g.Str("id")
+	})
+	w.awaitFree(t, 0, "x1", 5*time.Second)
+	w.awaitFree(t, 0, "x2", time.Second)
+	assert.Greater(t, time.Since(granted), 1400*time.Millisecond, "not before its max hold")
+}
+
+// TestMultiLockWaiterRidesOutARedisStall: a waiting group that holds a member rides out Redis not
+// answering (DEBUG SLEEP) and is granted once the member it waits for is free, as a single waiter
+// would be; it does not give up with 503.
+func TestMultiLockWaiterRidesOutARedisStall(t *testing.T) {
+	t.Parallel()
+	w := newMultiWorld(t)
+	blocker := w.replica(0).Do(http.MethodPost, "/locks/y2", nil, acquireBody("blocker", 60000))
+	require.Equal(t, http.StatusCreated, blocker.Status)
+	ch := make(chan *harness.Response, 1)
+	go func() { ch <- lockAll(w.replica(1), "patient", []string{"y1", "y2"}, 3000, 30000, "") }()
+	eventually(t, 5*time.Second, "y1 taken by the waiting group", func() bool { return w.state(0, "y1").Str("owner") == "patient" })
+	// Redis answers nobody for 5 s: longer than a slice (1 s) and than the gateway's bound on a
+	// stalled connection (3 s), so calls fail meanwhile.
+	w.redis.MustDo(t, "DEBUG", "SLEEP", "5")
+	select {
+	case r := <-ch:
+		t.Fatalf("the group answered during the stall: %d %s", r.Status, r.Body)
+	default:
+	}
+	// The replica's connections reconnect after the stall: retry the release with one
+	// Idempotency-Key until it answers.
+	h := harness.Headers{"Lease-Token": blocker.Str("token"), "Idempotency-Key": "release-y2"}
+	var r *harness.Response
+	eventually(t, 10*time.Second, "the blocker's release goes through", func() bool {
+		r = w.replica(0).Do(http.MethodDelete, "/locks/y2", h, "")
+		return r.Status != http.StatusServiceUnavailable
+	})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	g := redissonReceive(t, ch, 15*time.Second, "the group's grant")
+	require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
+	assert.Equal(t, g.Str("id"), w.state(0, "y1").Str("multilock"))
+	assert.Equal(t, g.Str("id"), w.state(0, "y2").Str("multilock"))
+}
