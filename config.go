@@ -14,19 +14,24 @@ import (
 
 // Config is read from LEASEGATE_* environment variables (see README's configuration table).
 type Config struct {
-	Listen          string        `default:"127.0.0.1:8080"`
-	RedisAddr       string        `split_words:"true" default:"127.0.0.1:6379"`
-	RedisPassword   string        `split_words:"true"`
-	TokenSecret     string        `split_words:"true"`
-	KeyPrefix       string        `split_words:"true" default:"leasegate:"`
-	DefaultTTL      time.Duration `split_words:"true" default:"30s"`
-	MaxTTL          time.Duration `split_words:"true" default:"1h"`
-	MaxWait         time.Duration `split_words:"true" default:"60s"`
-	MaxHold         time.Duration `split_words:"true" default:"1h"`
-	MaxWaiters      int           `split_words:"true" default:"10000"`
-	FenceTTL        time.Duration `split_words:"true" default:"24h"`
-	ShutdownTimeout time.Duration `split_words:"true" default:"30s"`
-	LogLevel        string        `split_words:"true" default:"info"`
+	Listen            string        `default:"127.0.0.1:8080"`
+	RedisAddr         string        `split_words:"true" default:"127.0.0.1:6379"`
+	RedisURL          string        `envconfig:"REDIS_URL"`
+	RedisUsername     string        `split_words:"true"`
+	RedisPassword     string        `split_words:"true"`
+	RedisTLSCA        string        `envconfig:"REDIS_TLS_CA"`
+	ReplicaAcks       int           `split_words:"true" default:"0"`
+	ReplicaAckTimeout time.Duration `split_words:"true" default:"500ms"`
+	TokenSecret       string        `split_words:"true"`
+	KeyPrefix         string        `split_words:"true" default:"leasegate:"`
+	DefaultTTL        time.Duration `split_words:"true" default:"30s"`
+	MaxTTL            time.Duration `split_words:"true" default:"1h"`
+	MaxWait           time.Duration `split_words:"true" default:"60s"`
+	MaxHold           time.Duration `split_words:"true" default:"1h"`
+	MaxWaiters        int           `split_words:"true" default:"10000"`
+	FenceTTL          time.Duration `split_words:"true" default:"24h"`
+	ShutdownTimeout   time.Duration `split_words:"true" default:"30s"`
+	LogLevel          string        `split_words:"true" default:"info"`
 }
 
 // loadConfig reads the environment and rejects bad values, naming the variable.
@@ -36,7 +41,8 @@ func loadConfig() (Config, error) {
 		return Config{}, err
 	}
 	// envconfig lets a set-but-empty variable bypass its default; an empty value is a mistake.
-	for _, name := range []string{"LISTEN", "REDIS_ADDR", "REDIS_PASSWORD", "TOKEN_SECRET", "KEY_PREFIX",
+	for _, name := range []string{"LISTEN", "REDIS_ADDR", "REDIS_URL", "REDIS_USERNAME", "REDIS_PASSWORD", "REDIS_TLS_CA",
+		"REPLICA_ACKS", "REPLICA_ACK_TIMEOUT", "TOKEN_SECRET", "KEY_PREFIX",
 		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL"} {
 		if v, ok := os.LookupEnv("LEASEGATE_" + name); ok && strings.TrimSpace(v) == "" {
 			return Config{}, fmt.Errorf("LEASEGATE_%s is set but empty; unset it to use the default", name)
@@ -55,6 +61,9 @@ func loadConfig() (Config, error) {
 	return cfg, errors.Join(
 		check(listenErr == nil, "LISTEN", "%q is not host:port", cfg.Listen),
 		check(redisErr == nil, "REDIS_ADDR", "%q is not host:port", cfg.RedisAddr),
+		check(cfg.RedisURL == "" || os.Getenv("LEASEGATE_REDIS_ADDR") == "", "REDIS_URL", "and LEASEGATE_REDIS_ADDR are both set: give one"),
+		check(cfg.ReplicaAcks >= 0, "REPLICA_ACKS", "must not be negative, got %d", cfg.ReplicaAcks),
+		check(cfg.ReplicaAckTimeout > 0, "REPLICA_ACK_TIMEOUT", "must be positive, got %v", cfg.ReplicaAckTimeout),
 		check(cfg.TokenSecret == "" || len(cfg.TokenSecret) >= 16, "TOKEN_SECRET", "must be at least 16 bytes"),
 		check(!strings.ContainsAny(cfg.KeyPrefix, "{}"), "KEY_PREFIX", "%q must not contain '{' or '}'", cfg.KeyPrefix),
 		check(cfg.MaxTTL > 0, "MAX_TTL", "must be positive, got %v", cfg.MaxTTL),

@@ -108,17 +108,22 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 
-	client, err := rueidis.NewClient(lockcore.ClientOption(cfg.RedisAddr, cfg.RedisPassword))
+	opt, deployment, err := redisOption(cfg)
+	if err != nil {
+		return err
+	}
+	client, err := rueidis.NewClient(opt)
 	if client == nil {
-		return fmt.Errorf("redis client for %s: %w", cfg.RedisAddr, err)
+		return fmt.Errorf("redis client for %s: %w", deployment, err)
 	}
 	defer client.Close()
 	if err != nil {
-		log.Warn("redis is unreachable at start; lock calls answer 503 until it is back", "redis_addr", cfg.RedisAddr, "err", err)
+		log.Warn("redis is unreachable at start; lock calls answer 503 until it is back", "redis", deployment, "err", err)
 	}
 
 	svc, err := lockcore.New(client, tokens, lockcore.Options{
 		KeyPrefix: cfg.KeyPrefix, Logger: log, MaxWaiters: cfg.MaxWaiters, FenceTTL: cfg.FenceTTL,
+		ReplicaAcks: cfg.ReplicaAcks, ReplicaAckTimeout: cfg.ReplicaAckTimeout,
 	})
 	if err != nil {
 		return err
@@ -142,7 +147,7 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "redis_addr", cfg.RedisAddr, "key_prefix", cfg.KeyPrefix)
+	log.Info("listening", "addr", ln.Addr().String(), "redis", deployment, "replica_acks", cfg.ReplicaAcks, "key_prefix", cfg.KeyPrefix)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

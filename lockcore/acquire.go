@@ -134,6 +134,7 @@ func (s *Service) acquireNew(ctx context.Context, req AcquireRequest) (Grant, er
 	start := time.Now()
 	r, err := s.runAcquire(ctx, req, lease, "try", 0, "")
 	if err != nil {
+		s.undoUnacked(ctx, err, Lease{Lock: req.Lock, Kind: req.Kind, ID: lease}, req.mode())
 		return Grant{}, err
 	}
 	switch r.status {
@@ -248,6 +249,9 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 	reply, err := s.runWithKeys(ctx, s.reenter, req.ref(), []string{s.keys(req.ref()).latch("reenter", l.ID, req.IdempotencyKey)},
 		l.ID, ms(req.TTL), s.idemMs(req.IdempotencyKey), req.mode().arg(), strconv.FormatInt(req.Permits, 10))
 	if err != nil {
+		if req.IdempotencyKey == "" { // with a key, the retry replays the re-entry instead
+			s.undoUnacked(ctx, err, l, req.mode())
+		}
 		return Grant{}, err
 	}
 	r, err := ints(reply)
@@ -277,6 +281,18 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 		s.reschedule(ctx, g)
 	}
 	return g, nil
+}
+
+// undoUnacked gives back the hold of mode a grant the replicas did not acknowledge gave l (when
+// err says so), so that a grant the client is told failed holds nothing, even on the old master.
+func (s *Service) undoUnacked(ctx context.Context, err error, l Lease, mode Mode) {
+	var na *notAckedError
+	if !errors.As(err, &na) {
+		return
+	}
+	if _, rerr := s.releaseLease(context.WithoutCancel(ctx), l, "", mode); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+		s.log.Warn("giving back a grant the replicas did not acknowledge failed; it runs out with its TTL", l.Kind.String(), l.Lock, "err", rerr)
+	}
 }
 
 // undo gives back one hold of g, on a context of its own: the caller's may have ended.

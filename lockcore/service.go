@@ -14,7 +14,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -55,6 +54,11 @@ type Options struct {
 	// IdempotencyWindow is how long the first answer to a request with an Idempotency-Key is kept
 	// for its retries: this, or the lease's TTL if longer (default 10m).
 	IdempotencyWindow time.Duration
+	// ReplicaAcks, when above 0, makes every grant, re-entry and renewal wait until that many
+	// replicas acknowledge it (WAIT), up to ReplicaAckTimeout (default 500ms); a grant they do
+	// not acknowledge in time is undone and answered ErrUnavailable (see replica_acks.go).
+	ReplicaAcks       int
+	ReplicaAckTimeout time.Duration
 }
 
 // Service runs lock operations against one Redis deployment. Safe for concurrent use. Close it to
@@ -74,6 +78,12 @@ type Service struct {
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the Service started
+
+	// acks replicas must acknowledge each grant within ackTimeout (0: none); acked holds the
+	// scripts whose writes are waited for.
+	acks       int64
+	ackTimeout time.Duration
+	acked      map[*rueidis.Lua]ackedScript
 
 	waiters       *waiters
 	schedule      string // the watchdog schedule's key
@@ -102,6 +112,10 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 	opts.MaxWaiters = cmp.Or(opts.MaxWaiters, 10000)
 	opts.TicketGrace = cmp.Or(opts.TicketGrace, 10*time.Second)
 	opts.IdempotencyWindow = cmp.Or(opts.IdempotencyWindow, 10*time.Minute)
+	opts.ReplicaAckTimeout = cmp.Or(opts.ReplicaAckTimeout, 500*time.Millisecond)
+	if opts.ReplicaAcks < 0 {
+		return nil, fmt.Errorf("%w: replica acks %d must not be negative", ErrInvalid, opts.ReplicaAcks)
+	}
 	if opts.Liveness <= opts.Heartbeat {
 		return nil, fmt.Errorf("%w: liveness %v must exceed the heartbeat %v", ErrInvalid, opts.Liveness, opts.Heartbeat)
 	}
@@ -133,6 +147,12 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 		schedule:         opts.KeyPrefix + "watchdog",
 		groupSchedule:    opts.KeyPrefix + "watchdog:multi",
 	}
+	s.acks, s.ackTimeout = int64(opts.ReplicaAcks), opts.ReplicaAckTimeout
+	s.acked = map[*rueidis.Lua]ackedScript{
+		s.acquire: newAckedScript(luascripts.Acquire), s.reenter: newAckedScript(luascripts.Reenter),
+		s.renew: newAckedScript(luascripts.Renew), s.multiAcquire: newAckedScript(luascripts.MultiAcquire),
+		s.multiRenew: newAckedScript(luascripts.MultiRenew),
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.waiters = newWaiters(s, uuid.NewString(), opts.MaxWaiters)
 	s.wg.Add(1)
@@ -154,20 +174,23 @@ func (s *Service) Close() {
 // RenewalFailures counts watchdog renewals that failed (Redis unreachable or erroring) since start.
 func (s *Service) RenewalFailures() int64 { return s.failures.Load() }
 
-// ClientOption returns rueidis options suited to lockcore for a single Redis at addr: no
-// client-side cache (unused), a 3 s bound on stalled connections, start-up that succeeds while
-// Redis is down, and no silent retries (rueidis would retry read-only calls without end while
-// Redis is down; lockcore answers ErrUnavailable at once and its clients retry).
+// ClientOption returns rueidis options suited to lockcore for a single Redis at addr, started
+// while Redis may be down (see Tune).
 func ClientOption(addr, password string) rueidis.ClientOption {
-	return rueidis.ClientOption{
-		InitAddress:       []string{addr},
-		Password:          password,
-		DisableCache:      true,
-		ForceSingleClient: true,
-		DisableRetry:      true,
-		ConnWriteTimeout:  3 * time.Second,
-		Dialer:            net.Dialer{Timeout: 2 * time.Second},
-	}
+	return Tune(rueidis.ClientOption{InitAddress: []string{addr}, Password: password, ForceSingleClient: true})
+}
+
+// Tune sets what lockcore needs on rueidis options for any deployment (one Redis, Sentinel,
+// Cluster; with or without TLS): no client-side cache (unused), a 3 s bound on stalled
+// connections, and no silent retries (rueidis would retry read-only calls without end while Redis
+// is down; lockcore answers ErrUnavailable at once and its clients retry). With ForceSingleClient,
+// start-up succeeds while Redis is down.
+func Tune(o rueidis.ClientOption) rueidis.ClientOption {
+	o.DisableCache = true
+	o.DisableRetry = true
+	o.ConnWriteTimeout = 3 * time.Second
+	o.Dialer.Timeout = 2 * time.Second
+	return o
 }
 
 // Tokens returns the codec the Service mints tokens with.
@@ -184,7 +207,15 @@ func (s *Service) Ping(ctx context.Context) error {
 // goes away cannot leave a write's outcome unknown. It carries no deadline of its own, which keeps
 // rueidis on its cheapest path: a stalled or broken connection is bounded by the client's
 // ConnWriteTimeout (see ClientOption), after which every call on it fails with ErrUnavailable.
+//
+// With replica acks on, a script that grants is followed by WAIT (see execAcked), and a grant the
+// replicas did not acknowledge returns its reply with a *notAckedError.
 func (s *Service) exec(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, error) {
+	if s.acks > 0 {
+		if a, ok := s.acked[script]; ok {
+			return s.execAcked(ctx, a, keys, args)
+		}
+	}
 	res := script.Exec(context.WithoutCancel(ctx), s.client, keys, args)
 	if err := res.Error(); err != nil {
 		return nil, s.classify(err)

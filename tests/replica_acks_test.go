@@ -1,0 +1,115 @@
+package tests
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+// Replica-acknowledged grants (LEASEGATE_REPLICA_ACKS): a grant is answered 201 only once a
+// replica has it, and undone (503) when no replica acknowledges it in time.
+
+// newReplicatedRedis starts a master and one replica of it, and waits until the replica is in sync.
+func newReplicatedRedis(t *testing.T) (master, replica *harness.Redis) {
+	t.Helper()
+	master = harness.NewRedis(t, harness.RedisOptions{})
+	replica = harness.NewRedis(t, harness.RedisOptions{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
+	eventually(t, 10*time.Second, "the replica in sync", func() bool {
+		info, err := replica.Do("INFO", "replication")
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	return master, replica
+}
+
+func TestReplicaAckedGrantIsOnTheReplicaWhenAnswered(t *testing.T) {
+	t.Parallel()
+	master, replica := newReplicatedRedis(t)
+	gw := harness.NewGateway(t, harness.GatewayOptions{Redis: master, Env: map[string]string{
+		"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "300ms"}})
+	c := harness.NewClient(t, gw.URL)
+	key := gw.KeyPrefix + "{acked}"
+
+	g := c.Do(http.MethodPost, "/locks/acked", nil, acquireBody("writer", 60000))
+	require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
+	// No polling: the replica has acknowledged the grant before the 201.
+	assert.Equal(t, "writer", replica.MustDo(t, "HGET", key, ":owner"), "the replica holds the grant when it is answered")
+	assert.Equal(t, strconv.FormatInt(g.Int("fence"), 10), replica.MustDo(t, "HGET", key, ":fence"))
+
+	r := c.Do(http.MethodPost, "/locks/acked/renew", tokenHeader(g.Str("token")), `{"ttl_ms":90000}`)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	pttl, err := strconv.ParseInt(replica.MustDo(t, "PTTL", key), 10, 64)
+	require.NoError(t, err)
+	assert.Greater(t, pttl, int64(60000), "the renewal is on the replica when answered")
+
+	// A waiter's grant too: it is answered once its confirmation is replicated.
+	ch := make(chan *harness.Response, 1)
+	go func() {
+		ch <- c.Do(http.MethodPost, "/locks/acked", nil, `{"owner":"next","ttl_ms":60000,"wait_ms":10000}`)
+	}()
+	eventually(t, 5*time.Second, "a waiter queued", func() bool {
+		return c.Do(http.MethodGet, "/locks/acked", nil, "").Int("waiters") == 1
+	})
+	require.Equal(t, http.StatusOK, c.Do(http.MethodDelete, "/locks/acked", tokenHeader(g.Str("token")), "").Status)
+	n := redissonReceive(t, ch, 10*time.Second, "the waiter's grant")
+	require.Equal(t, http.StatusCreated, n.Status, "%s", n.Body)
+	assert.Equal(t, "next", replica.MustDo(t, "HGET", key, ":owner"))
+	pttl, err = strconv.ParseInt(replica.MustDo(t, "PTTL", key), 10, 64)
+	require.NoError(t, err)
+	assert.Greater(t, pttl, int64(30000), "the waiter's full TTL, not its claim, is on the replica")
+
+	// A multi-lock's grant.
+	m := lockAll(c, "mover", []string{"acked-a", "acked-b"}, 60000, 0, "")
+	require.Equal(t, http.StatusCreated, m.Status, "%s", m.Body)
+	assert.Equal(t, "mover", replica.MustDo(t, "HGET", gw.KeyPrefix+"{acked-b}", ":owner"))
+}
+
+func TestReplicaAckedGrantIsUndoneWithoutAReplica(t *testing.T) {
+	t.Parallel()
+	master, replica := newReplicatedRedis(t)
+	gw := harness.NewGateway(t, harness.GatewayOptions{Redis: master, Env: map[string]string{
+		"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "200ms"}})
+	c := harness.NewClient(t, gw.URL)
+	held := c.Do(http.MethodPost, "/locks/kept", nil, acquireBody("early", 60000))
+	require.Equal(t, http.StatusCreated, held.Status, "%s", held.Body)
+
+	require.NoError(t, replica.Kill())
+	eventually(t, 10*time.Second, "the master sees no replica", func() bool {
+		info, err := master.Do("INFO", "replication")
+		return err == nil && strings.Contains(info, "connected_slaves:0")
+	})
+
+	start := time.Now()
+	r := c.Do(http.MethodPost, "/locks/unacked", nil, acquireBody("late", 60000))
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	assert.Equal(t, "urn:leasegate:problem:backend-unavailable", r.Str("type"))
+	assert.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "it waited for the acknowledgement")
+	st := c.Do(http.MethodGet, "/locks/unacked", nil, "")
+	assert.Equal(t, false, st.JSON()["held"], "the unacknowledged grant was undone: %s", st.Body)
+
+	r = c.Do(http.MethodPost, "/multilocks", nil, multiBody("mover", []string{"u1", "u2"}, 60000, 0, ""))
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	for _, name := range []string{"u1", "u2"} {
+		assert.Equal(t, false, c.Do(http.MethodGet, "/locks/"+name, nil, "").JSON()["held"], name)
+	}
+
+	r = c.Do(http.MethodPost, "/locks/kept/renew", tokenHeader(held.Str("token")), "")
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "an unacknowledged renewal is not confirmed: %s", r.Body)
+	assert.Equal(t, "early", c.Do(http.MethodGet, "/locks/kept", nil, "").Str("owner"), "the lease itself is kept")
+
+	// Releases need no acknowledgement.
+	rel := c.Do(http.MethodDelete, "/locks/kept", tokenHeader(held.Str("token")), "")
+	assert.Equal(t, http.StatusOK, rel.Status, "%s", rel.Body)
+
+	require.NoError(t, replica.Restart())
+	eventually(t, 10*time.Second, "grants acknowledged again", func() bool {
+		r := c.Do(http.MethodPost, "/locks/back", nil, acquireBody("again", 60000))
+		return r.Status == http.StatusCreated
+	})
+}
