@@ -27,7 +27,7 @@ import (
 )
 
 var (
-	only      = flag.String("only", "", "run one scenario: throughput, handoff, rwsem, multilock, waiting, outside")
+	only      = flag.String("only", "", "run one scenario: throughput, handoff, rwsem, multilock, acks, waiting, outside")
 	duration  = flag.Duration("duration", 3*time.Second, "length of one measured round")
 	rounds    = flag.Int("rounds", 3, "rounds per side; the median is reported")
 	clients   = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
@@ -102,6 +102,11 @@ func run() error {
 			return err
 		}
 	}
+	if *only == "" || *only == "acks" {
+		if err := replicaAcks(dir, redis); err != nil {
+			return err
+		}
+	}
 	if *only == "" || *only == "waiting" {
 		if err := waiting(dir, redis); err != nil {
 			return err
@@ -124,12 +129,17 @@ type gateway struct {
 }
 
 func startGateway(redisAddr, prefix string) (*gateway, error) {
+	return startGatewayWith(redisAddr, lockcore.Options{KeyPrefix: prefix})
+}
+
+// startGatewayWith is startGateway with lockcore options of the caller's.
+func startGatewayWith(redisAddr string, opts lockcore.Options) (*gateway, error) {
 	client, err := rueidis.NewClient(with(lockcore.ClientOption(redisAddr, ""), *flush))
 	if err != nil {
 		return nil, err
 	}
 	tokens, _ := lockcore.NewTokens([]byte(harness.TestTokenSecret))
-	svc, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: prefix})
+	svc, err := lockcore.New(client, tokens, opts)
 	if err != nil {
 		return nil, err
 	}
