@@ -446,6 +446,14 @@ func TestValidationBadConfigExits(t *testing.T) {
 		{"redis addr not host:port", map[string]string{"LEASEGATE_REDIS_ADDR": "nonsense"}, "LEASEGATE_REDIS_ADDR"},
 		{"key prefix with a brace", map[string]string{"LEASEGATE_KEY_PREFIX": "a{b"}, "LEASEGATE_KEY_PREFIX"},
 		{"log level unknown", map[string]string{"LEASEGATE_LOG_LEVEL": "loud"}, "LEASEGATE_LOG_LEVEL"},
+		{"redis url and addr both", map[string]string{"LEASEGATE_REDIS_URL": "redis://127.0.0.1:1", "LEASEGATE_REDIS_ADDR": "127.0.0.1:1"}, "LEASEGATE_REDIS_URL"},
+		{"redis url not a redis url", map[string]string{"LEASEGATE_REDIS_URL": "http://x"}, "LEASEGATE_REDIS_URL"},
+		{"redis url set but empty", map[string]string{"LEASEGATE_REDIS_URL": ""}, "LEASEGATE_REDIS_URL"},
+		{"tls ca without rediss", map[string]string{"LEASEGATE_REDIS_URL": "redis://127.0.0.1:1", "LEASEGATE_REDIS_TLS_CA": "/nonexistent"}, "LEASEGATE_REDIS_TLS_CA"},
+		{"tls ca file missing", map[string]string{"LEASEGATE_REDIS_URL": "rediss://127.0.0.1:1", "LEASEGATE_REDIS_TLS_CA": "/nonexistent/ca.pem"}, "LEASEGATE_REDIS_TLS_CA"},
+		{"credentials twice", map[string]string{"LEASEGATE_REDIS_URL": "redis://u:p@127.0.0.1:1", "LEASEGATE_REDIS_PASSWORD": "x"}, "LEASEGATE_REDIS_PASSWORD"},
+		{"replica acks negative", map[string]string{"LEASEGATE_REPLICA_ACKS": "-1"}, "LEASEGATE_REPLICA_ACKS"},
+		{"replica ack timeout zero", map[string]string{"LEASEGATE_REPLICA_ACK_TIMEOUT": "0s"}, "LEASEGATE_REPLICA_ACK_TIMEOUT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -517,6 +525,9 @@ func gatewayEnv(redisAddr string, extra map[string]string) []string {
 		"LEASEGATE_REDIS_ADDR":   redisAddr,
 		"LEASEGATE_TOKEN_SECRET": harness.TestTokenSecret,
 		"LEASEGATE_KEY_PREFIX":   harness.RandomPrefix(),
+	}
+	if _, ok := extra["LEASEGATE_REDIS_URL"]; ok { // the two are exclusive
+		delete(base, "LEASEGATE_REDIS_ADDR")
 	}
 	for k, v := range extra {
 		base[k] = v

@@ -67,6 +67,9 @@ func ModuleRoot() (string, error) {
 type GatewayOptions struct {
 	// Redis is the server the gateway uses (LEASEGATE_REDIS_ADDR).
 	Redis *Redis
+	// RedisURL, when set, is the deployment the gateway uses instead (LEASEGATE_REDIS_URL, and
+	// no LEASEGATE_REDIS_ADDR), e.g. a SentinelRig's, ClusterRig's or TLSRedis's URL.
+	RedisURL string
 	// KeyPrefix isolates a test's keys; default a fresh random prefix.
 	KeyPrefix string
 	// Env adds or overrides LEASEGATE_* variables, e.g. {"LEASEGATE_MAX_TTL": "10s"}.
@@ -133,7 +136,9 @@ func StartGateway(dir string, opts GatewayOptions) (*Gateway, error) {
 			"LEASEGATE_TOKEN_SECRET": TestTokenSecret,
 			"LEASEGATE_KEY_PREFIX":   opts.KeyPrefix,
 		}
-		if opts.Redis != nil {
+		if opts.RedisURL != "" {
+			env["LEASEGATE_REDIS_URL"] = opts.RedisURL
+		} else if opts.Redis != nil {
 			env["LEASEGATE_REDIS_ADDR"] = opts.Redis.Addr
 		}
 		for k, v := range opts.Env {

@@ -8,6 +8,7 @@ package harness
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,18 @@ import (
 type RedisOptions struct {
 	// Args are extra redis-server arguments, e.g. {"--requirepass", "s3cret"}.
 	Args []string
+	// Port is the port to listen on; 0 picks a free one (and another if it is taken meanwhile).
+	Port int
+	// ConfFile, when set, is redis-server's configuration file, read before the harness's
+	// arguments and Args. A sentinel needs one: it rewrites it.
+	ConfFile string
+	// Sentinel runs the process as a sentinel (redis-server CONF --sentinel); it needs ConfFile.
+	Sentinel bool
+	// TLS, when set, makes the server accept TLS only, on Port (--port 0 --tls-port Port), and Do
+	// connect with this client configuration. Args must name the server's certificate files.
+	TLS *tls.Config
+	// Username and Password, when Password is set, are what Do authenticates with (AUTH).
+	Username, Password string
 }
 
 // Redis is one redis-server process on a loopback port. Its port stays the same across Restart,
@@ -61,9 +74,14 @@ func StartRedis(dir string, opts RedisOptions) (*Redis, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ { // a free port may be taken before redis binds it
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
+		port := opts.Port
+		if port == 0 {
+			var err error
+			if port, err = FreePort(); err != nil {
+				return nil, err
+			}
+		} else if attempt > 0 {
+			break // a fixed port is tried once
 		}
 		r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, opts: opts, dir: dir}
 		if lastErr = r.start(); lastErr == nil {
@@ -74,12 +92,24 @@ func StartRedis(dir string, opts RedisOptions) (*Redis, error) {
 }
 
 func (r *Redis) start() error {
-	args := append([]string{
-		"--port", strconv.Itoa(r.Port), "--bind", "127.0.0.1", "--dir", r.dir,
+	var args []string
+	if r.opts.ConfFile != "" {
+		args = append(args, r.opts.ConfFile)
+	}
+	if r.opts.Sentinel {
+		args = append(args, "--sentinel")
+	}
+	if r.opts.TLS != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(r.Port))
+	} else {
+		args = append(args, "--port", strconv.Itoa(r.Port))
+	}
+	args = append(append(args,
+		"--bind", "127.0.0.1", "--dir", r.dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
 		"--logfile", filepath.Join(r.dir, "redis-"+strconv.Itoa(r.Port)+".log"),
 		"--enable-debug-command", "local",
-	}, r.opts.Args...)
+	), r.opts.Args...)
 	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
 		return err
@@ -126,6 +156,23 @@ func (r *Redis) signal(kill bool) error {
 	return nil
 }
 
+// stopAll stops servers concurrently (a master stopped alone waits for its replicas to catch up)
+// and, when t failed, logs the tail of each one's log.
+func stopAll(t testing.TB, servers []*Redis) {
+	var wg sync.WaitGroup
+	for _, r := range servers {
+		wg.Go(func() { _ = r.Stop() })
+	}
+	wg.Wait()
+	if t.Failed() {
+		for _, r := range servers {
+			if log := r.Log(); log != "" {
+				t.Logf("%s log tail:\n%s", r.Addr, tail(log, 30))
+			}
+		}
+	}
+}
+
 // Restart starts the server again on the same port after Stop or Kill. Data is not kept.
 func (r *Redis) Restart() error {
 	var err error
@@ -138,25 +185,136 @@ func (r *Redis) Restart() error {
 	return err
 }
 
-// Do runs one command over a fresh connection and returns its reply rendered as text: integers
-// and bulk strings as themselves, arrays as lines joined by "\n", nil as "". A Redis error reply
-// is returned as an error. It is for test set-up and assertions, not for the lock path.
+// Do runs one command over a fresh connection (TLS and AUTH as RedisOptions say) and returns its
+// reply rendered as text: integers and bulk strings as themselves, arrays as lines joined by "\n",
+// nil as "". A Redis error reply is returned as an error. It is for test set-up and assertions,
+// not for the lock path.
 func (r *Redis) Do(args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", r.Addr, time.Second)
+	return r.DoAs(r.opts.Username, r.opts.Password, args...)
+}
+
+// DoAs is Do authenticated as username with password instead (username "" means AUTH password,
+// the default user); with an empty password it sends no AUTH at all.
+func (r *Redis) DoAs(username, password string, args ...string) (string, error) {
+	var out string
+	err := r.roundTrip(username, password, args, func(br *bufio.Reader) (err error) {
+		out, err = readReply(br)
+		return err
+	})
+	return out, err
+}
+
+// DoList is Do for commands answering an array: one string per element, each rendered as Do
+// renders a reply (so nested arrays become lines), which keeps elements holding "\n" apart.
+func (r *Redis) DoList(args ...string) ([]string, error) {
+	var out []string
+	err := r.roundTrip(r.opts.Username, r.opts.Password, args, func(br *bufio.Reader) (err error) {
+		out, err = readArray(br)
+		return err
+	})
+	return out, err
+}
+
+// Log returns what the server has written to its log file so far.
+func (r *Redis) Log() string {
+	b, _ := os.ReadFile(filepath.Join(r.dir, "redis-"+strconv.Itoa(r.Port)+".log"))
+	return string(b)
+}
+
+// Role returns the first element of ROLE: "master", "slave" or "sentinel".
+func (r *Redis) Role() (string, error) {
+	out, err := r.Do("ROLE")
+	role, _, _ := strings.Cut(out, "\n")
+	return role, err
+}
+
+// Running reports whether the process is up: started, neither stopped nor exited.
+func (r *Redis) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return false
+	}
+	select {
+	case <-r.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// roundTrip sends args (after AUTH when password is set) on a fresh connection and hands the
+// command's reply to read.
+func (r *Redis) roundTrip(username, password string, args []string, read func(*bufio.Reader) error) error {
+	dialer := &net.Dialer{Timeout: time.Second}
+	var conn net.Conn
+	var err error
+	if r.opts.TLS != nil {
+		conn, err = (&tls.Dialer{NetDialer: dialer, Config: r.opts.TLS}).Dial("tcp", r.Addr)
+	} else {
+		conn, err = dialer.Dial("tcp", r.Addr)
+	}
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	if password != "" {
+		auth := []string{"AUTH", password}
+		if username != "" {
+			auth = []string{"AUTH", username, password}
+		}
+		writeCommand(&b, auth)
 	}
+	writeCommand(&b, args)
 	if _, err := conn.Write([]byte(b.String())); err != nil {
-		return "", err
+		return err
 	}
-	return readReply(bufio.NewReader(conn))
+	br := bufio.NewReader(conn)
+	if password != "" {
+		if _, err := readReply(br); err != nil {
+			return fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	return read(br)
+}
+
+func writeCommand(b *strings.Builder, args []string) {
+	fmt.Fprintf(b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(b, "$%d\r\n%s\r\n", len(a), a)
+	}
+}
+
+// readArray reads an array reply as one rendered string per element; nil reads as no elements.
+func readArray(br *bufio.Reader) ([]string, error) {
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "-"):
+		return nil, errors.New(line[1:])
+	case !strings.HasPrefix(line, "*"):
+		return nil, fmt.Errorf("expected an array, got %q", line)
+	}
+	n, _ := strconv.Atoi(line[1:])
+	return readElements(br, n)
+}
+
+// readElements reads n replies, an array's elements.
+func readElements(br *bufio.Reader, n int) ([]string, error) {
+	parts := make([]string, 0, max(n, 0))
+	for i := 0; i < n; i++ {
+		p, err := readReply(br)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, p)
+	}
+	return parts, nil
 }
 
 // MustDo is Do for test code: it fails t on error.
@@ -195,15 +353,8 @@ func readReply(br *bufio.Reader) (string, error) {
 		return string(buf[:n]), nil
 	case '*':
 		n, _ := strconv.Atoi(line[1:])
-		parts := make([]string, 0, max(n, 0))
-		for i := 0; i < n; i++ {
-			p, err := readReply(br)
-			if err != nil {
-				return "", err
-			}
-			parts = append(parts, p)
-		}
-		return strings.Join(parts, "\n"), nil
+		parts, err := readElements(br, n)
+		return strings.Join(parts, "\n"), err
 	}
 	return "", fmt.Errorf("unexpected reply %q", line)
 }
@@ -216,6 +367,36 @@ func FreePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreePorts returns n distinct loopback TCP ports that were free a moment ago.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close() // held until all are picked, so that no port comes twice
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// pollUntil calls cond until it returns nil, waiting interval between calls; after timeout it
+// returns cond's last error.
+func pollUntil(timeout, interval time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v: %w", timeout, err)
+		}
+		<-time.After(interval)
+	}
 }
 
 // waitFor polls cond every 10 ms until it holds, exited is closed, or timeout passes.
