@@ -119,6 +119,8 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	defer client.Close()
 	if err != nil {
 		log.Warn("redis is unreachable at start; lock calls answer 503 until it is back", "redis", deployment, "err", err)
+	} else if err := refuseCluster(ctx, client, deployment); err != nil {
+		return err
 	}
 
 	svc, err := lockcore.New(client, tokens, lockcore.Options{

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -62,7 +63,7 @@ func redisOption(cfg Config) (rueidis.ClientOption, string, error) {
 		o.Sentinel.TLSConfig = o.TLSConfig
 		o.Sentinel.TopologyRefreshInterval = 5 * time.Second
 	case len(o.InitAddress) > 1:
-		deployment = "cluster seeds " + addrs
+		return rueidis.ClientOption{}, "", fmt.Errorf("LEASEGATE_REDIS_URL names several addresses without master_set, a Redis Cluster: %w", errClusterUnsupported)
 	default:
 		deployment = "standalone " + addrs
 		o.ForceSingleClient = true // starts while Redis is down, and never probes for a cluster
@@ -71,4 +72,18 @@ func redisOption(cfg Config) (rueidis.ClientOption, string, error) {
 		deployment += " (TLS)"
 	}
 	return lockcore.Tune(o), deployment, nil
+}
+
+// errClusterUnsupported: leasegate does not run on Redis Cluster yet (a multi-lock's members and
+// the watchdog's schedule span slots, and grants are published to every node).
+var errClusterUnsupported = errors.New("leasegate does not support Redis Cluster yet; use a standalone Redis or Sentinel")
+
+// refuseCluster reports a Redis that turns out to be a Cluster node (asked when it answers at
+// start), which a single client would only half work with: keys of other slots answer MOVED.
+func refuseCluster(ctx context.Context, client rueidis.Client, deployment string) error {
+	info, err := client.Do(ctx, client.B().Info().Section("cluster").Build()).ToString()
+	if err == nil && strings.Contains(info, "cluster_enabled:1") {
+		return fmt.Errorf("%s is a Redis Cluster node: %w", deployment, errClusterUnsupported)
+	}
+	return nil
 }

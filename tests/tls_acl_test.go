@@ -1,7 +1,10 @@
 package tests
 
 import (
+	"bytes"
+	"context"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -52,4 +55,25 @@ func TestTLSRedisWithAnACLUser(t *testing.T) {
 	eventually(t, 5*time.Second, "the TLS failure logged", func() bool {
 		return strings.Contains(gw.Logs(), "certificate")
 	})
+}
+
+// TestRedisClusterIsRefusedAtStart: Redis Cluster is not supported yet; a gateway pointed at one
+// exits at start saying so, whether given the seeds or a single node.
+func TestRedisClusterIsRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	rig := harness.NewClusterRig(t, harness.ClusterOptions{})
+	bin, err := harness.GatewayBinary()
+	require.NoError(t, err)
+	for name, url := range map[string]string{"seeds": rig.URL(), "one node": "redis://" + rig.SeedAddrs()[0]} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, bin)
+		cmd.Env = gatewayEnv("", map[string]string{"LEASEGATE_REDIS_URL": url})
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		require.NoError(t, ctx.Err(), "%s: the gateway started on a Cluster; output:\n%s", name, out.String())
+		cancel()
+		assert.Error(t, err, name)
+		assert.Contains(t, out.String(), "does not support Redis Cluster yet", name)
+	}
 }
