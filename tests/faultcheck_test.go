@@ -65,6 +65,10 @@ type faultCheck struct {
 
 const faultReplicas = 3
 
+// faultRecovery is how long after a fault ends the liveness check leaves the system to recover:
+// reconnections, a dead replica's waiters ageing out of line (0.75 s), re-queueing.
+const faultRecovery = 1500 * time.Millisecond
+
 func newFaultCheck(t *testing.T, r *harness.Redis) *faultCheck {
 	fc := &faultCheck{t: t, redis: r, prefix: harness.RandomPrefix(), locks: []string{"fc-a", "fc-b", "fc-c"}}
 	for range faultReplicas {
@@ -113,7 +117,9 @@ func (fc *faultCheck) run(d time.Duration) {
 	tick := time.NewTimer(time.Second)
 	for time.Now().Before(deadline) {
 		<-tick.C // the fault schedule's pace, not synchronisation
+		start := time.Now()
 		fc.inject(rng)
+		fc.h.fault(start, time.Now().Add(faultRecovery))
 		tick.Reset(time.Second + time.Duration(rng.IntN(1500))*time.Millisecond)
 	}
 	tick.Stop()
