@@ -40,18 +40,66 @@ func TestFaultCheck(t *testing.T) {
 				args = []string{"--appendonly", "yes", "--appendfsync", "always"}
 			}
 			r := harness.NewRedis(t, harness.RedisOptions{Args: args})
-			fc := newFaultCheck(t, r)
+			fc := newFaultCheck(t, standaloneRedis{r}, nil)
 			fc.run(*faultDuration)
 			fc.check(aof)
 		})
 	}
+	// Sentinel with replica acks: a crash of the master is a failover. Only leases whose release
+	// answered 200 count as having stayed valid (a failover may lose a release or the last
+	// grants' neighbours), as without persistence.
+	t.Run("sentinel,acks=1", func(t *testing.T) {
+		t.Parallel()
+		rig := harness.NewSentinelRig(t, harness.SentinelOptions{})
+		fc := newFaultCheck(t, sentinelRedis{t, rig}, map[string]string{"LEASEGATE_REDIS_URL": rig.URL(), "LEASEGATE_REPLICA_ACKS": "1"})
+		fc.run(*faultDuration)
+		fc.check(false)
+	})
+}
+
+// faultRedis is the Redis deployment under a fault check.
+type faultRedis interface {
+	master() *harness.Redis // where CLIENT KILL, DEBUG SLEEP and CLIENT PAUSE go
+	crash() error           // kill -9 of the (master) server, and its return
+	gatewayRedis() *harness.Redis
+}
+
+type standaloneRedis struct{ r *harness.Redis }
+
+func (s standaloneRedis) master() *harness.Redis       { return s.r }
+func (s standaloneRedis) gatewayRedis() *harness.Redis { return s.r }
+func (s standaloneRedis) crash() error {
+	_ = s.r.Kill()
+	return s.r.Restart()
+}
+
+type sentinelRedis struct {
+	t   *testing.T
+	rig *harness.SentinelRig
+}
+
+func (s sentinelRedis) master() *harness.Redis       { return s.rig.Master() }
+func (s sentinelRedis) gatewayRedis() *harness.Redis { return nil }
+
+// crash kills the master, waits for the failover, and restarts the old master, which the
+// sentinels turn into a replica of the new one.
+func (s sentinelRedis) crash() error {
+	old := s.rig.Master()
+	if err := s.rig.KillMaster(); err != nil {
+		return err
+	}
+	if _, err := s.rig.AwaitFailover(failoverWithin); err != nil {
+		return err
+	}
+	return old.Restart()
 }
 
 // faultCheck is one run: its Redis, its gateway replicas (replaced as faults kill them), its
 // clients' history.
 type faultCheck struct {
 	t      *testing.T
-	redis  *harness.Redis
+	redis  faultRedis
+	env    map[string]string // the gateways' extra environment
 	prefix string
 	locks  []string
 
@@ -69,8 +117,8 @@ const faultReplicas = 3
 // reconnections, a dead replica's waiters ageing out of line (0.75 s), re-queueing.
 const faultRecovery = 1500 * time.Millisecond
 
-func newFaultCheck(t *testing.T, r *harness.Redis) *faultCheck {
-	fc := &faultCheck{t: t, redis: r, prefix: harness.RandomPrefix(), locks: []string{"fc-a", "fc-b", "fc-c"}}
+func newFaultCheck(t *testing.T, r faultRedis, env map[string]string) *faultCheck {
+	fc := &faultCheck{t: t, redis: r, env: env, prefix: harness.RandomPrefix(), locks: []string{"fc-a", "fc-b", "fc-c"}}
 	for range faultReplicas {
 		fc.addGateway()
 	}
@@ -88,8 +136,11 @@ func newFaultCheck(t *testing.T, r *harness.Redis) *faultCheck {
 
 // addGateway starts one more replica on the shared prefix.
 func (fc *faultCheck) addGateway() {
-	g, err := harness.StartGateway(fc.t.TempDir(), harness.GatewayOptions{Redis: fc.redis, KeyPrefix: fc.prefix, Binary: *faultBinary,
-		Env: map[string]string{"LEASEGATE_LOG_LEVEL": "warn"}})
+	env := map[string]string{"LEASEGATE_LOG_LEVEL": "warn"}
+	for k, v := range fc.env {
+		env[k] = v
+	}
+	g, err := harness.StartGateway(fc.t.TempDir(), harness.GatewayOptions{Redis: fc.redis.gatewayRedis(), KeyPrefix: fc.prefix, Binary: *faultBinary, Env: env})
 	require.NoError(fc.t, err)
 	fc.mu.Lock()
 	fc.gateways = append(fc.gateways, g)
@@ -157,21 +208,20 @@ func (fc *faultCheck) inject(rng *rand.Rand) {
 		}
 		fc.addGateway()
 	case 2: // Redis crashes and restarts
-		fc.note("kill -9 and restart redis")
-		_ = fc.redis.Kill()
-		require.NoError(fc.t, fc.redis.Restart())
+		fc.note("kill -9 of redis (the master), and its return")
+		require.NoError(fc.t, fc.redis.crash())
 	case 3:
 		fc.note("CLIENT KILL TYPE pubsub")
-		_, _ = fc.redis.Do("CLIENT", "KILL", "TYPE", "pubsub")
+		_, _ = fc.redis.master().Do("CLIENT", "KILL", "TYPE", "pubsub")
 	case 4:
 		fc.note("CLIENT KILL TYPE normal")
-		_, _ = fc.redis.Do("CLIENT", "KILL", "TYPE", "normal")
+		_, _ = fc.redis.master().Do("CLIENT", "KILL", "TYPE", "normal")
 	case 5:
 		fc.note("DEBUG SLEEP 0.8")
-		_, _ = fc.redis.Do("DEBUG", "SLEEP", "0.8")
+		_, _ = fc.redis.master().Do("DEBUG", "SLEEP", "0.8")
 	case 6:
 		fc.note("CLIENT PAUSE 800")
-		_, _ = fc.redis.Do("CLIENT", "PAUSE", "800", "ALL")
+		_, _ = fc.redis.master().Do("CLIENT", "PAUSE", "800", "ALL")
 	}
 }
 
