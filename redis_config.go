@@ -63,7 +63,7 @@ func redisOption(cfg Config) (rueidis.ClientOption, string, error) {
 		o.Sentinel.TLSConfig = o.TLSConfig
 		o.Sentinel.TopologyRefreshInterval = 5 * time.Second
 	case len(o.InitAddress) > 1:
-		return rueidis.ClientOption{}, "", fmt.Errorf("LEASEGATE_REDIS_URL names several addresses without master_set, a Redis Cluster: %w", errClusterUnsupported)
+		deployment = "cluster seeds " + addrs
 	default:
 		deployment = "standalone " + addrs
 		o.ForceSingleClient = true // starts while Redis is down, and never probes for a cluster
@@ -74,16 +74,16 @@ func redisOption(cfg Config) (rueidis.ClientOption, string, error) {
 	return lockcore.Tune(o), deployment, nil
 }
 
-// errClusterUnsupported: leasegate does not run on Redis Cluster yet (a multi-lock's members and
-// the watchdog's schedule span slots, and grants are published to every node).
-var errClusterUnsupported = errors.New("leasegate does not support Redis Cluster yet; use a standalone Redis or Sentinel")
-
-// refuseCluster reports a Redis that turns out to be a Cluster node (asked when it answers at
-// start), which a single client would only half work with: keys of other slots answer MOVED.
+// refuseCluster reports a Redis given as one address that turns out to be a Cluster node (asked
+// when it answers at start): a single client would only half work with it (keys of other slots
+// answer MOVED). A Cluster is given by its seeds.
 func refuseCluster(ctx context.Context, client rueidis.Client, deployment string) error {
+	if client.Mode() == rueidis.ClientModeCluster {
+		return nil
+	}
 	info, err := client.Do(ctx, client.B().Info().Section("cluster").Build()).ToString()
 	if err == nil && strings.Contains(info, "cluster_enabled:1") {
-		return fmt.Errorf("%s is a Redis Cluster node: %w", deployment, errClusterUnsupported)
+		return fmt.Errorf("%s is a Redis Cluster node: give the Cluster's seed addresses, as LEASEGATE_REDIS_URL=redis://node1:port?addr=node2:port&addr=node3:port", deployment)
 	}
 	return nil
 }

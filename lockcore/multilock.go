@@ -80,7 +80,7 @@ func (s *Service) AcquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 		return MultiGrant{}, err
 	}
 	if g.Watchdog {
-		err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.groupSchedule},
+		err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.shardOf(m.ID).groups},
 			[]string{"enroll", groupScheduleMember(m), ms(g.TTL / 3)}).Error()
 		if err != nil {
 			s.releaseGroup(context.WithoutCancel(ctx), m) // a watchdog group nobody would renew is worse than none
@@ -95,24 +95,68 @@ func (s *Service) AcquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 }
 
 // tryAll runs the all-or-nothing try (multi_acquire.lua): the grant, or a *HeldError listing the
-// members held or waited for.
+// members held or waited for. On Redis Cluster it runs one step per slot (see partitions), giving
+// back what earlier steps took when a later one finds a member held.
 func (s *Service) tryAll(ctx context.Context, req MultiRequest, m MultiLease, start time.Time) (MultiGrant, error) {
-	reply, err := s.runGroup(ctx, s.multiAcquire, m.Locks, m.ID, ms(req.TTL), req.Owner, flag(req.Watchdog), ms(req.MaxHold), req.Mode.arg())
-	if err != nil {
-		return MultiGrant{}, err
-	}
-	r, err := ints(reply) // {1, fence...} | {0, ms, index...}
-	if err != nil || len(r) < 1 || (r[0] == 1 && len(r) != len(m.Locks)+1) || (r[0] == 0 && len(r) < 3) {
-		return MultiGrant{}, unexpectedReply("multi_acquire", m.Locks[0], r, err)
-	}
-	if r[0] == 0 {
-		busy, err := members(m.Locks, r[2:])
+	fences := make(map[string]int64, len(m.Locks))
+	var taken []string
+	for _, part := range s.partitions(m.Locks) {
+		reply, err := s.runGroup(ctx, s.multiAcquire, part, m.ID, ms(req.TTL), req.Owner, flag(req.Watchdog), ms(req.MaxHold), req.Mode.arg())
 		if err != nil {
-			return MultiGrant{}, unexpectedReply("multi_acquire", m.Locks[0], r, err)
+			return MultiGrant{}, err // the caller gives back the whole group when it can
 		}
-		return MultiGrant{}, &HeldError{Lock: busy[0], Locks: busy, RetryAfter: time.Duration(max(r[1], 0)) * time.Millisecond}
+		r, err := ints(reply) // {1, fence...} | {0, ms, index...}
+		if err != nil || len(r) < 1 || (r[0] == 1 && len(r) != len(part)+1) || (r[0] == 0 && len(r) < 3) {
+			return MultiGrant{}, unexpectedReply("multi_acquire", part[0], r, err)
+		}
+		if r[0] == 0 {
+			busy, err := members(part, r[2:])
+			if err != nil {
+				return MultiGrant{}, unexpectedReply("multi_acquire", part[0], r, err)
+			}
+			if len(taken) > 0 {
+				if _, err := s.releaseGroup(context.WithoutCancel(ctx), MultiLease{ID: m.ID, Locks: taken, Mode: m.Mode}); err != nil {
+					return MultiGrant{}, err
+				}
+			}
+			return MultiGrant{}, &HeldError{Lock: busy[0], Locks: busy, RetryAfter: time.Duration(max(r[1], 0)) * time.Millisecond}
+		}
+		for k, name := range part {
+			fences[name] = r[1+k]
+		}
+		taken = append(taken, part...)
 	}
-	return s.multiGrant(m, r[1:], req.TTL, req.Watchdog, start), nil
+	return s.multiGrant(m, inOrder(m.Locks, fences), req.TTL, req.Watchdog, start), nil
+}
+
+// partitions splits sorted names into the sets one script can take: all of them on one Redis; on
+// Redis Cluster those of each slot, the sets in the order of their first names.
+func (s *Service) partitions(names []string) [][]string {
+	if !s.cluster {
+		return [][]string{names}
+	}
+	at := map[int]int{}
+	var parts [][]string
+	for _, name := range names {
+		slot := keySlot(s.keys(LockRef(name)).lock)
+		i, ok := at[slot]
+		if !ok {
+			i = len(parts)
+			at[slot] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], name)
+	}
+	return parts
+}
+
+// inOrder lists the fences of names, in their order.
+func inOrder(names []string, fences map[string]int64) []int64 {
+	out := make([]int64, len(names))
+	for i, name := range names {
+		out[i] = fences[name]
+	}
+	return out
 }
 
 func (s *Service) multiGrant(m MultiLease, fences []int64, ttl time.Duration, watchdog bool, start time.Time) MultiGrant {
@@ -151,24 +195,30 @@ func (s *Service) ReleaseAll(ctx context.Context, token, id string) (MultiReleas
 	return MultiReleased{m}, nil
 }
 
-// releaseGroup gives back every member m still holds and returns those it no longer held.
+// releaseGroup gives back every member m still holds and returns those it no longer held (one
+// script, or on Redis Cluster one per slot).
 func (s *Service) releaseGroup(ctx context.Context, m MultiLease) (lost []string, err error) {
-	reply, err := s.runGroup(ctx, s.multiRelease, m.Locks, m.ID, m.Mode.arg())
-	if err != nil {
-		return nil, err
+	watchdog := false
+	for _, part := range s.partitions(m.Locks) {
+		reply, err := s.runGroup(ctx, s.multiRelease, part, m.ID, m.Mode.arg())
+		if err != nil {
+			return nil, err
+		}
+		r, err := ints(reply) // {watchdog, index...}
+		if err == nil && len(r) < 1 {
+			err = errors.New("empty")
+		}
+		var gone []string
+		if err == nil {
+			gone, err = members(part, r[1:])
+		}
+		if err != nil {
+			return nil, unexpectedReply("multi_release", part[0], r, err)
+		}
+		lost, watchdog = append(lost, gone...), watchdog || r[0] == 1
 	}
-	r, err := ints(reply) // {watchdog, index...}
-	if err == nil && len(r) < 1 {
-		err = errors.New("empty")
-	}
-	if err == nil {
-		lost, err = members(m.Locks, r[1:])
-	}
-	if err != nil {
-		return nil, unexpectedReply("multi_release", m.Locks[0], r, err)
-	}
-	if r[0] == 1 {
-		err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.groupSchedule).Member(groupScheduleMember(m)).Build()).Error()
+	if watchdog {
+		err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.shardOf(m.ID).groups).Member(groupScheduleMember(m)).Build()).Error()
 		if err != nil {
 			s.log.Warn("taking a multi-lock off the watchdog schedule failed; the next sweep does it", "multilock", m.ID, "err", err)
 		}
@@ -192,7 +242,7 @@ func (s *Service) RenewAll(ctx context.Context, token, id string, ttl time.Durat
 	g := s.multiGrant(m, r.fences, r.ttl, r.watchdog, start)
 	g.Token = token
 	if g.Watchdog {
-		err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.groupSchedule},
+		err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.shardOf(m.ID).groups},
 			[]string{"reschedule", groupScheduleMember(m), ms(g.TTL / 3)}).Error()
 		if err != nil {
 			s.log.Warn("rescheduling a multi-lock's watchdog renewal failed", "multilock", m.ID, "err", err)
@@ -225,26 +275,48 @@ func (s *Service) confirmGroup(ctx context.Context, m MultiLease, req MultiReque
 	return s.runRenewGroup(ctx, m, m.Locks, ms(req.TTL), "0", flag(req.Watchdog), ms(req.MaxHold))
 }
 
-// runRenewGroup runs multi_renew.lua over names with its own arguments after the lease and mode.
+// runRenewGroup runs multi_renew.lua over names with its own arguments after the lease and mode:
+// one script, or on Redis Cluster one per slot. When a step finds members gone (and gives back the
+// rest of its slot), the members of every other slot are given back too: the group ends whole.
 func (s *Service) runRenewGroup(ctx context.Context, m MultiLease, names []string, args ...string) (groupRenewal, error) {
-	reply, err := s.runGroup(ctx, s.multiRenew, names, append([]string{m.ID, m.Mode.arg()}, args...)...)
-	if err != nil {
-		return groupRenewal{}, err
-	}
-	r, err := ints(reply) // {1, ttl, watchdog, now, fence...} | {0, index...} | {-1}
-	switch {
-	case err != nil || len(r) < 1 || (r[0] == 1 && len(r) != len(names)+4):
-		return groupRenewal{}, unexpectedReply("multi_renew", names[0], r, err)
-	case r[0] == -1:
-		return groupRenewal{}, errWatchdogDone
-	case r[0] == 0:
-		lost, err := members(names, r[1:])
+	var out groupRenewal
+	fences := make(map[string]int64, len(names))
+	for _, part := range s.partitions(names) {
+		reply, err := s.runGroup(ctx, s.multiRenew, part, append([]string{m.ID, m.Mode.arg()}, args...)...)
 		if err != nil {
-			return groupRenewal{}, unexpectedReply("multi_renew", names[0], r, err)
+			return groupRenewal{}, err
 		}
-		return groupRenewal{}, &GroupLostError{ID: m.ID, Locks: lost}
+		r, err := ints(reply) // {1, ttl, watchdog, now, fence...} | {0, index...} | {-1}
+		switch {
+		case err != nil || len(r) < 1 || (r[0] == 1 && len(r) != len(part)+4):
+			return groupRenewal{}, unexpectedReply("multi_renew", part[0], r, err)
+		case r[0] == -1:
+			return groupRenewal{}, errWatchdogDone
+		case r[0] == 0:
+			lost, err := members(part, r[1:])
+			if err != nil {
+				return groupRenewal{}, unexpectedReply("multi_renew", part[0], r, err)
+			}
+			if others := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return slices.Contains(part, n) }); len(others) > 0 {
+				gone, err := s.releaseGroup(context.WithoutCancel(ctx), MultiLease{ID: m.ID, Locks: others, Mode: m.Mode})
+				if err != nil {
+					return groupRenewal{}, err
+				}
+				lost = append(lost, gone...)
+				slices.Sort(lost)
+			}
+			return groupRenewal{}, &GroupLostError{ID: m.ID, Locks: lost}
+		}
+		out.ttl, out.watchdog = time.Duration(r[1])*time.Millisecond, r[2] == 1
+		if out.now == 0 {
+			out.now = r[3]
+		}
+		for k, name := range part {
+			fences[name] = r[4+k]
+		}
 	}
-	return groupRenewal{ttl: time.Duration(r[1]) * time.Millisecond, watchdog: r[2] == 1, now: r[3], fences: r[4:]}, nil
+	out.fences = inOrder(names, fences)
+	return out, nil
 }
 
 // runGroup runs a multi_*.lua script over the keys of the locks names.
@@ -253,7 +325,7 @@ func (s *Service) runGroup(ctx context.Context, script *rueidis.Lua, names []str
 	for _, name := range names {
 		keys = append(keys, s.keys(LockRef(name)).all()...)
 	}
-	return s.exec(ctx, script, keys, append(append(slices.Clip(s.queueArgs), kindArg(KindLock)), args...))
+	return s.exec(ctx, script, keys, s.scriptArgs(keys[0], KindLock, args))
 }
 
 // groupScheduleMember is m's entry in the multi-lock watchdog schedule: "<id>\n<x|s>\n<member>...".

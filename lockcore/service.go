@@ -81,16 +81,17 @@ type Service struct {
 
 	// acks replicas must acknowledge each grant within ackTimeout (0: none); acked holds the
 	// scripts whose writes are waited for.
+	cluster    bool // Redis Cluster: sharded pub/sub, per-slot steps (see slots.go)
 	acks       int64
 	ackTimeout time.Duration
 	acked      map[*rueidis.Lua]ackedScript
 
-	waiters       *waiters
-	schedule      string // the watchdog schedule's key
-	groupSchedule string // the multi-locks' watchdog schedule's key
-	failures      atomic.Int64
+	waiters  *waiters
+	shards   []scheduleShard // the watchdog's schedules (see watchdog.go)
+	failures atomic.Int64
 
 	acquire, reenter, release, renew, inspect, dequeue, heartbeatScript, watchdogRenew, watchdogSchedule *rueidis.Lua
+	watchdogDue                                                                                          *rueidis.Lua
 	multiAcquire, multiRelease, multiRenew                                                               *rueidis.Lua
 }
 
@@ -141,12 +142,13 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 		inspect:          rueidis.NewLuaScriptReadOnly(luascripts.Inspect),
 		watchdogRenew:    rueidis.NewLuaScript(luascripts.WatchdogRenew),
 		watchdogSchedule: rueidis.NewLuaScript(luascripts.WatchdogSchedule),
+		watchdogDue:      rueidis.NewLuaScriptReadOnly(luascripts.WatchdogDue),
 		multiAcquire:     rueidis.NewLuaScript(luascripts.MultiAcquire),
 		multiRelease:     rueidis.NewLuaScript(luascripts.MultiRelease),
 		multiRenew:       rueidis.NewLuaScript(luascripts.MultiRenew),
-		schedule:         opts.KeyPrefix + "watchdog",
-		groupSchedule:    opts.KeyPrefix + "watchdog:multi",
 	}
+	s.cluster = client.Mode() == rueidis.ClientModeCluster
+	s.shards = scheduleShards(opts.KeyPrefix, s.cluster)
 	s.acks, s.ackTimeout = int64(opts.ReplicaAcks), opts.ReplicaAckTimeout
 	s.acked = map[*rueidis.Lua]ackedScript{
 		s.acquire: newAckedScript(luascripts.Acquire), s.reenter: newAckedScript(luascripts.Reenter),
@@ -244,12 +246,39 @@ func (s *Service) classify(err error) error {
 // runQueued runs one of the scripts built on lib.lua on lock: they take all of the lock's keys and
 // the common arguments before their own.
 func (s *Service) runQueued(ctx context.Context, script *rueidis.Lua, ref Ref, args ...string) ([]rueidis.RedisMessage, error) {
-	return s.exec(ctx, script, s.keys(ref).all(), append(append(slices.Clip(s.queueArgs), kindArg(ref.Kind)), args...))
+	k := s.keys(ref)
+	return s.exec(ctx, script, k.all(), s.scriptArgs(k.lock, ref.Kind, args))
 }
 
 // runWithKeys is runQueued for the scripts that take more keys after the lock's own.
 func (s *Service) runWithKeys(ctx context.Context, script *rueidis.Lua, ref Ref, extra []string, args ...string) ([]rueidis.RedisMessage, error) {
-	return s.exec(ctx, script, s.keys(ref).with(extra...), append(append(slices.Clip(s.queueArgs), kindArg(ref.Kind)), args...))
+	k := s.keys(ref)
+	return s.exec(ctx, script, k.with(extra...), s.scriptArgs(k.lock, ref.Kind, args))
+}
+
+// scriptArgs are the ARGV of a lib.lua script on the lock whose key is lockKey: the common ones,
+// its kind, then its own.
+func (s *Service) scriptArgs(lockKey string, kind Kind, own []string) []string {
+	args := append(append(slices.Clip(s.queueArgs), kindArg(kind)), own...)
+	if s.cluster {
+		args[0] = s.chanPrefixFor(lockKey)
+	}
+	return args
+}
+
+// chanPrefixFor is the prefix of the replicas' grant channels a script on the lock with key
+// lockKey publishes to: on Redis Cluster it carries a hash tag of the lock's slot, for sharded
+// pub/sub (SPUBLISH from a script must stay in the script's slot); otherwise one channel per
+// replica serves every lock.
+func (s *Service) chanPrefixFor(lockKey string) string {
+	if !s.cluster {
+		return s.chanPrefix
+	}
+	return s.slotChanPrefix(keySlot(lockKey))
+}
+
+func (s *Service) slotChanPrefix(slot int) string {
+	return s.prefix + "{" + slotTags()[slot] + "}grants:"
 }
 
 // idemMs is the Idempotency-Key window argument of the scripts: "0" without a key.

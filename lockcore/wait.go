@@ -62,6 +62,7 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel) // Close ends every wait
 	defer stop()
+	awaitSubscription(waitCtx, w.ready)
 
 	wt := &wait{s: s, req: req, lease: lease, start: start, ticketID: ticketID}
 	queue := true
@@ -139,6 +140,26 @@ func (wt *wait) enqueue(waitCtx context.Context) (g Grant, queued bool, err erro
 		case !errors.Is(err, ErrUnavailable) || !pause(waitCtx):
 			return Grant{}, false, err
 		}
+	}
+}
+
+// subscriptionWait bounds how long a waiter waits for its slot's new subscription (Redis Cluster)
+// before it queues anyway: a grant that finds no subscriber is recovered by the heartbeat.
+const subscriptionWait = time.Second
+
+// awaitSubscription waits until ready is closed, subscriptionWait passes or ctx ends.
+func awaitSubscription(ctx context.Context, ready <-chan struct{}) {
+	select {
+	case <-ready:
+		return
+	default:
+	}
+	t := time.NewTimer(subscriptionWait)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -22,6 +22,15 @@ type waiters struct {
 	mu         sync.Mutex
 	byLease    map[string]*waiter
 	heartbeats map[string]*heartbeat // by the lock's (or semaphore's) key
+	slots      map[int]*slotSub      // Redis Cluster: this process's subscription per slot
+}
+
+// slotSub is, on Redis Cluster, this process's sharded subscription to its grants channel of one
+// slot (see Service.chanPrefixFor): made when a waiter first waits on a lock of that slot, kept
+// until the Service closes (at most one per slot).
+type slotSub struct {
+	ready chan struct{} // closed once the subscription is first confirmed
+	once  sync.Once
 }
 
 // waiter is one waiting Acquire. Its events channel receives grants addressed to it and requests
@@ -30,7 +39,11 @@ type waiter struct {
 	key    string // its lock's (or semaphore's) key
 	lease  string
 	events chan event
+	ready  <-chan struct{} // closed once a grant for it can arrive (its slot's subscription, on Cluster)
 }
+
+// closedChan is ready for a waiter whose grants arrive on the process-wide subscription.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 type event struct {
 	fence   int64 // > 0: the lock was handed to this waiter with this fence
@@ -41,11 +54,35 @@ type event struct {
 func newWaiters(s *Service, replica string, max int) *waiters {
 	ws := &waiters{
 		s: s, replica: replica, channel: s.chanPrefix + replica, max: max,
-		byLease: map[string]*waiter{}, heartbeats: map[string]*heartbeat{},
+		byLease: map[string]*waiter{}, heartbeats: map[string]*heartbeat{}, slots: map[int]*slotSub{},
 	}
-	s.wg.Add(1)
-	go ws.subscribe()
+	if !s.cluster {
+		s.wg.Add(1)
+		go ws.subscribe()
+	}
 	return ws
+}
+
+// subscribeSlot keeps this process's sharded subscription to its grants channel of slot alive
+// until the Service closes (Redis Cluster). Each (re)subscription, e.g. after the slot moved to
+// another node or a failover, makes every heartbeat check its lock at once: messages published
+// during the gap are lost.
+func (ws *waiters) subscribeSlot(slot int, sub *slotSub) {
+	defer ws.s.wg.Done()
+	channel := ws.s.slotChanPrefix(slot) + ws.replica
+	for ws.s.ctx.Err() == nil {
+		ctx := rueidis.WithOnSubscriptionHook(ws.s.ctx, func(s rueidis.PubSubSubscription) {
+			if s.Kind == "ssubscribe" {
+				sub.once.Do(func() { close(sub.ready) })
+				ws.checkAll()
+			}
+		})
+		_ = ws.s.client.Receive(ctx, ws.s.client.B().Ssubscribe().Channel(channel).Build(), ws.onMessage)
+		select { // Receive returned: the slot moved (sunsubscribe), or Redis unreachable; again shortly
+		case <-ws.s.ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // subscribe keeps the process's subscription alive until the Service closes. rueidis re-subscribes
@@ -115,7 +152,18 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 		return nil, ErrTooManyWaiters
 	}
 	key := ws.s.keys(ref).lock
-	w := &waiter{key: key, lease: lease, events: make(chan event, 1)}
+	w := &waiter{key: key, lease: lease, events: make(chan event, 1), ready: closedChan}
+	if ws.s.cluster {
+		slot := keySlot(key)
+		sub := ws.slots[slot]
+		if sub == nil {
+			sub = &slotSub{ready: make(chan struct{})}
+			ws.slots[slot] = sub
+			ws.s.wg.Add(1)
+			go ws.subscribeSlot(slot, sub)
+		}
+		w.ready = sub.ready
+	}
 	ws.s.wg.Add(1)
 	ws.byLease[lease] = w
 	hb := ws.heartbeats[key]

@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,37 @@ import (
 // part). Every replica sweeps it, so a watchdog lease outlives the replica that granted it;
 // renewal is idempotent, and a claim pushes due entries a little forward so that replicas rarely
 // renew the same lease twice.
+//
+// On Redis Cluster one schedule would put every lease's renewals on one node: the schedule is
+// split into watchdogShards shards, each a pair of zsets under a hash tag of its own ("0" to "7",
+// slots spread over the masters), a lease going to the shard its lock's name hashes to.
+const watchdogShards = 8
+
+// scheduleShard is one shard of the schedule: single leases' renewals and multi-locks'.
+type scheduleShard struct{ leases, groups string }
+
+func scheduleShards(prefix string, cluster bool) []scheduleShard {
+	if !cluster {
+		return []scheduleShard{{prefix + "watchdog", prefix + "watchdog:multi"}}
+	}
+	shards := make([]scheduleShard, watchdogShards)
+	for i := range shards {
+		base := prefix + "watchdog:{" + strconv.Itoa(i) + "}"
+		shards[i] = scheduleShard{base, base + ":multi"}
+	}
+	return shards
+}
+
+// shardOf returns the schedule shard of the lock (or multi-lock id) name.
+func (s *Service) shardOf(name string) scheduleShard {
+	if len(s.shards) == 1 {
+		return s.shards[0]
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return s.shards[h.Sum32()%uint32(len(s.shards))]
+}
+
 const (
 	sweepEvery = 100 * time.Millisecond // how often a replica looks for due renewals
 	claimHold  = 250 * time.Millisecond // a claimed renewal is retried after this if it fails
@@ -22,7 +54,7 @@ const (
 
 // enroll schedules the first renewal of a new watchdog grant, a third of its TTL from now.
 func (s *Service) enroll(ctx context.Context, g Grant) error {
-	_, err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.schedule},
+	_, err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.shardOf(g.Lock).leases},
 		[]string{"enroll", scheduleMember(g.Lease), ms(g.TTL / 3)}).ToInt64()
 	if err != nil {
 		return s.classify(err)
@@ -34,7 +66,7 @@ func (s *Service) enroll(ctx context.Context, g Grant) error {
 // renewal or re-entry that may have shortened it (a renewal due at the old TTL's third would come
 // too late). A failure is logged: the lease then keeps its old schedule.
 func (s *Service) reschedule(ctx context.Context, g Grant) {
-	err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.schedule},
+	err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.shardOf(g.Lock).leases},
 		[]string{"reschedule", scheduleMember(g.Lease), ms(g.TTL / 3)}).Error()
 	if err != nil {
 		s.log.Warn("rescheduling a watchdog renewal failed", g.Kind.String(), g.Lock, "err", err)
@@ -44,7 +76,7 @@ func (s *Service) reschedule(ctx context.Context, g Grant) {
 // unschedule takes a released lease off the watchdog schedule. A failure is harmless: the next sweep finds the lease
 // gone and drops it then.
 func (s *Service) unschedule(ctx context.Context, l Lease) {
-	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.schedule).Member(scheduleMember(l)).Build()).Error()
+	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.shardOf(l.Lock).leases).Member(scheduleMember(l)).Build()).Error()
 	if err != nil {
 		s.log.Warn("taking a lease off the watchdog schedule failed; the next sweep does it", l.Kind.String(), l.Lock, "err", err)
 	}
@@ -62,19 +94,17 @@ func (s *Service) sweep() {
 	defer s.wg.Done()
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
-	schedules := []struct {
-		key   string
-		renew func(context.Context, string) int64
-	}{{s.schedule, s.renewDue}, {s.groupSchedule, s.renewGroupDue}}
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-tick.C:
 		}
-		due := s.anyDue(s.ctx)
-		for i, sc := range schedules {
-			for due[i] && s.ctx.Err() == nil && s.sweepOnce(sc.key, sc.renew) == sweepBatch {
+		for _, shard := range s.shards {
+			due := s.anyDue(s.ctx, shard)
+			for due[0] && s.ctx.Err() == nil && s.sweepOnce(shard.leases, s.renewDue) == sweepBatch {
+			}
+			for due[1] && s.ctx.Err() == nil && s.sweepOnce(shard.groups, s.renewGroupDue) == sweepBatch {
 			}
 		}
 	}
@@ -125,16 +155,24 @@ func (s *Service) sweepOnce(schedule string, renew func(context.Context, string)
 	return len(due)
 }
 
-// anyDue reports, for the single leases' schedule and the multi-locks', whether its earliest
-// renewal is due, or may be: an idle sweep is this one round trip of three cheap reads and no
-// script. Due times are compared with the Redis clock (read in the same round trip), never this
-// host's, so a skewed gateway clock delays nothing.
-func (s *Service) anyDue(ctx context.Context) [2]bool {
-	res := s.client.DoMulti(ctx,
-		s.client.B().Zrange().Key(s.schedule).Min("0").Max("0").Withscores().Build(),
-		s.client.B().Zrange().Key(s.groupSchedule).Min("0").Max("0").Withscores().Build(),
-		s.client.B().Time().Build())
+// anyDue reports, for a shard's single leases' schedule and its multi-locks', whether its
+// earliest renewal is due, or may be: an idle sweep is one round trip of three cheap reads and no
+// script (on Redis Cluster, one small script on the shard's node). Due times are compared with the
+// Redis clock (read in the same round trip), never this host's, so a skewed gateway clock delays
+// nothing.
+func (s *Service) anyDue(ctx context.Context, shard scheduleShard) [2]bool {
 	var due [2]bool
+	if s.cluster { // TIME has no slot: it would be read on another node than the schedule's
+		r, err := s.watchdogDue.Exec(ctx, s.client, []string{shard.leases, shard.groups}, nil).AsIntSlice()
+		if err != nil || len(r) != 2 {
+			return [2]bool{ctx.Err() == nil, ctx.Err() == nil} // let the claim report it
+		}
+		return [2]bool{r[0] == 1, r[1] == 1}
+	}
+	res := s.client.DoMulti(ctx,
+		s.client.B().Zrange().Key(shard.leases).Min("0").Max("0").Withscores().Build(),
+		s.client.B().Zrange().Key(shard.groups).Min("0").Max("0").Withscores().Build(),
+		s.client.B().Time().Build())
 	now, err := res[2].AsStrSlice()
 	nowMs := int64(-1)
 	if err == nil && len(now) == 2 {

@@ -49,6 +49,18 @@ end
 -- chunks of this many.
 local chunk = 1000
 
+-- publish sends a message to a replica's channel (chanprefix .. replica). On Redis Cluster the
+-- prefix carries a hash tag of the lock's slot, and the message goes by sharded pub/sub, which
+-- reaches the subscribers of that slot's node only (a plain PUBLISH goes to every node).
+local sharded = string.find(chanprefix, '{', 1, true) ~= nil
+local function publish(replica, msg)
+  if sharded then
+    redis.call('SPUBLISH', chanprefix .. replica, msg)
+  else
+    redis.call('PUBLISH', chanprefix .. replica, msg)
+  end
+end
+
 -- now_us returns the Redis time in microseconds, read once per script run and only when needed
 -- (every command a script makes costs Redis CPU, and most uncontended calls need no clock).
 local now_cache
@@ -267,7 +279,7 @@ local function hint()
   local head = redis.call('ZRANGE', q, 0, 0)[1]
   local raw = head and redis.call('HGET', qm, head)
   if raw then
-    redis.call('PUBLISH', chanprefix .. cjson.decode(raw).r, 'e ' .. lock .. ' ' .. busy_ms())
+    publish(cjson.decode(raw).r, 'e ' .. lock .. ' ' .. busy_ms())
   end
 end
 
@@ -292,7 +304,7 @@ local function promote()
       end
       dequeue(head)
       local fence = grant(head, mode, m.o, m.t, m.w, m.h, claim_ms)
-      redis.call('PUBLISH', chanprefix .. m.r, 'g ' .. head .. ' ' .. string.format('%d', fence))
+      publish(m.r, 'g ' .. head .. ' ' .. string.format('%d', fence))
       granted = granted + 1
       if mode == 'x' then
         break

@@ -94,3 +94,8 @@ var multiRenew string
 
 // MultiRenew renews every member of a multi-lock's lease, or gives back what is left of it.
 var MultiRenew = lib + multiRenew
+
+// WatchdogDue tells whether a watchdog schedule shard has a renewal due (Redis Cluster).
+//
+//go:embed watchdog_due.lua
+var WatchdogDue string

@@ -57,23 +57,27 @@ func TestTLSRedisWithAnACLUser(t *testing.T) {
 	})
 }
 
-// TestRedisClusterIsRefusedAtStart: Redis Cluster is not supported yet; a gateway pointed at one
-// exits at start saying so, whether given the seeds or a single node.
-func TestRedisClusterIsRefusedAtStart(t *testing.T) {
+// TestClusterNodeAloneIsRefusedAtStart: a Redis Cluster is given by its seeds; a gateway given
+// one Cluster node's address as a standalone Redis (where keys of other slots would answer MOVED)
+// exits at start saying how to configure it.
+func TestClusterNodeAloneIsRefusedAtStart(t *testing.T) {
 	t.Parallel()
 	rig := harness.NewClusterRig(t, harness.ClusterOptions{})
 	bin, err := harness.GatewayBinary()
 	require.NoError(t, err)
-	for name, url := range map[string]string{"seeds": rig.URL(), "one node": "redis://" + rig.SeedAddrs()[0]} {
+	for name, env := range map[string]map[string]string{
+		"url":  {"LEASEGATE_REDIS_URL": "redis://" + rig.SeedAddrs()[0]},
+		"addr": {"LEASEGATE_REDIS_ADDR": rig.SeedAddrs()[0]},
+	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		var out bytes.Buffer
 		cmd := exec.CommandContext(ctx, bin)
-		cmd.Env = gatewayEnv("", map[string]string{"LEASEGATE_REDIS_URL": url})
+		cmd.Env = gatewayEnv(rig.SeedAddrs()[0], env)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
-		require.NoError(t, ctx.Err(), "%s: the gateway started on a Cluster; output:\n%s", name, out.String())
+		require.NoError(t, ctx.Err(), "%s: the gateway started on one Cluster node; output:\n%s", name, out.String())
 		cancel()
 		assert.Error(t, err, name)
-		assert.Contains(t, out.String(), "does not support Redis Cluster yet", name)
+		assert.Contains(t, out.String(), "give the Cluster's seed addresses", name)
 	}
 }

@@ -418,3 +418,24 @@ func (c *ClusterRig) node(addr string) *Redis {
 	}
 	return nil
 }
+
+// ReplicaOf returns a running replica of master, as the first running node sees them, or nil.
+func (c *ClusterRig) ReplicaOf(master *Redis) *Redis {
+	c.t.Helper()
+	nodes, err := c.view()
+	if err != nil {
+		c.t.Fatalf("cluster rig: %v", err)
+	}
+	id := ""
+	for _, n := range nodes {
+		if n.addr == master.Addr {
+			id = n.id
+		}
+	}
+	for _, n := range nodes {
+		if r := c.node(n.addr); r != nil && r.Running() && n.masterID == id && id != "" {
+			return r
+		}
+	}
+	return nil
+}

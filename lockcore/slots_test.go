@@ -1,0 +1,21 @@
+package lockcore
+
+import "testing"
+
+// The slots of known keys, as CLUSTER KEYSLOT answers on Redis 7.0.
+func TestKeySlot(t *testing.T) {
+	for key, want := range map[string]int{
+		"foo": 12182, "bar": 5061, "{user1000}.following": 3443, "{user1000}.followers": 3443,
+		"foo{}{bar}": 8363, "foo{{bar}}zap": 4015, "foo{bar}{zap}": 5061, "": 0, "leasegate:{orders.42}:q": keySlot("orders.42"),
+	} {
+		if got := keySlot(key); got != want {
+			t.Errorf("keySlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	tags := slotTags()
+	for _, slot := range []int{0, 1, 5061, 16383} {
+		if got := keySlot("{" + tags[slot] + "}x"); got != slot {
+			t.Errorf("the tag of slot %d, %q, is in slot %d", slot, tags[slot], got)
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package tests
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+// Redis Cluster: three masters with a replica each, two gateway replicas.
+
+type clusterWorld struct {
+	rig     *harness.ClusterRig
+	prefix  string
+	clients []*harness.Client
+}
+
+func newClusterWorld(t *testing.T, env map[string]string) *clusterWorld {
+	t.Helper()
+	rig := harness.NewClusterRig(t, harness.ClusterOptions{})
+	w := &clusterWorld{rig: rig, prefix: harness.RandomPrefix()}
+	for range 2 {
+		e := map[string]string{}
+		for k, v := range env {
+			e[k] = v
+		}
+		gw := harness.NewGateway(t, harness.GatewayOptions{RedisURL: rig.URL(), KeyPrefix: w.prefix, Env: e})
+		w.clients = append(w.clients, harness.NewClient(t, gw.URL))
+	}
+	return w
+}
+
+func (w *clusterWorld) c(i int) *harness.Client { return w.clients[i%2] }
+
+// lockKey is the Redis key of lock name's exclusive holder.
+func (w *clusterWorld) lockKey(name string) string { return w.prefix + "{" + name + "}" }
+
+// namesOnDistinctMasters returns n lock names whose keys live on n different masters.
+func (w *clusterWorld) namesOnDistinctMasters(t *testing.T, n int) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var out []string
+	for i := 0; len(out) < n && i < 1000; i++ {
+		name := "cl-" + strconv.Itoa(i)
+		if node := w.rig.NodeForKey(w.lockKey(name)); !seen[node.Addr] {
+			seen[node.Addr] = true
+			out = append(out, name)
+		}
+	}
+	require.Len(t, out, n)
+	return out
+}
+
+func TestClusterLocksWaitersWatchdogsAndMultiLocks(t *testing.T) {
+	t.Parallel()
+	w := newClusterWorld(t, nil)
+	names := w.namesOnDistinctMasters(t, 3)
+
+	// A hand-off across replicas, through sharded pub/sub on the lock's node.
+	g := w.c(0).Do(http.MethodPost, "/locks/"+names[0], nil, acquireBody("holder", 60000))
+	require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
+	ch := make(chan *harness.Response, 1)
+	go func() {
+		ch <- w.c(1).Do(http.MethodPost, "/locks/"+names[0], nil, `{"owner":"waiter","ttl_ms":60000,"wait_ms":10000}`)
+	}()
+	eventually(t, 5*time.Second, "the waiter queued", func() bool {
+		return w.c(0).Do(http.MethodGet, "/locks/"+names[0], nil, "").Int("waiters") == 1
+	})
+	require.Equal(t, http.StatusOK, w.c(0).Do(http.MethodDelete, "/locks/"+names[0], tokenHeader(g.Str("token")), "").Status)
+	n := redissonReceive(t, ch, 5*time.Second, "the waiter's grant")
+	require.Equal(t, http.StatusCreated, n.Status, "%s", n.Body)
+	assert.Greater(t, n.Int("fence"), g.Int("fence"))
+
+	// A watchdog lease is renewed past its TTL (its schedule is one of the sharded ones).
+	wd := w.c(1).Do(http.MethodPost, "/locks/"+names[1], nil, `{"owner":"wd","ttl_ms":600,"watchdog":true}`)
+	require.Equal(t, http.StatusCreated, wd.Status, "%s", wd.Body)
+	throughout(t, 1500*time.Millisecond, "the watchdog lease stays held", func() bool {
+		return w.c(0).Do(http.MethodGet, "/locks/"+names[1], nil, "").Str("owner") == "wd"
+	})
+
+	// Semaphores and shared holds work as on one Redis.
+	for i := range 2 {
+		r := w.c(i).Do(http.MethodPost, "/semaphores/"+names[2], nil, `{"owner":"p","permits":2}`)
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	}
+	assert.Equal(t, http.StatusConflict, w.c(0).Do(http.MethodPost, "/semaphores/"+names[2], nil, `{"owner":"p","permits":2}`).Status)
+
+	// A multi-lock whose members live on three masters: all or nothing.
+	group := []string{"grp-" + names[0], "grp-" + names[1], "grp-" + names[2]}
+	blocker := w.c(0).Do(http.MethodPost, "/locks/"+group[2], nil, acquireBody("blocker", 60000))
+	require.Equal(t, http.StatusCreated, blocker.Status)
+	r := lockAll(w.c(1), "mover", group, 60000, 0, "")
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	assert.Equal(t, []string{group[2]}, strs(r, "locks"))
+	for _, name := range group[:2] {
+		assert.Equal(t, false, w.c(0).Do(http.MethodGet, "/locks/"+name, nil, "").JSON()["held"], "%s: nothing kept from a refused group", name)
+	}
+	ch = make(chan *harness.Response, 1)
+	go func() { ch <- lockAll(w.c(1), "mover", group, 60000, 10000, "") }()
+	eventually(t, 5*time.Second, "the group waits for the blocked member", func() bool {
+		return w.c(0).Do(http.MethodGet, "/locks/"+group[2], nil, "").Int("waiters") == 1
+	})
+	require.Equal(t, http.StatusOK, w.c(0).Do(http.MethodDelete, "/locks/"+group[2], tokenHeader(blocker.Str("token")), "").Status)
+	m := redissonReceive(t, ch, 10*time.Second, "the group's grant")
+	require.Equal(t, http.StatusCreated, m.Status, "%s", m.Body)
+	for _, name := range group {
+		assert.Equal(t, m.Str("id"), w.c(0).Do(http.MethodGet, "/locks/"+name, nil, "").Str("multilock"), name)
+	}
+	// One member lost ends the group on every node.
+	w.rig.NodeForKey(w.lockKey(group[1])).MustDo(t, "DEL", w.lockKey(group[1]))
+	rr := w.c(0).Do(http.MethodPost, "/multilocks/renew", tokenHeader(m.Str("token")), "")
+	require.Equal(t, http.StatusGone, rr.Status, "%s", rr.Body)
+	assert.Equal(t, []string{group[1]}, strs(rr, "locks"))
+	for _, name := range group {
+		assert.Equal(t, false, w.c(0).Do(http.MethodGet, "/locks/"+name, nil, "").JSON()["held"], name)
+	}
+}
+
+// TestClusterMasterFailoverAndSlotMigration: the master serving a held, contended lock fails over,
+// then the lock's slot moves to another master; the holder keeps its lease throughout, the waiter
+// its place, and fences keep rising.
+func TestClusterMasterFailoverAndSlotMigration(t *testing.T) {
+	t.Parallel()
+	w := newClusterWorld(t, nil)
+	name := w.namesOnDistinctMasters(t, 1)[0]
+	key := w.lockKey(name)
+	g := w.c(0).Do(http.MethodPost, "/locks/"+name, nil, acquireBody("holder", 120000))
+	require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
+	wd := w.c(0).Do(http.MethodPost, "/locks/"+name+"-wd", nil, `{"owner":"wd","ttl_ms":8000,"watchdog":true}`)
+	require.Equal(t, http.StatusCreated, wd.Status, "%s", wd.Body)
+	ch := make(chan *harness.Response, 1)
+	go func() {
+		ch <- w.c(1).Do(http.MethodPost, "/locks/"+name, nil, `{"owner":"waiter","ttl_ms":60000,"wait_ms":55000}`)
+	}()
+	eventually(t, 5*time.Second, "the waiter queued", func() bool {
+		return w.c(0).Do(http.MethodGet, "/locks/"+name, nil, "").Int("waiters") == 1
+	})
+	require.NoError(t, w.rig.WaitReplicated(5*time.Second))
+
+	require.NoError(t, w.rig.KillMaster(w.rig.NodeForKey(key).Addr))
+	_, err := w.rig.AwaitFailover(20 * time.Second)
+	require.NoError(t, err)
+	st := retry503(t, w.c(0), http.MethodGet, "/locks/"+name, nil, "")
+	require.Equal(t, http.StatusOK, st.Status, "%s", st.Body)
+	assert.Equal(t, "holder", st.Str("owner"), "the holder's lease survived the failover")
+
+	// Move the lock's slot to another master, keys and all.
+	slot := harness.KeySlot(key)
+	from := w.rig.NodeForSlot(slot)
+	var to *harness.Redis
+	for _, m := range w.rig.Masters() {
+		if m.Addr != from.Addr {
+			to = m
+			break
+		}
+	}
+	require.NotNil(t, to)
+	require.NoError(t, w.rig.MigrateSlot(slot, from, to))
+	assert.Equal(t, to.Addr, w.rig.NodeForKey(key).Addr)
+
+	rel := retry503(t, w.c(0), http.MethodDelete, "/locks/"+name, harness.Headers{"Lease-Token": g.Str("token"), "Idempotency-Key": "rel-1"}, "")
+	require.Equal(t, http.StatusOK, rel.Status, "%s", rel.Body)
+	n := redissonReceive(t, ch, 20*time.Second, "the waiter's grant after failover and migration")
+	require.Equal(t, http.StatusCreated, n.Status, "%s", n.Body)
+	assert.Greater(t, n.Int("fence"), g.Int("fence"), "fences keep rising")
+	assert.Equal(t, "wd", w.c(1).Do(http.MethodGet, "/locks/"+name+"-wd", nil, "").Str("owner"), "the watchdog lease lived through both")
+}
+
+// TestClusterReplicaAckedGrants: with LEASEGATE_REPLICA_ACKS=1 a grant is on its master's replica
+// when answered (WAIT goes to the node that ran the script).
+func TestClusterReplicaAckedGrants(t *testing.T) {
+	t.Parallel()
+	w := newClusterWorld(t, map[string]string{"LEASEGATE_REPLICA_ACKS": "1"})
+	for _, name := range w.namesOnDistinctMasters(t, 3) {
+		g := w.c(0).Do(http.MethodPost, "/locks/"+name, nil, acquireBody("acked", 60000))
+		require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
+		master := w.rig.NodeForKey(w.lockKey(name))
+		replica := w.rig.ReplicaOf(master)
+		require.NotNil(t, replica, "a replica of %s", master.Addr)
+		// KEYS has no key to redirect on: it lists the replica's own keyspace.
+		assert.Equal(t, w.lockKey(name), replica.MustDo(t, "KEYS", w.lockKey(name)), "%s: on the replica when answered", name)
+	}
+	m := lockAll(w.c(1), "mover", []string{"ack-a", "ack-b", "ack-c"}, 60000, 0, "")
+	require.Equal(t, http.StatusCreated, m.Status, "%s", m.Body)
+}
