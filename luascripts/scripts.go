@@ -14,6 +14,7 @@
 //	            schedule every replica sweeps (see watchdog_schedule.lua and watchdog_renew.lua)
 //	Pwatchdog:multi  zset "<group lease>\n<x|s>\n<member>\n<member>..." -> the same, for
 //	            multi-locks (renewed by multi_renew.lua, all members at once)
+//	            (on Redis Cluster both are 8 shards: Pwatchdog:{0}..{7} and Pwatchdog:{i}:multi)
 //
 // A multi-lock's members are ordinary locks held by one lease "m-<uuid>"; its scripts
 // (multi_*.lua) take the keys of every member, which may live in different hash tags.
