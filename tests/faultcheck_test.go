@@ -55,6 +55,53 @@ func TestFaultCheck(t *testing.T) {
 		fc.run(*faultDuration)
 		fc.check(false)
 	})
+	// Redis Cluster: a crash is a master's failover (its slots move to its replica, the old master
+	// comes back as a replica); slot migrations of the checked locks come on top.
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		rig := harness.NewClusterRig(t, harness.ClusterOptions{})
+		fc := newFaultCheck(t, &clusterRedis{t: t, rig: rig}, map[string]string{"LEASEGATE_REDIS_URL": rig.URL()})
+		fc.run(*faultDuration)
+		fc.check(false)
+	})
+}
+
+type clusterRedis struct {
+	t   *testing.T
+	rig *harness.ClusterRig
+	n   int
+}
+
+// master returns the masters in turn.
+func (c *clusterRedis) master() *harness.Redis {
+	ms := c.rig.Masters()
+	c.n++
+	return ms[c.n%len(ms)]
+}
+func (c *clusterRedis) gatewayRedis() *harness.Redis { return nil }
+
+// crash kills a master, waits for its replica to take over, and restarts it (as a replica).
+func (c *clusterRedis) crash() error {
+	old := c.master()
+	if err := c.rig.KillMaster(old.Addr); err != nil {
+		return err
+	}
+	if _, err := c.rig.AwaitFailover(failoverWithin); err != nil {
+		return err
+	}
+	return old.Restart()
+}
+
+// migrate moves the slot of lock (its keys and all) to another master.
+func (c *clusterRedis) migrate(prefix, lock string) error {
+	slot := harness.KeySlot(prefix + "{" + lock + "}")
+	from := c.rig.NodeForSlot(slot)
+	for _, m := range c.rig.Masters() {
+		if m.Addr != from.Addr {
+			return c.rig.MigrateSlot(slot, from, m)
+		}
+	}
+	return nil
 }
 
 // faultRedis is the Redis deployment under a fault check.
@@ -191,6 +238,12 @@ func (fc *faultCheck) note(what string) {
 // inject applies one fault, picked at random, and waits until the system is whole again (every
 // fault ends: killed processes are replaced or restarted).
 func (fc *faultCheck) inject(rng *rand.Rand) {
+	if mg, ok := fc.redis.(interface{ migrate(prefix, lock string) error }); ok && rng.IntN(6) == 0 {
+		lock := fc.locks[rng.IntN(len(fc.locks))]
+		fc.note("migrate the slot of " + lock)
+		require.NoError(fc.t, mg.migrate(fc.prefix, lock))
+		return
+	}
 	switch rng.IntN(7) {
 	case 0, 1: // a replica dies (kill -9) or stops (SIGTERM), and a new one starts
 		fc.mu.Lock()
