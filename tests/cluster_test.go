@@ -176,6 +176,9 @@ func TestClusterMasterFailoverAndSlotMigration(t *testing.T) {
 func TestClusterReplicaAckedGrants(t *testing.T) {
 	t.Parallel()
 	w := newClusterWorld(t, map[string]string{"LEASEGATE_REPLICA_ACKS": "1"})
+	// A replica whose link is up may still be loading its first sync: until it is online, its
+	// master cannot have a write acknowledged.
+	require.NoError(t, w.rig.WaitReplicated(10*time.Second))
 	for _, name := range w.namesOnDistinctMasters(t, 3) {
 		g := w.c(0).Do(http.MethodPost, "/locks/"+name, nil, acquireBody("acked", 60000))
 		require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
