@@ -126,6 +126,7 @@ func TestCLIRunMultiLockWaitsThenRuns(t *testing.T) {
 // member is free.
 func TestCLIRunMultiLockStopsTheCommandWhenAMemberIsLost(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "deletes a member's key on the Redis")
 	e := newEnv(t, nil)
 	dir := t.TempDir()
 	started, termFile := filepath.Join(dir, "started"), filepath.Join(dir, "terminated")

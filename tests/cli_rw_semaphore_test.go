@@ -177,7 +177,7 @@ func TestCLIRunStopsTheCommandWhenTheSharedOrPermitLeaseIsLost(t *testing.T) {
 func TestCLIRunSemaphoreRenewsThroughAnotherReplica(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	c2 := harness.NewClient(t, gw2.URL)
 	stop := filepath.Join(t.TempDir(), "stop")
 	done := e.startCLI(t, "run", "--semaphore", "two", "--permits", "2", "--ttl", "2s", "--server", e.gw.URL+","+gw2.URL, "--",

@@ -112,6 +112,7 @@ func TestCLIRunWaitsForAHeldLock(t *testing.T) {
 }
 
 func TestCLIRunStopsTheCommandWhenTheLeaseIsLost(t *testing.T) {
+	standaloneOnly(t, "deletes the lease's key on the Redis")
 	for _, how := range []string{"released", "expired"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
@@ -195,7 +196,7 @@ func TestCLIScriptCommands(t *testing.T) {
 func TestCLIRunStopsTheCommandBeforeTheLeaseCanLapse(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	c2 := harness.NewClient(t, gw2.URL)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	script := `echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; trap '' TERM; while true; do sleep 0.05; done`
@@ -280,7 +281,7 @@ func TestCLIManners(t *testing.T) {
 func TestCLIRunRenewsThroughAnotherReplica(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	c2 := harness.NewClient(t, gw2.URL)
 	stop := filepath.Join(t.TempDir(), "stop")
 	done := e.startCLI(t, "run", "--lock", "two", "--ttl", "2s", "--server", e.gw.URL+","+gw2.URL, "--",

@@ -102,6 +102,7 @@ func TestOtherLeaseCannotRelease(t *testing.T) {
 
 func TestExpiryFreesLockAndStaleTokenIsGone(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "reads the lock's key on the Redis")
 	e := newEnv(t, nil)
 	r := e.client.Do(http.MethodPost, "/locks/exp", nil, acquireBody("w1", 100))
 	require.Equal(t, http.StatusCreated, r.Status)
@@ -117,6 +118,7 @@ func TestExpiryFreesLockAndStaleTokenIsGone(t *testing.T) {
 
 func TestRenewExtends(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "reads the lock's TTL on the Redis")
 	e := newEnv(t, nil)
 	r := e.client.Do(http.MethodPost, "/locks/rn", nil, acquireBody("w1", 2000))
 	require.Equal(t, http.StatusCreated, r.Status)
@@ -159,7 +161,7 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 		case i == 500: // restart the gateway: fences live in Redis, not in the process
 			tok := grant(i, 30000)
 			require.NoError(t, e.gw.Stop())
-			e.gw = harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+			e.gw = harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 			e.client = harness.NewClient(t, e.gw.URL)
 			require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/fenced", tokenHeader(tok), "").Status)
 		case i == 700: // lose the fence key, as a Redis data loss would: the time floor still rises
@@ -175,6 +177,7 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 
 func TestRedisRestartGives503ThenRecovers(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "restarts the one Redis (Sentinel and Cluster failovers have tests of their own)")
 	e := newEnv(t, nil)
 	require.Equal(t, http.StatusOK, e.client.Do(http.MethodGet, "/readyz", nil, "").Status)
 	require.NoError(t, e.redis.Kill())
@@ -215,6 +218,7 @@ func TestGatewayStartsWhileRedisIsDown(t *testing.T) {
 
 func TestShutdownKeepsLeases(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "reads the lock's key on the Redis")
 	e := newEnv(t, nil)
 	r := e.client.Do(http.MethodPost, "/locks/keep", nil, acquireBody("w1", 60000))
 	require.Equal(t, http.StatusCreated, r.Status)
@@ -222,7 +226,7 @@ func TestShutdownKeepsLeases(t *testing.T) {
 	assert.Contains(t, e.gw.Logs(), `"msg":"stopped"`)
 	assert.Equal(t, "1", e.redis.MustDo(t, "EXISTS", e.gw.KeyPrefix+"{keep}"), "shutdown releases nobody's lease")
 
-	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	c2 := harness.NewClient(t, gw2.URL)
 	rel := c2.Do(http.MethodDelete, "/locks/keep", tokenHeader(r.Str("token")), "")
 	assert.Equal(t, http.StatusOK, rel.Status, "another replica with the same secret accepts the token")

@@ -238,7 +238,9 @@ func (fc *faultCheck) note(what string) {
 // inject applies one fault, picked at random, and waits until the system is whole again (every
 // fault ends: killed processes are replaced or restarted).
 func (fc *faultCheck) inject(rng *rand.Rand) {
-	if mg, ok := fc.redis.(interface{ migrate(prefix, lock string) error }); ok && rng.IntN(6) == 0 {
+	if mg, ok := fc.redis.(interface {
+		migrate(prefix, lock string) error
+	}); ok && rng.IntN(6) == 0 {
 		lock := fc.locks[rng.IntN(len(fc.locks))]
 		fc.note("migrate the slot of " + lock)
 		require.NoError(fc.t, mg.migrate(fc.prefix, lock))

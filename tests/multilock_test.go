@@ -29,9 +29,10 @@ type multiWorld struct {
 
 func newMultiWorld(t *testing.T) *multiWorld {
 	t.Helper()
-	r := harness.NewRedis(t, harness.RedisOptions{})
-	gw1 := harness.NewGateway(t, harness.GatewayOptions{Redis: r})
-	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: r, KeyPrefix: gw1.KeyPrefix})
+	r, opts := testRedis(t)
+	gw1 := harness.NewGateway(t, opts)
+	opts.KeyPrefix = gw1.KeyPrefix
+	gw2 := harness.NewGateway(t, opts)
 	t.Cleanup(func() { // stopped together: see newRedissonWorld
 		var wg sync.WaitGroup
 		for _, g := range []*harness.Gateway{gw1, gw2} {

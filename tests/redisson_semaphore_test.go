@@ -152,6 +152,7 @@ func TestRedissonSemaphoreAvailablePermits(t *testing.T) {
 // permit that is released leaves no key without a TTL either.
 func TestRedissonSemaphoreExpiration(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "reads the Redis keyspace")
 	w := newRedissonWorld(t)
 	p := w.tryPermit(t, w.replica(0), "exp", "p", 1, 300)
 	w.awaitRedisClock(t, p.Int("fence")+302_000, "the permit's lease to run out")

@@ -37,9 +37,11 @@ type redissonWorld struct {
 // shutdown for 5 s.
 func newRedissonWorld(t *testing.T) *redissonWorld {
 	t.Helper()
-	r := harness.NewRedis(t, harness.RedisOptions{})
-	gw1 := harness.NewGateway(t, harness.GatewayOptions{Redis: r})
-	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: r, KeyPrefix: gw1.KeyPrefix})
+	r, opts := testRedis(t)
+	deploy := opts
+	gw1 := harness.NewGateway(t, opts)
+	opts.KeyPrefix = gw1.KeyPrefix
+	gw2 := harness.NewGateway(t, opts)
 	t.Cleanup(func() {
 		var wg sync.WaitGroup
 		for _, g := range []*harness.Gateway{gw1, gw2} {
@@ -47,7 +49,7 @@ func newRedissonWorld(t *testing.T) *redissonWorld {
 		}
 		wg.Wait()
 	})
-	e := &env{redis: r, gw: gw1, client: harness.NewClient(t, gw1.URL)}
+	e := &env{redis: r, gw: gw1, client: harness.NewClient(t, gw1.URL), deploy: deploy}
 	return &redissonWorld{env: e, clients: [2]*harness.Client{e.client, harness.NewClient(t, gw2.URL)}}
 }
 

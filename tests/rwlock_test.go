@@ -270,7 +270,7 @@ func TestUpgradeRefused(t *testing.T) {
 func TestSharedWatchdogOutlivesItsReplica(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	gwA := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	gwA := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	a := harness.NewClient(t, gwA.URL)
 	r := a.Do(http.MethodPost, "/locks/wd", nil, `{"owner":"reader","ttl_ms":600,"mode":"shared","watchdog":true}`)
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
@@ -385,6 +385,7 @@ func TestReadWriteMutualExclusion(t *testing.T) {
 // again at their arrival and both are granted, shared, within their wait.
 func TestSharedWaitersSurviveARedisRestart(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "restarts the one Redis")
 	w := newRedissonWorld(t)
 	w.tryLock(t, w.replica(0), "rs", "writer", 60000)
 	a := post(w.replica(0), "rs", sharedBody("a", 60000, 30000))

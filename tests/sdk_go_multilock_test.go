@@ -280,7 +280,7 @@ func TestGoSDKMultiLockSharedAndViaAnotherReplica(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	sdk := sdkClient(t, e)
-	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	other, err := leasegate.New(gw2.URL)
 	require.NoError(t, err)
 

@@ -126,7 +126,7 @@ func TestGoSDKIsGenerated(t *testing.T) {
 func TestGoSDKSplitWaitKeepsItsPlace(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sdk, err := leasegate.New(e.gw.URL)

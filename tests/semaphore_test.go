@@ -248,7 +248,7 @@ func TestSemaphoreWaiterThatLeavesLeavesTheLine(t *testing.T) {
 func TestSemaphoreWatchdogOutlivesItsReplica(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	gwA := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	gwA := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	a := harness.NewClient(t, gwA.URL)
 	r := a.Do(http.MethodPost, "/semaphores/wd", nil, `{"owner":"h","permits":1,"ttl_ms":600,"watchdog":true}`)
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
@@ -291,7 +291,7 @@ func TestSemaphoreRenew(t *testing.T) {
 func TestShutdownEndsSharedAndPermitWaits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	gwB := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	gwB := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	b := harness.NewClient(t, gwB.URL)
 	x := e.client.Do(http.MethodPost, "/locks/sd", nil, exclusiveBody("writer", 60000, 0))
 	require.Equal(t, http.StatusCreated, x.Status)
@@ -338,6 +338,7 @@ func TestSharedMaxHoldEndsTheWatchdog(t *testing.T) {
 // 503 with Retry-After; they work again once it is back.
 func TestSharedAndPermitCallsDuringARedisOutage(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "stops the one Redis")
 	e := newEnv(t, nil)
 	require.NoError(t, e.redis.Kill())
 	for _, req := range []struct{ path, body string }{

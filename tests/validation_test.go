@@ -62,6 +62,7 @@ type seeded struct {
 
 func TestValidationRejectsWithoutTouchingRedis(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "counts script calls and keys on one Redis server")
 	e := newEnv(t, validationEnv)
 	s := seedValidation(t, e)
 
@@ -125,8 +126,8 @@ func seedValidation(t *testing.T, e *env) seeded {
 
 	// A replica on the same Redis and key prefix but with another secret: its tokens name real
 	// leases, so a gateway that skipped the signature check would act on them.
-	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix,
-		Env: map[string]string{"LEASEGATE_TOKEN_SECRET": "another-secret-0123456789abcdef"}})
+	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix,
+		map[string]string{"LEASEGATE_TOKEN_SECRET": "another-secret-0123456789abcdef"}))
 	r = harness.NewClient(t, gw2.URL).Do(http.MethodPost, "/locks/held2", nil, acquireBody("w2", 60000))
 	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	s.held2Token = r.Str("token")
@@ -558,7 +559,7 @@ func TestNewUserMessages(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, r.Status)
 	assert.Contains(t, string(r.Body), "owner is required")
 
-	other := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, Env: map[string]string{"LEASEGATE_TOKEN_SECRET": "another-secret-0123456789"}})
+	other := harness.NewGateway(t, e.gatewayOptions("", map[string]string{"LEASEGATE_TOKEN_SECRET": "another-secret-0123456789"}))
 	g := harness.NewClient(t, other.URL).Do(http.MethodPost, "/locks/y", nil, acquireBody("w", 60000))
 	require.Equal(t, http.StatusCreated, g.Status)
 	r = e.client.Do(http.MethodDelete, "/locks/y", tokenHeader(g.Str("token")), "")

@@ -25,7 +25,7 @@ type pair struct {
 func newPair(t *testing.T) *pair {
 	t.Helper()
 	e := newEnv(t, nil)
-	gw2 := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	return &pair{env: e, gw2: gw2, client2: harness.NewClient(t, gw2.URL)}
 }
 
@@ -150,6 +150,7 @@ func TestDisconnectedWaiterIsDequeuedAndNeverHolds(t *testing.T) {
 
 func TestWaitSurvivesKilledPubSubConnection(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "kills the pub/sub connections of one Redis server")
 	p := newPair(t)
 	a := p.hold(t, p.client, "x", "a", 60000)
 	b := startWaiter(p.client2, context.Background(), "x", "b", 30000, 30000)

@@ -94,7 +94,7 @@ func TestWatchdogOutlivesItsReplica(t *testing.T) {
 			e := newEnv(t, nil)
 			others := make([]*harness.Client, 2)
 			for i := range others {
-				gw := harness.NewGateway(t, harness.GatewayOptions{Redis: e.redis, KeyPrefix: e.gw.KeyPrefix})
+				gw := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 				others[i] = harness.NewClient(t, gw.URL)
 			}
 			r := e.client.Do(http.MethodPost, "/locks/job", nil, watchdogBody("job-1", 1000, ""))
@@ -126,6 +126,7 @@ func TestWatchdogSurvivesRedisStall(t *testing.T) {
 
 func TestReleaseEndsWatchdog(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "reads the watchdog schedule's key, which Cluster shards")
 	e := newEnv(t, nil)
 	r := e.client.Do(http.MethodPost, "/locks/done", nil, watchdogBody("w1", 600, ""))
 	require.Equal(t, http.StatusCreated, r.Status)
