@@ -140,6 +140,7 @@ func TestRenewExtends(t *testing.T) {
 
 func TestFencesStrictlyIncrease(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "deletes the fence key on the Redis")
 	e := newEnv(t, nil)
 	var last int64
 	grant := func(i int, ttlMs int64) string {

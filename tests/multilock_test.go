@@ -456,6 +456,7 @@ func TestMultiLockWatchdogOutlivesItsReplica(t *testing.T) {
 // afterwards answers 410 too.
 func TestMultiLockMemberThatRunsOutEndsTheGroup(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "expires a member's key on the Redis")
 	w := newMultiWorld(t)
 	g := mustLockAll(t, w.replica(0), "holder", []string{"e1", "e2", "e3"}, 60000, 0, "")
 	waiter := make(chan *harness.Response, 1)

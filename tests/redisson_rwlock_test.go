@@ -168,6 +168,7 @@ func TestRedissonRWReadLockExpirationRenewal(t *testing.T) {
 // acquire and release succeeds, the lock ends free and leaves only its fence key in Redis.
 func TestRedissonRWName(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "reads the Redis keyspace")
 	w := newRedissonWorld(t)
 	const lock = "test:abc:key"
 	var wg sync.WaitGroup

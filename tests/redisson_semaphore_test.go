@@ -99,6 +99,7 @@ func TestRedissonSemaphoreUpdateLeaseTime(t *testing.T) {
 // semaphore answers the empty state on either replica and creates nothing in Redis.
 func TestRedissonSemaphoreNotExistent(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "reads the Redis keyspace")
 	w := newRedissonWorld(t)
 	for i := range 2 {
 		st := w.replica(i).Do(http.MethodGet, "/semaphores/never", nil, "")
@@ -238,6 +239,7 @@ func TestRedissonSemaphoreTryAcquire(t *testing.T) {
 // is a renewal, and nothing of the semaphore appears in Redis.
 func TestRedissonSemaphoreReleaseWithoutPermits(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "reads the Redis keyspace")
 	w := newRedissonWorld(t)
 	lock := w.tryLock(t, w.replica(0), "x", "a", 60000)
 	other := w.tryPermit(t, w.replica(0), "y", "a", 1, 60000)

@@ -222,6 +222,7 @@ func TestGoSDKMultiLockKeepAlive(t *testing.T) {
 // lapse) answers lease-gone naming both.
 func TestGoSDKMultiLockLostMember(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "deletes a member's key on the Redis")
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	sdk := sdkClient(t, e)

@@ -206,6 +206,7 @@ func TestLockAndSemaphoreTokensDoNotMix(t *testing.T) {
 
 func TestSemaphoreBadInputChangesNothing(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "reads the Redis keyspace")
 	w := newRedissonWorld(t)
 	for _, body := range []string{
 		`{"owner":"a"}`,

@@ -100,6 +100,7 @@ func TestValidationRejectsWithoutTouchingRedis(t *testing.T) {
 // name (JavaScript's encodeURIComponent and Python's quote(safe="") encode ':') names the same lock.
 func TestValidationPercentEncodedValidName(t *testing.T) {
 	t.Parallel()
+	standaloneOnly(t, "reads the lock's key on the Redis")
 	e := newEnv(t, validationEnv)
 	for _, tc := range []struct{ path, lock string }{
 		{"/locks/orders%3A42", "orders:42"},
