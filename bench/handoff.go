@@ -69,14 +69,14 @@ func contend(redis *harness.Redis, ps []participant, d time.Duration) (contentio
 					return
 				default:
 				}
-				tok, err := call(client, http.MethodPost, url, "", p.body, http.StatusCreated)
+				tok, err := harness.Call(client, http.MethodPost, url, "", p.body, http.StatusCreated)
 				if err != nil {
 					fail(err)
 					return
 				}
 				record(handoffEvent{kind: granted, at: time.Now()})
 				sent := time.Now()
-				if _, err := call(client, http.MethodDelete, url, tok, nil, http.StatusOK); err != nil {
+				if _, err := harness.Call(client, http.MethodDelete, url, tok, nil, http.StatusOK); err != nil {
 					fail(err)
 					return
 				}

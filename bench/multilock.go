@@ -32,7 +32,7 @@ func multiLocks(redis *harness.Redis) error {
 		for _, r := range rows {
 			redis.Do("CONFIG", "RESETSTAT")
 			p0, r0 := processCPU(), redisCPU(redis)
-			rate, err := cyclesOf(*clients, *duration, func(i int) (string, []byte, string) {
+			rate, err := harness.Cycles(*clients, *duration, func(i int) (string, []byte, string) {
 				if r.size == 1 {
 					name := fmt.Sprintf("%s/locks/r%d-single-%d", gw.URL, round, i)
 					return name, []byte(`{"owner":"bench","ttl_ms":30000}`), name
@@ -108,14 +108,14 @@ func groupHandoff(redis *harness.Redis, d time.Duration) error {
 				return
 			default:
 			}
-			tok, err := call(client, http.MethodPost, acquire, "", body, http.StatusCreated)
+			tok, err := harness.Call(client, http.MethodPost, acquire, "", body, http.StatusCreated)
 			if err != nil {
 				fail(err)
 				return
 			}
 			onGrant(time.Now())
 			sent := time.Now()
-			if _, err := call(client, http.MethodDelete, release, tok, nil, http.StatusOK); err != nil {
+			if _, err := harness.Call(client, http.MethodDelete, release, tok, nil, http.StatusOK); err != nil {
 				fail(err)
 				return
 			}

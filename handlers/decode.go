@@ -31,6 +31,26 @@ func lockName(r *http.Request) (string, error) {
 	return name, nil
 }
 
+// validating is a request body that validates itself against the limits into a T.
+type validating[T any] interface {
+	Validate(api.Limits) (T, []api.InvalidParam)
+}
+
+// readBody decodes r's JSON body (see decodeBody) into a B and validates it: the validated value,
+// or the problem to answer (400 with every invalid field).
+func readBody[T any, B validating[T]](w http.ResponseWriter, r *http.Request, limits api.Limits, optional bool) (T, error) {
+	var body B
+	if err := decodeBody(w, r, &body, optional); err != nil {
+		var zero T
+		return zero, err
+	}
+	v, bad := body.Validate(limits)
+	if bad != nil {
+		return v, invalidRequest("request body has invalid fields", bad)
+	}
+	return v, nil
+}
+
 // decodeBody reads r's JSON body into v strictly: one object, no unknown fields, at most
 // maxBodyBytes. An empty body leaves v as it is when optional is true.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {

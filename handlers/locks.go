@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/leasegate/leasegate/api"
 	"github.com/leasegate/leasegate/lockcore"
@@ -53,27 +54,16 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 	}, "/locks/"+name, func(g lockcore.Grant) any { return grantBody(g) })
 }
 
-// acquireBody is a lock's or a semaphore's acquire body.
-type acquireBody interface {
-	Validate(api.Limits) (api.Acquire, []api.InvalidParam)
-}
-
 // readAcquire reads what an acquire needs before lockcore: the name, the Idempotency-Key and the
-// validated body of type B. It answers the problem and reports !ok when any is invalid.
-func readAcquire[B acquireBody](h *lockHandlers, w http.ResponseWriter, r *http.Request) (name, idem string, req api.Acquire, ok bool) {
+// validated body of type B (a lock's or a semaphore's). It answers the problem and reports !ok
+// when any is invalid.
+func readAcquire[B validating[api.Acquire]](h *lockHandlers, w http.ResponseWriter, r *http.Request) (name, idem string, req api.Acquire, ok bool) {
 	name, err := lockName(r)
 	if err == nil {
 		idem, err = idempotencyKey(r)
 	}
-	var body B
 	if err == nil {
-		err = decodeBody(w, r, &body, false)
-	}
-	if err == nil {
-		var bad []api.InvalidParam
-		if req, bad = body.Validate(h.limits); bad != nil {
-			err = invalidRequest("request body has invalid fields", bad)
-		}
+		req, err = readBody[api.Acquire, B](w, r, h.limits, false)
 	}
 	if err != nil {
 		writeError(w, r, h.log, err)
@@ -161,14 +151,9 @@ func (h *lockHandlers) renewRef(w http.ResponseWriter, r *http.Request, ref lock
 		writeError(w, r, h.log, err)
 		return
 	}
-	var req api.RenewRequest
-	if err := decodeBody(w, r, &req, true); err != nil {
+	ttl, err := readBody[time.Duration, api.RenewRequest](w, r, h.limits, true)
+	if err != nil {
 		writeError(w, r, h.log, err)
-		return
-	}
-	ttl, bad := req.Validate(h.limits)
-	if bad != nil {
-		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
 		return
 	}
 	g, err := h.locker.Renew(r.Context(), ref, r.Header.Get(leaseTokenHeader), ttl)

@@ -3,10 +3,9 @@ package handlers
 import (
 	"context"
 	"net/http"
-	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/google/uuid"
 
 	"github.com/leasegate/leasegate/api"
 	"github.com/leasegate/leasegate/lockcore"
@@ -22,14 +21,9 @@ func (h *lockHandlers) acquireMulti(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
-	var body api.MultiLockRequest
-	if err := decodeBody(w, r, &body, false); err != nil {
+	req, err := readBody[api.MultiLock, api.MultiLockRequest](w, r, h.limits, false)
+	if err != nil {
 		writeError(w, r, h.log, err)
-		return
-	}
-	req, bad := body.Validate(h.limits)
-	if bad != nil {
-		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
 		return
 	}
 	mode := lockcore.Exclusive
@@ -78,17 +72,12 @@ func (h *lockHandlers) renewMulti(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = noIdempotencyKey(r)
 	}
-	var req api.RenewRequest
+	var ttl time.Duration
 	if err == nil {
-		err = decodeBody(w, r, &req, true)
+		ttl, err = readBody[time.Duration, api.RenewRequest](w, r, h.limits, true)
 	}
 	if err != nil {
 		writeError(w, r, h.log, err)
-		return
-	}
-	ttl, bad := req.Validate(h.limits)
-	if bad != nil {
-		writeError(w, r, h.log, invalidRequest("request body has invalid fields", bad))
 		return
 	}
 	g, err := h.locker.RenewAll(r.Context(), r.Header.Get(leaseTokenHeader), id, ttl)
@@ -105,7 +94,7 @@ func multiLockID(r *http.Request) (string, error) {
 	if id == "" {
 		return "", nil
 	}
-	if rest, ok := strings.CutPrefix(id, "m-"); !ok || uuid.Validate(rest) != nil || len(rest) != 36 {
+	if !lockcore.IsMultiLockID(id) {
 		return "", invalidRequest("the multi-lock id in the path is not valid",
 			[]api.InvalidParam{{Name: "id", Reason: "must be a multi-lock's id as its grant gave it: \"m-\" and a UUID"}})
 	}

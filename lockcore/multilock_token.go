@@ -74,11 +74,13 @@ func (t *Tokens) ParseMulti(token, id string) (MultiLease, error) {
 	return p.MultiLease, nil
 }
 
+// IsMultiLockID reports whether id has the form of a multi-lock's id: "m-" and a UUID.
+func IsMultiLockID(id string) bool {
+	rest, ok := strings.CutPrefix(id, multiLeasePrefix)
+	return ok && len(rest) == 36 && uuid.Validate(rest) == nil
+}
+
 func validMultiLease(m MultiLease) bool {
-	id, ok := strings.CutPrefix(m.ID, multiLeasePrefix)
-	if _, err := uuid.Parse(id); !ok || err != nil {
-		return false
-	}
-	return len(m.Locks) >= 2 && slices.IsSorted(m.Locks) && len(slices.Compact(slices.Clone(m.Locks))) == len(m.Locks) &&
+	return IsMultiLockID(m.ID) && len(m.Locks) >= 2 && slices.IsSorted(m.Locks) && len(slices.Compact(slices.Clone(m.Locks))) == len(m.Locks) &&
 		(m.Mode == Exclusive || m.Mode == Shared)
 }

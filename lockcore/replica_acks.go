@@ -5,7 +5,6 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
-	"strings"
 
 	"github.com/redis/rueidis"
 )
@@ -52,7 +51,7 @@ func (s *Service) execAcked(ctx context.Context, a ackedScript, keys, args []str
 		return c.B().Wait().Numreplicas(s.acks).Timeout(s.ackTimeout.Milliseconds()).Build()
 	}
 	res := c.DoMulti(ctx, c.B().Evalsha().Sha1(a.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait())
-	if err := res[0].Error(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	if rerr, ok := rueidis.IsRedisErr(res[0].Error()); ok && rerr.IsNoScript() {
 		res = c.DoMulti(ctx, c.B().Eval().Script(a.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait())
 	}
 	if err := res[0].Error(); err != nil {

@@ -1,16 +1,11 @@
 package tests
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,34 +75,11 @@ func medianF(xs []float64) float64 {
 
 // deployCycles runs n clients, each taking and releasing its own lock, for d; cycles per second.
 func deployCycles(base string, n int, d time.Duration) (float64, error) {
-	tr := &http.Transport{MaxIdleConnsPerHost: n}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	var once sync.Once
-	var runErr error
-	start := time.Now()
-	for i := range n {
-		wg.Go(func() {
-			url := fmt.Sprintf("%s/locks/cyc-%d", base, i)
-			for ctx.Err() == nil {
-				tok, err := deployCall(client, http.MethodPost, url, "", []byte(`{"owner":"bench","ttl_ms":30000}`), http.StatusCreated)
-				if err == nil {
-					_, err = deployCall(client, http.MethodDelete, url, tok, nil, http.StatusOK)
-				}
-				if err != nil {
-					once.Do(func() { runErr = err; cancel() })
-					return
-				}
-				done.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	return float64(done.Load()) / time.Since(start).Seconds(), runErr
+	body := []byte(`{"owner":"bench","ttl_ms":30000}`)
+	return harness.Cycles(n, d, func(i int) (string, []byte, string) {
+		url := fmt.Sprintf("%s/locks/cyc-%d", base, i)
+		return url, body, url
+	})
 }
 
 // deployHandoffs has two clients (one per replica) take turns on one lock for d, each waiting for
@@ -129,7 +101,7 @@ func deployHandoffs(urls [2]string, lock string, d time.Duration) ([]time.Durati
 		wg.Go(func() {
 			url := urls[i] + "/locks/" + lock
 			for time.Now().Before(deadline) {
-				tok, err := deployCall(client, http.MethodPost, url, "", []byte(`{"owner":"bench","ttl_ms":30000,"wait_ms":10000}`), http.StatusCreated)
+				tok, err := harness.Call(client, http.MethodPost, url, "", []byte(`{"owner":"bench","ttl_ms":30000,"wait_ms":10000}`), http.StatusCreated)
 				got := time.Now()
 				if err == nil {
 					mu.Lock()
@@ -141,7 +113,7 @@ func deployHandoffs(urls [2]string, lock string, d time.Duration) ([]time.Durati
 					mu.Lock()
 					released = time.Now()
 					mu.Unlock()
-					_, err = deployCall(client, http.MethodDelete, url, tok, nil, http.StatusOK)
+					_, err = harness.Call(client, http.MethodDelete, url, tok, nil, http.StatusOK)
 				}
 				if err != nil {
 					mu.Lock()
@@ -154,26 +126,4 @@ func deployHandoffs(urls [2]string, lock string, d time.Duration) ([]time.Durati
 	}
 	wg.Wait()
 	return out, runErr
-}
-
-func deployCall(c *http.Client, method, url, token string, body []byte, want int) (string, error) {
-	req, _ := http.NewRequest(method, url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Lease-Token", token)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		return "", fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, b)
-	}
-	var g struct {
-		Token string `json:"token"`
-	}
-	_ = json.Unmarshal(b, &g)
-	return g.Token, nil
 }
