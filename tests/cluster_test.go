@@ -175,7 +175,9 @@ func TestClusterMasterFailoverAndSlotMigration(t *testing.T) {
 // when answered (WAIT goes to the node that ran the script).
 func TestClusterReplicaAckedGrants(t *testing.T) {
 	t.Parallel()
-	w := newClusterWorld(t, map[string]string{"LEASEGATE_REPLICA_ACKS": "1"})
+	// A generous ack timeout: under the full suite's load a replica's acknowledgement has taken
+	// over the default 500 ms (this test is about where the grant is when answered, not how fast).
+	w := newClusterWorld(t, map[string]string{"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "5s"})
 	// A replica whose link is up may still be loading its first sync: until it is online, its
 	// master cannot have a write acknowledged.
 	require.NoError(t, w.rig.WaitReplicated(10*time.Second))

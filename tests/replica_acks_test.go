@@ -32,7 +32,7 @@ func TestReplicaAckedGrantIsOnTheReplicaWhenAnswered(t *testing.T) {
 	t.Parallel()
 	master, replica := newReplicatedRedis(t)
 	gw := harness.NewGateway(t, harness.GatewayOptions{Redis: master, Env: map[string]string{
-		"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "300ms"}})
+		"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "5s"}}) // generous: see TestClusterReplicaAckedGrants
 	c := harness.NewClient(t, gw.URL)
 	key := gw.KeyPrefix + "{acked}"
 
