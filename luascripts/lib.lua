@@ -33,7 +33,7 @@
 --             for a release or re-entry), replayed to its retries (see remember and replay)
 -- The fence key expires fence_ttl_ms after the lock's last grant (see grant).
 local lock, fencekey, q, qd, qm, sh, shm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local chanprefix, claim_ms, liveness_ms, fence_ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local chanprefix, claim_ms, liveness_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local kind = ARGV[5]
 local queue_ttl_ms = liveness_ms * 10
 
@@ -59,21 +59,6 @@ local function publish(replica, msg)
   else
     redis.call('PUBLISH', chanprefix .. replica, msg)
   end
-end
-
--- now_us returns the Redis time in microseconds, read once per script run and only when needed
--- (every command a script makes costs Redis CPU, and most uncontended calls need no clock).
-local now_cache
-local function now_us()
-  if not now_cache then
-    local t = redis.call('TIME')
-    now_cache = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return now_cache
-end
-
-local function now_ms()
-  return math.floor(now_us() / 1000)
 end
 
 -- extend makes key live at least ms more (PEXPIRE GT would skip a key without a TTL).
@@ -157,32 +142,22 @@ local function busy_ms()
   return best
 end
 
--- grant gives lease a new hold of mode ('x' exclusive, 's' shared) with a new fence, for
--- pexpire_ms; returns the fence. fence = max(last fence + 1, now in µs): strictly increasing while
--- the fence key lives, and still increasing after it expired (fence_ttl_ms after the last grant),
--- was lost, or was rolled back by a failover, as long as the Redis clock moves forward. A watchdog
--- lease (wd '1') records when the watchdog stops renewing it (until: grant + hold_ms, Redis ms).
+-- grant gives lease a new hold of mode ('x' exclusive, 's' shared) with a new fence (see
+-- next_fence in core.lua), for pexpire_ms; returns the fence. A watchdog lease (wd '1') records
+-- when the watchdog stops renewing it (until: grant + hold_ms, Redis ms).
 local function grant(lease, mode, owner, ttl, wd, hold_ms, pexpire_ms)
-  local fence = now_us()
-  local last = tonumber(redis.call('GET', fencekey) or '0')
-  if fence <= last then
-    fence = last + 1
+  if mode ~= 's' then
+    return grant_exclusive(lock, fencekey, lease, owner, ttl, wd, hold_ms, pexpire_ms)
   end
-  redis.call('SET', fencekey, string.format('%d', fence), 'PX', fence_ttl_ms)
+  local fence = next_fence(fencekey)
   local hold_until = 0
   if wd == '1' then
     hold_until = now_ms() + tonumber(hold_ms)
   end
-  if mode == 's' then
-    redis.call('ZADD', sh, now_ms() + tonumber(pexpire_ms), lease)
-    redis.call('HSET', shm, lease, pack(1, fence, ttl, wd, hold_until, owner))
-    extend(sh, pexpire_ms)
-    extend(shm, pexpire_ms)
-    return fence
-  end
-  redis.call('HSET', lock, lease, 1, ':owner', owner, ':fence', string.format('%d', fence), ':ttl', ttl, ':wd', wd,
-    ':until', string.format('%d', hold_until))
-  redis.call('PEXPIRE', lock, pexpire_ms)
+  redis.call('ZADD', sh, now_ms() + tonumber(pexpire_ms), lease)
+  redis.call('HSET', shm, lease, pack(1, fence, ttl, wd, hold_until, owner))
+  extend(sh, pexpire_ms)
+  extend(shm, pexpire_ms)
   return fence
 end
 

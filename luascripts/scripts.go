@@ -19,25 +19,38 @@
 // A multi-lock's members are ordinary locks held by one lease "m-<uuid>"; its scripts
 // (multi_*.lua) take the keys of every member, which may live in different hash tags.
 //
-// Scripts that grant, queue or hint start with lib.lua's helpers: their exported source is lib + body.
+// Scripts that grant, queue or hint start with core.lua's and lib.lua's helpers: their exported
+// source is core + lib + body. Acquire and Release put their uncontended fast path between core
+// and lib, so that the common call returns before lib's helpers are defined (see core.lua).
 package luascripts
 
 import _ "embed"
 
+//go:embed core.lua
+var core string
+
 //go:embed lib.lua
-var lib string
+var libBody string
+
+var lib = core + libBody
 
 //go:embed acquire.lua
 var acquire string
 
+//go:embed acquire_fast.lua
+var acquireFast string
+
 // Acquire grants a free lock to a new lease, or queues the lease behind the holder.
-var Acquire = lib + acquire
+var Acquire = core + acquireFast + libBody + acquire
 
 //go:embed release.lua
 var release string
 
+//go:embed release_fast.lua
+var releaseFast string
+
 // Release decrements a lease's reentry count; at zero it hands the lock to the first waiter.
-var Release = lib + release
+var Release = core + releaseFast + libBody + release
 
 //go:embed dequeue.lua
 var dequeue string
