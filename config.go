@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,9 @@ type Config struct {
 	FenceTTL          time.Duration `split_words:"true" default:"24h"`
 	ShutdownTimeout   time.Duration `split_words:"true" default:"30s"`
 	LogLevel          string        `split_words:"true" default:"info"`
+	AccessLog         string        `split_words:"true" default:"errors"`
+	LongHold          time.Duration `split_words:"true" default:"10m"`
+	Metrics           bool          `default:"true"`
 }
 
 // loadConfig reads the environment and rejects bad values, naming the variable.
@@ -74,5 +78,7 @@ func loadConfig() (Config, error) {
 		check(cfg.FenceTTL >= time.Minute, "FENCE_TTL", "must be at least 1m, got %v", cfg.FenceTTL),
 		check(cfg.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT", "must be positive, got %v", cfg.ShutdownTimeout),
 		check(levelErr == nil, "LOG_LEVEL", "%q is not debug, info, warn or error", cfg.LogLevel),
+		check(cfg.LongHold > 0, "LONG_HOLD", "must be positive, got %v", cfg.LongHold),
+		check(slices.Contains([]string{"errors", "all", "off"}, cfg.AccessLog), "ACCESS_LOG", "%q is not errors, all or off", cfg.AccessLog),
 	)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/leasegate/leasegate/cli"
 	"github.com/leasegate/leasegate/handlers"
 	"github.com/leasegate/leasegate/lockcore"
+	"github.com/leasegate/leasegate/metrics"
 )
 
 //go:embed openapi.yaml
@@ -123,21 +124,35 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 
+	m := metrics.New(cfg.LongHold)
+	var (
+		observer      lockcore.Observer = m
+		routerMetrics handlers.Metrics  = m
+	)
+	if !cfg.Metrics {
+		observer, routerMetrics = nil, nil
+	}
 	svc, err := lockcore.New(client, tokens, lockcore.Options{
 		KeyPrefix: cfg.KeyPrefix, Logger: log, MaxWaiters: cfg.MaxWaiters, FenceTTL: cfg.FenceTTL,
 		ReplicaAcks: cfg.ReplicaAcks, ReplicaAckTimeout: cfg.ReplicaAckTimeout,
+		Observer: observer, LongHold: cfg.LongHold, OnLongHoldSweep: m.SetLongHolds, OnRedisCheck: m.SetRedisUp,
 	})
 	if err != nil {
 		return err
 	}
+	m.Parked(svc.Parked)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
 	router := handlers.NewRouter(svc, handlers.Options{
-		Limits: api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
-		Logger: log,
-		Spec:   openapiSpec,
+		Limits:    api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
+		Logger:    log,
+		AccessLog: handlers.AccessLog(cfg.AccessLog),
+		Metrics:   routerMetrics,
+		Admin:     svc,
+		LongHold:  cfg.LongHold,
+		Spec:      openapiSpec,
 	})
 	srv := &http.Server{
 		Handler:           router,

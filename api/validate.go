@@ -30,11 +30,16 @@ func ValidateLockName(name string) error {
 		return fmt.Errorf("lock name must be 1-%d bytes long, got %d", MaxLockNameLen, len(name))
 	}
 	for i, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+		if !nameChar(c) {
 			return fmt.Errorf("lock name %q may contain only the letters A-Z and a-z, digits and . _ : -; found %q (%U) at byte %d", name, c, c, i)
 		}
 	}
 	return nil
+}
+
+// nameChar says whether c may be part of a lock name.
+func nameChar(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-'
 }
 
 // ValidateOwner reports why owner is not a valid owner: 1-128 printable Unicode characters.

@@ -28,8 +28,11 @@ import (
 // grant or renewal's TTL, counted from when that request was sent) and, unless a renewal pushes
 // that moment back first, sends the command's process group SIGTERM at lapse - grace - margin and
 // SIGKILL at lapse - margin, where grace is at most a third of the TTL. Renewals that fail are
-// retried every margin until then. A renewal
-// answered 410 (the lease is gone) sends SIGTERM at once. After a loss run exits ExitLeaseLost.
+// retried every margin until then. A renewal answered 410 (the lease is gone) sends SIGTERM at
+// once, and so does the loss the lease's events stream tells of (a force release, or an expiry on
+// the gateway: run watches the lease through the --server replicas in turn), within milliseconds
+// instead of at the next renewal; SIGKILL follows after grace. After a loss run exits
+// ExitLeaseLost.
 func (c *command) run(ctx context.Context, args []string) int {
 	f := c.flags("run", "(--lock NAME [--lock NAME...] [--shared] | --semaphore NAME --permits N) [--owner O] [--ttl D] [--wait D] [--grace D] [--server URL] -- COMMAND [ARGS...]")
 	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock or permit")
@@ -95,6 +98,9 @@ func (c *command) run(ctx context.Context, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	// Learn of a loss (force release, expiry) the moment the gateway does; the stream closes when
+	// the lease is released.
+	lease.Watch(c.gateways...)
 	// Whatever happens, give the hold back (unless it was lost, which Release then says).
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -149,6 +155,16 @@ func (c *command) run(ctx context.Context, args []string) int {
 			signalGroup(cmd, syscall.SIGTERM)
 		}
 	}
+	gone := false // the lease is lost for sure: SIGKILL after grace
+	lose := func(err error) {
+		stop(fmt.Sprintf("lost the lease (%v)", err))
+		if !gone {
+			gone = true
+			stopKeeping() // nothing left to renew
+			killTimer.Reset(min(*grace, time.Until(validUntil.Add(-margin))))
+		}
+	}
+	leaseDone := lease.Done()
 	for {
 		select {
 		case err := <-exited:
@@ -160,14 +176,23 @@ func (c *command) run(ctx context.Context, args []string) int {
 		case sig := <-signals:
 			signalGroup(cmd, sig.(syscall.Signal))
 		case v := <-renewed:
+			if gone {
+				break // a renewal answered before the loss: it changes nothing now
+			}
 			validUntil = v
 			if !stopping {
 				termTimer.Reset(time.Until(validUntil.Add(-*grace - margin)))
 			}
 			killTimer.Reset(time.Until(validUntil.Add(-margin)))
 		case err := <-lost:
-			stop(fmt.Sprintf("lost the lease (%v)", err))
-			killTimer.Reset(min(*grace, time.Until(validUntil.Add(-margin))))
+			lose(err)
+		case <-leaseDone:
+			leaseDone = nil // closed for good
+			// Lost (a renewal's 410, or the events stream). A lease about to lapse is the timers'
+			// business: they stop the command from the same ValidUntil.
+			if err := lease.Err(); errors.Is(err, leasegate.ErrLeaseGone) {
+				lose(err)
+			}
 		case <-termTimer.C:
 			stop(fmt.Sprintf("lost the lease: no renewal succeeded, and it lapses in %v", time.Until(validUntil).Round(time.Millisecond)))
 		case <-killTimer.C:

@@ -51,12 +51,15 @@ func (t target) String() string {
 // keyed reports whether t's calls carry an Idempotency-Key; multi-lock calls take none.
 func (t target) keyed() bool { return t.locks == nil && t.multilock == "" }
 
-// heldLease is a hold run keeps alive and gives back: a lock's or a permit's *leasegate.Lease, or
-// a multi-lock's *leasegate.MultiLease.
+// heldLease is a hold run keeps alive, watches and gives back: a lock's or a permit's
+// *leasegate.Lease, or a multi-lock's *leasegate.MultiLease.
 type heldLease interface {
 	RenewVia(ctx context.Context, gw *leasegate.Gateway, ttl time.Duration) error
 	ReleaseVia(ctx context.Context, gw *leasegate.Gateway) (released bool, err error)
 	ValidUntil() time.Time
+	Watch(via ...*leasegate.Gateway)
+	Done() <-chan struct{}
+	Err() error
 }
 
 // hold takes t through gw for run, waiting up to wait, with the SDK's Lock, LockAll or
@@ -189,13 +192,13 @@ func (t target) release(ctx context.Context, gw *leasegate.Gateway, token, key s
 		return newAnswer(resp.HTTPResponse, resp.Body), nil
 	case t.semaphore != "":
 		resp, err := gw.API.ReleaseSemaphoreWithResponse(ctx, t.semaphore,
-			&leasegate.ReleaseSemaphoreParams{LeaseToken: token, IdempotencyKey: &key})
+			&leasegate.ReleaseSemaphoreParams{LeaseToken: &token, IdempotencyKey: &key})
 		if err != nil {
 			return nil, err
 		}
 		return newAnswer(resp.HTTPResponse, resp.Body), nil
 	}
-	params := &leasegate.ReleaseLockParams{LeaseToken: token, IdempotencyKey: &key}
+	params := &leasegate.ReleaseLockParams{LeaseToken: &token, IdempotencyKey: &key}
 	if t.mode != "" {
 		mode := leasegate.ReleaseLockParamsMode(t.mode)
 		params.Mode = &mode

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasegate/leasegate/api"
 	"github.com/leasegate/leasegate/lockcore"
+	"github.com/leasegate/leasegate/metrics"
 )
 
 // instantLocker answers at once, minting and parsing real tokens, so that the benchmark measures
@@ -50,30 +51,54 @@ func (instantLocker) ReleaseAll(context.Context, string, string) (lockcore.Multi
 func (instantLocker) RenewAll(context.Context, string, string, time.Duration) (lockcore.MultiGrant, error) {
 	return lockcore.MultiGrant{}, errors.ErrUnsupported
 }
+func (instantLocker) ForceRelease(context.Context, lockcore.Ref) (lockcore.Forced, error) {
+	return lockcore.Forced{}, nil
+}
+func (instantLocker) Watch(context.Context, lockcore.Ref, string) (*lockcore.Stream, error) {
+	return nil, errors.ErrUnsupported
+}
 
-// BenchmarkAcquireReleaseCycle is one uncontended acquire and release through the router, with
-// the access log on (into io.Discard), as a client's cycle runs them.
+// BenchmarkAcquireReleaseCycle is one uncontended acquire and release through the router, as a
+// client's cycle runs them: with the default access log (errors only) and with every request
+// logged (into io.Discard), with and without metrics. The lock engine's own metric calls (two per
+// cycle) are not in it.
 func BenchmarkAcquireReleaseCycle(b *testing.B) {
 	tokens, _ := lockcore.NewTokens([]byte("bench-secret-bench-secret-bench-secret"))
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	h := NewRouter(instantLocker{tokens}, Options{Logger: log, Limits: api.Limits{DefaultTTL: 30 * time.Second,
-		MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour}})
-	b.ReportAllocs()
-	for b.Loop() {
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/locks/bench", strings.NewReader(`{"owner":"bench","ttl_ms":30000}`)))
-		if w.Code != http.StatusCreated {
-			b.Fatal(w.Code, w.Body.String())
-		}
-		token := w.Body.String()
-		token = token[strings.Index(token, `"token":"`)+9:]
-		token = token[:strings.IndexByte(token, '"')]
-		req := httptest.NewRequest(http.MethodDelete, "/locks/bench", nil)
-		req.Header.Set("Lease-Token", token)
-		w = httptest.NewRecorder()
-		h.ServeHTTP(w, req)
-		if w.Code != http.StatusOK {
-			b.Fatal(w.Code, w.Body.String())
-		}
+	limits := api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour}
+	for _, c := range []struct {
+		name    string
+		log     AccessLog
+		metrics Metrics
+	}{
+		{"default", AccessLogErrors, nil},
+		{"metrics", AccessLogErrors, metrics.New(time.Minute)},
+		{"access log all", AccessLogAll, nil},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			h := NewRouter(instantLocker{tokens}, Options{Logger: log, AccessLog: c.log, Metrics: c.metrics, Limits: limits})
+			b.ReportAllocs()
+			for b.Loop() {
+				cycle(b, h)
+			}
+		})
+	}
+}
+
+func cycle(b *testing.B, h http.Handler) {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/locks/bench", strings.NewReader(`{"owner":"bench","ttl_ms":30000}`)))
+	if w.Code != http.StatusCreated {
+		b.Fatal(w.Code, w.Body.String())
+	}
+	token := w.Body.String()
+	token = token[strings.Index(token, `"token":"`)+9:]
+	token = token[:strings.IndexByte(token, '"')]
+	req := httptest.NewRequest(http.MethodDelete, "/locks/bench", nil)
+	req.Header.Set("Lease-Token", token)
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		b.Fatal(w.Code, w.Body.String())
 	}
 }

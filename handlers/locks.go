@@ -104,11 +104,15 @@ func (h *lockHandlers) grant(w http.ResponseWriter, r *http.Request, req lockcor
 	}
 }
 
-// release handles DELETE /locks/{name}[?mode=exclusive|shared].
+// release handles DELETE /locks/{name}[?mode=exclusive|shared], and ?force=true (see force.go).
 func (h *lockHandlers) release(w http.ResponseWriter, r *http.Request) {
 	name, err := lockName(r)
 	if err != nil {
 		writeError(w, r, h.log, err)
+		return
+	}
+	if r.URL.Query().Has("force") {
+		h.forceRelease(w, r, lockcore.LockRef(name))
 		return
 	}
 	idem, err := idempotencyKey(r)
@@ -176,6 +180,11 @@ func (h *lockHandlers) inspect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, lockStateBody(name, st))
+}
+
+// lockStateBody renders a lock's state (GET /locks/{name}, and its events' state event).
+func lockStateBody(name string, st lockcore.State) api.LockState {
 	body := api.LockState{Lock: name, Held: st.Held(), Waiters: st.Waiters, Yours: st.Yours}
 	if x := st.Exclusive; x != nil {
 		body.Mode = string(lockcore.Exclusive)
@@ -191,7 +200,7 @@ func (h *lockHandlers) inspect(w http.ResponseWriter, r *http.Request) {
 	if st.SharedCount > 0 {
 		body.Holders, body.HolderCount = holders(st.Shared), ptr(st.SharedCount)
 	}
-	writeJSON(w, http.StatusOK, body)
+	return body
 }
 
 // holders renders shared holders for a state body.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 )
 
 // requestKey is the context key of a request's *requestInfo.
@@ -88,10 +90,35 @@ func setStatus(ctx context.Context, code int, force bool) {
 	}
 }
 
+// AccessLog says which requests get an access log line.
+type AccessLog string
+
+const (
+	// AccessLogErrors logs the requests answered with an error status (400 and above), except 409
+	// (a lock that is held: an ordinary answer under contention). The default.
+	AccessLogErrors AccessLog = "errors"
+	// AccessLogAll logs every request.
+	AccessLogAll AccessLog = "all"
+	// AccessLogOff logs none.
+	AccessLogOff AccessLog = "off"
+)
+
+// logs says whether a request answered with status gets a line under this setting.
+func (a AccessLog) logs(status int) bool {
+	switch a {
+	case AccessLogAll:
+		return true
+	case AccessLogOff:
+		return false
+	}
+	return status >= 400 && status != http.StatusConflict
+}
+
 // accessLog gives each request its ID (X-Request-Id: the client's when sane, else ours, echoed in
-// the answer) and writes one line per request: ID, method, path, status and duration. It never
-// logs headers, so lease tokens stay out of the logs.
-func accessLog(log *slog.Logger) func(http.Handler) http.Handler {
+// the answer), counts it in m (when set) by route pattern, method and status, and writes one line
+// per request that policy logs: ID, method, path, status and duration. It never logs headers, so
+// lease tokens stay out of the logs.
+func accessLog(log *slog.Logger, policy AccessLog, m Metrics) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
@@ -102,7 +129,10 @@ func accessLog(log *slog.Logger) func(http.Handler) http.Handler {
 			w.Header().Set(requestIDHeader, id)
 			info := &requestInfo{id: id, rec: &statusRecorder{ResponseWriter: w}}
 			next.ServeHTTP(info.rec, r.WithContext(context.WithValue(r.Context(), requestKey{}, info)))
-			if !log.Enabled(r.Context(), slog.LevelInfo) {
+			if m != nil {
+				m.ObserveRequest(chi.RouteContext(r.Context()).RoutePattern(), r.Method, info.rec.status, time.Since(start))
+			}
+			if !policy.logs(info.rec.status) || !log.Enabled(r.Context(), slog.LevelInfo) {
 				return
 			}
 			log.LogAttrs(r.Context(), slog.LevelInfo, "request",

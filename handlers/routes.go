@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/handlers/ui"
 	"github.com/leasegate/leasegate/lockcore"
 )
 
@@ -25,13 +26,29 @@ type Locker interface {
 	AcquireAll(ctx context.Context, req lockcore.MultiRequest) (lockcore.MultiGrant, error)
 	ReleaseAll(ctx context.Context, token, id string) (lockcore.MultiReleased, error)
 	RenewAll(ctx context.Context, token, id string, ttl time.Duration) (lockcore.MultiGrant, error)
+	ForceRelease(ctx context.Context, ref lockcore.Ref) (lockcore.Forced, error)
+	Watch(ctx context.Context, ref lockcore.Ref, token string) (*lockcore.Stream, error)
 }
 
 // Options configure the router.
 type Options struct {
 	Limits api.Limits
 	Logger *slog.Logger // default slog.Default()
-	Spec   []byte       // served at GET /openapi.yaml
+	// AccessLog says which requests get an access log line (default AccessLogErrors).
+	AccessLog AccessLog
+	Spec      []byte // served at GET /openapi.yaml
+	// Metrics, when set, counts every request and serves GET /metrics.
+	Metrics Metrics
+	// Admin, when set, serves the admin API (GET /locks, GET /semaphores, GET /admin/top);
+	// LongHold is LEASEGATE_LONG_HOLD, which the top lists report.
+	Admin    Admin
+	LongHold time.Duration
+}
+
+// Metrics is what the router needs of the gateway's metrics (*metrics.Metrics).
+type Metrics interface {
+	ObserveRequest(route, method string, status int, took time.Duration)
+	Handler() http.Handler
 }
 
 // maxBodyBytes bounds every request body; larger ones get 413.
@@ -45,7 +62,7 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger}
 
 	r := chi.NewRouter()
-	r.Use(accessLog(opts.Logger), recoverer(opts.Logger))
+	r.Use(accessLog(opts.Logger, opts.AccessLog, opts.Metrics), recoverer(opts.Logger))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string
@@ -61,16 +78,31 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	r.Get("/healthz", healthz)
 	r.Get("/readyz", h.readyz)
 	r.Get("/openapi.yaml", spec(opts.Spec))
+	if opts.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", opts.Metrics.Handler())
+	}
+
+	if opts.Admin != nil {
+		a := &adminHandlers{admin: opts.Admin, longHold: opts.LongHold, log: opts.Logger}
+		r.Get("/locks", a.listLocks)
+		r.Get("/semaphores", a.listSemaphores)
+		r.Get("/admin/top", a.top)
+		dashboard := ui.Handler(opts.LongHold) // GET /ui: the page, and /ui/{asset}
+		r.Method(http.MethodGet, "/ui", dashboard)
+		r.Method(http.MethodGet, "/ui/*", dashboard)
+	}
 
 	// Flat routes, not a mounted subrouter: one routing pass per request.
 	r.Post("/locks/{name}", h.acquire)
 	r.Delete("/locks/{name}", h.release)
 	r.Get("/locks/{name}", h.inspect)
 	r.Post("/locks/{name}/renew", h.renew)
+	r.Get("/locks/{name}/events", h.events)
 	r.Post("/semaphores/{name}", h.acquireSemaphore)
 	r.Delete("/semaphores/{name}", h.releaseSemaphore)
 	r.Get("/semaphores/{name}", h.inspectSemaphore)
 	r.Post("/semaphores/{name}/renew", h.renewSemaphore)
+	r.Get("/semaphores/{name}/events", h.semaphoreEvents)
 	r.Post("/multilocks", h.acquireMulti)
 	r.Delete("/multilocks", h.releaseMulti)
 	r.Post("/multilocks/renew", h.renewMulti)

@@ -24,11 +24,15 @@ func (h *lockHandlers) acquireSemaphore(w http.ResponseWriter, r *http.Request) 
 	}, "/semaphores/"+name, func(g lockcore.Grant) any { return semaphoreGrantBody(g) })
 }
 
-// releaseSemaphore handles DELETE /semaphores/{name}.
+// releaseSemaphore handles DELETE /semaphores/{name}, and ?force=true (see force.go).
 func (h *lockHandlers) releaseSemaphore(w http.ResponseWriter, r *http.Request) {
 	name, err := lockName(r)
 	if err != nil {
 		writeError(w, r, h.log, err)
+		return
+	}
+	if r.URL.Query().Has("force") {
+		h.forceRelease(w, r, lockcore.SemaphoreRef(name))
 		return
 	}
 	idem, err := idempotencyKey(r)
@@ -67,8 +71,14 @@ func (h *lockHandlers) inspectSemaphore(w http.ResponseWriter, r *http.Request) 
 		writeError(w, r, h.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.SemaphoreState{Name: name, Permits: st.Permits, Used: st.SharedCount,
-		Holders: holders(st.Shared), HolderCount: st.SharedCount, Waiters: st.Waiters, Yours: st.Yours})
+	writeJSON(w, http.StatusOK, semaphoreStateBody(name, st))
+}
+
+// semaphoreStateBody renders a semaphore's state (GET /semaphores/{name}, and its events' state
+// event).
+func semaphoreStateBody(name string, st lockcore.State) api.SemaphoreState {
+	return api.SemaphoreState{Name: name, Permits: st.Permits, Used: st.SharedCount,
+		Holders: holders(st.Shared), HolderCount: st.SharedCount, Waiters: st.Waiters, Yours: st.Yours}
 }
 
 func semaphoreGrantBody(g lockcore.Grant) api.SemaphoreGrant {

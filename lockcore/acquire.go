@@ -49,6 +49,8 @@ type Grant struct {
 	Reentered bool // true when an existing lease was re-entered rather than newly granted
 	// A semaphore's: its size, and the permits in use just after this grant.
 	Permits, Used int64
+	// Waited is how long the request stood in the wait queue before this grant (0: granted at once).
+	Waited time.Duration
 }
 
 // Mode is how a lock is held: exclusively (one holder) or shared (any number of shared holders,
@@ -90,6 +92,22 @@ func (req AcquireRequest) mode() Mode {
 // client that went away holds nothing, unless the request carries an IdempotencyKey: then the
 // grant is kept for the retry that collects it.
 func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+	g, err := s.acquireAny(ctx, req)
+	kind := req.Kind.String()
+	switch {
+	case err != nil:
+		s.observeRefusal(kind, err)
+	case g.Reentered:
+		s.obs.Granted(kind, g.Mode, GrantReentry, 0)
+	case g.Waited > 0:
+		s.obs.Granted(kind, g.Mode, GrantHandOff, g.Waited)
+	default:
+		s.obs.Granted(kind, g.Mode, GrantNew, 0)
+	}
+	return g, err
+}
+
+func (s *Service) acquireAny(ctx context.Context, req AcquireRequest) (Grant, error) {
 	if req.Token == "" && req.Wait > 0 {
 		return s.acquireWaiting(ctx, req)
 	}
@@ -118,6 +136,9 @@ func (s *Service) settle(ctx context.Context, req AcquireRequest, g Grant) (Gran
 			s.undo(ctx, g) // a watchdog lease nobody would renew is worse than none
 			return Grant{}, err
 		}
+	}
+	if !g.Watchdog && !g.Reentered && g.TTL >= s.longHold {
+		s.trackAged(ctx, g.Lease)
 	}
 	if err := ctx.Err(); err != nil {
 		if req.IdempotencyKey == "" {

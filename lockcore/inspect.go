@@ -3,6 +3,8 @@ package lockcore
 import (
 	"context"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // State is a lock or semaphore as Inspect saw it.
@@ -51,14 +53,7 @@ func (s *Service) Inspect(ctx context.Context, ref Ref, token string) (State, er
 	if err != nil {
 		return State{}, err
 	}
-	r := make([]any, len(reply)) // Lua numbers arrive as integers, strings (owners too) as strings
-	for i := range reply {
-		if v, err := reply[i].ToInt64(); err == nil {
-			r[i] = v
-		} else if v, err := reply[i].ToString(); err == nil {
-			r[i] = v
-		}
-	}
+	r := replyValues(reply)
 	st, ok := readState(ref, r)
 	if !ok {
 		return State{}, unexpectedReply("inspect", ref.Name, r, nil)
@@ -68,6 +63,20 @@ func (s *Service) Inspect(ctx context.Context, ref Ref, token string) (State, er
 		st.Yours = &yours
 	}
 	return st, nil
+}
+
+// replyValues reads a script reply's elements: Lua numbers arrive as int64, strings (owners too) as
+// strings.
+func replyValues(reply []rueidis.RedisMessage) []any {
+	r := make([]any, len(reply))
+	for i := range reply {
+		if v, err := reply[i].ToInt64(); err == nil {
+			r[i] = v
+		} else if v, err := reply[i].ToString(); err == nil {
+			r[i] = v
+		}
+	}
+	return r
 }
 
 // readState reads inspect.lua's reply: {waiters, size, yours, exclusive, [holder] if exclusive,

@@ -1,10 +1,12 @@
 package lockcore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +41,7 @@ type MultiGrant struct {
 	TTL       time.Duration
 	ExpiresAt time.Time // conservative: measured from before the Redis call
 	Watchdog  bool
+	waited    bool // it was granted member by member, after waiting (see lockInOrder)
 }
 
 // MultiReleased reports a released multi-lock.
@@ -54,6 +57,21 @@ type MultiReleased struct {
 // caller holds none of the members and is in no line; if ctx ends after the grant, the grant is
 // given back before ctx's error is returned.
 func (s *Service) AcquireAll(ctx context.Context, req MultiRequest) (MultiGrant, error) {
+	start := time.Now()
+	g, err := s.acquireAll(ctx, req)
+	if err != nil {
+		s.observeRefusal(kindMultiLock, err)
+		return g, err
+	}
+	if waited := time.Since(start); req.Wait > 0 && g.waited {
+		s.obs.Granted(kindMultiLock, g.Mode, GrantHandOff, waited)
+	} else {
+		s.obs.Granted(kindMultiLock, g.Mode, GrantNew, 0)
+	}
+	return g, nil
+}
+
+func (s *Service) acquireAll(ctx context.Context, req MultiRequest) (MultiGrant, error) {
 	names := slices.Clone(req.Locks)
 	slices.Sort(names)
 	if len(names) < 2 || len(slices.Compact(slices.Clone(names))) != len(names) {
@@ -70,6 +88,7 @@ func (s *Service) AcquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 		// Held, or Redis failing (a waiter rides that out; a try whose reply was lost is found
 		// granted, since a lease that holds is never queued behind itself).
 		g, err = s.lockInOrder(ctx, req, m, start)
+		g.waited = true
 	}
 	if err != nil {
 		if req.Wait == 0 && errors.Is(err, ErrUnavailable) {
@@ -80,8 +99,9 @@ func (s *Service) AcquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 		return MultiGrant{}, err
 	}
 	if g.Watchdog {
-		err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.shardOf(m.ID).groups},
-			[]string{"enroll", groupScheduleMember(m), ms(g.TTL / 3)}).Error()
+		shard := s.shardOf(m.ID)
+		err := s.run(context.WithoutCancel(ctx), s.watchdogSchedule, []string{shard.groups, shard.aged},
+			[]string{"enroll", groupScheduleMember(m), ms(g.TTL / 3), agedGroupMember(m), strconv.FormatInt(slices.Min(g.Fences)/1000, 10)}).Error()
 		if err != nil {
 			s.releaseGroup(context.WithoutCancel(ctx), m) // a watchdog group nobody would renew is worse than none
 			return MultiGrant{}, s.classify(err)
@@ -190,8 +210,10 @@ func (s *Service) ReleaseAll(ctx context.Context, token, id string) (MultiReleas
 		return MultiReleased{}, err
 	}
 	if len(lost) > 0 {
+		s.obs.Lost(kindMultiLock)
 		return MultiReleased{}, &GroupLostError{ID: m.ID, Locks: lost}
 	}
+	s.obs.Released(kindMultiLock, m.Mode, -1)
 	return MultiReleased{m}, nil
 }
 
@@ -218,7 +240,13 @@ func (s *Service) releaseGroup(ctx context.Context, m MultiLease) (lost []string
 		lost, watchdog = append(lost, gone...), watchdog || r[0] == 1
 	}
 	if watchdog {
-		err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.shardOf(m.ID).groups).Member(groupScheduleMember(m)).Build()).Error()
+		shard, c := s.shardOf(m.ID), s.client
+		var err error
+		for _, r := range c.DoMulti(context.WithoutCancel(ctx),
+			c.B().Zrem().Key(shard.groups).Member(groupScheduleMember(m)).Build(),
+			c.B().Zrem().Key(shard.aged).Member(agedGroupMember(m)).Build()) {
+			err = cmp.Or(err, r.Error())
+		}
 		if err != nil {
 			s.log.Warn("taking a multi-lock off the watchdog schedule failed; the next sweep does it", "multilock", m.ID, "err", err)
 		}
@@ -237,12 +265,13 @@ func (s *Service) RenewAll(ctx context.Context, token, id string, ttl time.Durat
 	start := time.Now()
 	r, err := s.renewGroup(ctx, m, m.Locks, ttl, false)
 	if err != nil {
+		s.observeRefusal(kindMultiLock, err)
 		return MultiGrant{}, err
 	}
 	g := s.multiGrant(m, r.fences, r.ttl, r.watchdog, start)
 	g.Token = token
 	if g.Watchdog {
-		err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.shardOf(m.ID).groups},
+		err := s.run(context.WithoutCancel(ctx), s.watchdogSchedule, []string{s.shardOf(m.ID).groups},
 			[]string{"reschedule", groupScheduleMember(m), ms(g.TTL / 3)}).Error()
 		if err != nil {
 			s.log.Warn("rescheduling a multi-lock's watchdog renewal failed", "multilock", m.ID, "err", err)

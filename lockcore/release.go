@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // ReleaseRequest gives back one hold of the lease Token names.
@@ -32,7 +33,14 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, er
 	if err != nil {
 		return Released{}, err
 	}
-	return s.releaseLease(ctx, l, req.IdempotencyKey, req.Mode)
+	rel, err := s.releaseLease(ctx, l, req.IdempotencyKey, req.Mode)
+	switch {
+	case err != nil:
+		s.observeRefusal(l.Kind.String(), err)
+	case rel.Released:
+		s.obs.Released(l.Kind.String(), rel.Mode, heldSince(l.Fence, time.Now()))
+	}
+	return rel, err
 }
 
 func (s *Service) releaseLease(ctx context.Context, l Lease, idempotencyKey string, mode Mode) (Released, error) {

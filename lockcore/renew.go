@@ -19,11 +19,14 @@ func (s *Service) Renew(ctx context.Context, ref Ref, token string, ttl time.Dur
 	}
 	g, err := s.renewLease(ctx, l, ttl, time.Now())
 	if err != nil {
+		s.observeRefusal(l.Kind.String(), err)
 		return Grant{}, err
 	}
 	g.Token = token
 	if g.Watchdog {
 		s.reschedule(ctx, g)
+	} else if s.mayOutlive(l, g.TTL) {
+		s.trackAged(ctx, l)
 	}
 	return g, nil
 }

@@ -59,6 +59,16 @@ type Options struct {
 	// not acknowledge in time is undone and answered ErrUnavailable (see replica_acks.go).
 	ReplicaAcks       int
 	ReplicaAckTimeout time.Duration
+	// Observer hears grants, releases, waits, watchdog renewals and script calls, for metrics.
+	// Default: nobody.
+	Observer Observer
+	// LongHold is the age from which a hold counts as long (default 10m): every sweep (every
+	// LongHold/4, at most 10 s) reports the long holds' count and the oldest one's age to
+	// OnLongHoldSweep, logs each long hold once, and reports whether Redis answered to
+	// OnRedisCheck (see long_holds.go).
+	LongHold        time.Duration
+	OnLongHoldSweep func(n int, oldest time.Duration)
+	OnRedisCheck    func(up bool)
 }
 
 // Service runs lock operations against one Redis deployment. Safe for concurrent use. Close it to
@@ -86,13 +96,21 @@ type Service struct {
 	ackTimeout time.Duration
 	acked      map[*rueidis.Lua]ackedScript
 
-	waiters  *waiters
-	shards   []scheduleShard // the watchdog's schedules (see watchdog.go)
-	failures atomic.Int64
+	obs        Observer
+	contention contention // the most contended names (contention.go)
+	// the long-hold sweep (long_holds.go)
+	longHold        time.Duration
+	onLongHoldSweep func(int, time.Duration)
+	onRedisCheck    func(bool)
+	waiters         *waiters
+	shards          []scheduleShard // the watchdog's schedules (see watchdog.go)
+	failures        atomic.Int64
 
 	acquire, reenter, release, renew, inspect, dequeue, heartbeatScript, watchdogRenew, watchdogSchedule *rueidis.Lua
 	watchdogDue                                                                                          *rueidis.Lua
 	multiAcquire, multiRelease, multiRenew                                                               *rueidis.Lua
+	agedScript                                                                                           *rueidis.Lua
+	scriptNames                                                                                          map[*rueidis.Lua]string // for the observer
 }
 
 // New returns a Service that stores locks through client and mints tokens with tokens. It starts
@@ -146,6 +164,27 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 		multiAcquire:     rueidis.NewLuaScript(luascripts.MultiAcquire),
 		multiRelease:     rueidis.NewLuaScript(luascripts.MultiRelease),
 		multiRenew:       rueidis.NewLuaScript(luascripts.MultiRenew),
+		agedScript:       rueidis.NewLuaScriptReadOnly(luascripts.Aged),
+		longHold:         cmp.Or(opts.LongHold, 10*time.Minute),
+		onLongHoldSweep:  opts.OnLongHoldSweep,
+		onRedisCheck:     opts.OnRedisCheck,
+	}
+	if s.onLongHoldSweep == nil {
+		s.onLongHoldSweep = func(int, time.Duration) {}
+	}
+	if s.onRedisCheck == nil {
+		s.onRedisCheck = func(bool) {}
+	}
+	s.scriptNames = map[*rueidis.Lua]string{
+		s.acquire: "acquire", s.reenter: "reenter", s.release: "release", s.renew: "renew", s.inspect: "inspect",
+		s.dequeue: "dequeue", s.heartbeatScript: "heartbeat", s.watchdogRenew: "watchdog_renew",
+		s.watchdogSchedule: "watchdog_schedule", s.watchdogDue: "watchdog_due", s.multiAcquire: "multi_acquire",
+		s.multiRelease: "multi_release", s.multiRenew: "multi_renew", s.agedScript: "aged", forceScript: "force",
+		watchScript: "watch", watchSnapshotScript: "watch_snapshot",
+	}
+	s.obs = opts.Observer
+	if s.obs == nil {
+		s.obs = nopObserver{}
 	}
 	s.cluster = client.Mode() == rueidis.ClientModeCluster
 	s.shards = scheduleShards(opts.KeyPrefix, s.cluster)
@@ -157,8 +196,9 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.waiters = newWaiters(s, uuid.NewString(), opts.MaxWaiters)
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.sweep()
+	go s.longHoldSweep()
 	return s, nil
 }
 
@@ -218,11 +258,28 @@ func (s *Service) exec(ctx context.Context, script *rueidis.Lua, keys, args []st
 			return s.execAcked(ctx, a, keys, args)
 		}
 	}
-	res := script.Exec(context.WithoutCancel(ctx), s.client, keys, args)
+	res := s.run(context.WithoutCancel(ctx), script, keys, args)
 	if err := res.Error(); err != nil {
 		return nil, s.classify(err)
 	}
 	return res.ToArray()
+}
+
+// run runs script once and tells the observer its name, outcome and latency.
+func (s *Service) run(ctx context.Context, script *rueidis.Lua, keys, args []string) rueidis.RedisResult {
+	start := time.Now()
+	res := script.Exec(ctx, s.client, keys, args)
+	err := res.Error()
+	failed := err != nil && !rueidis.IsRedisNil(err)
+	name := s.scriptNames[script]
+	if name == "" {
+		name = "other"
+	}
+	s.obs.ScriptCall(name, failed, time.Since(start))
+	if failed {
+		s.obs.RedisError()
+	}
+	return res
 }
 
 // classify turns a Redis or transport error into ErrUnavailable where retrying later can help.

@@ -37,8 +37,17 @@ func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant
 
 // waitAs is acquireWaiting for lease, without settle: a multi-lock's member enrolls no watchdog of
 // its own, and the group gives back what it took when its caller leaves.
-func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) (Grant, error) {
+func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) (g Grant, err error) {
 	start := time.Now()
+	queued := false // it stood in the queue: a wait the observer hears of
+	defer func() {
+		if queued {
+			s.obs.WaitEnded(req.Kind.String(), waitOutcome(ctx, err))
+			if err == nil {
+				g.Waited = max(time.Since(start), time.Nanosecond)
+			}
+		}
+	}()
 	var ticketID string
 	if req.QueueTicket != "" {
 		id, err := s.tokens.parseTicket(req.QueueTicket, req.Lock, req.Owner)
@@ -68,12 +77,17 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 	queue := true
 	for {
 		if queue {
-			g, queued, err := wt.enqueue(waitCtx)
+			g, inLine, err := wt.enqueue(waitCtx)
 			switch {
 			case err != nil:
 				return Grant{}, wt.end(ctx, err)
-			case !queued:
+			case !inLine:
 				return g, nil
+			}
+			if !queued {
+				queued = true
+				s.obs.WaitStarted(req.Kind.String())
+				s.contention.add(req.ref(), time.Now())
 			}
 			queue = false
 		}
@@ -101,6 +115,20 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 			return g, nil
 		}
 	}
+}
+
+// waitOutcome is how a wait that stood in the queue ended, by what it returned.
+func waitOutcome(ctx context.Context, err error) WaitOutcome {
+	var held *HeldError
+	switch {
+	case err == nil:
+		return WaitGranted
+	case errors.As(err, &held):
+		return WaitTimedOut
+	case ctx.Err() != nil:
+		return WaitAbandoned
+	}
+	return WaitFailed
 }
 
 // wait is the state of one waiting acquire.

@@ -23,6 +23,8 @@ type waiters struct {
 	byLease    map[string]*waiter
 	heartbeats map[string]*heartbeat // by the lock's (or semaphore's) key
 	slots      map[int]*slotSub      // Redis Cluster: this process's subscription per slot
+
+	events *eventHub // live event streams, which ride on the same subscription (event_hub.go)
 }
 
 // slotSub is, on Redis Cluster, this process's sharded subscription to its grants channel of one
@@ -56,6 +58,7 @@ func newWaiters(s *Service, replica string, max int) *waiters {
 		s: s, replica: replica, channel: s.chanPrefix + replica, max: max,
 		byLease: map[string]*waiter{}, heartbeats: map[string]*heartbeat{}, slots: map[int]*slotSub{},
 	}
+	ws.events = newEventHub(s, ws)
 	if !s.cluster {
 		s.wg.Add(1)
 		go ws.subscribe()
@@ -65,16 +68,20 @@ func newWaiters(s *Service, replica string, max int) *waiters {
 
 // subscribeSlot keeps this process's sharded subscription to its grants channel of slot alive
 // until the Service closes (Redis Cluster). Each (re)subscription, e.g. after the slot moved to
-// another node or a failover, makes every heartbeat check its lock at once: messages published
-// during the gap are lost.
+// another node or a failover, makes every heartbeat check its lock at once, and the slot's event
+// streams read their locks again: messages published during the gap are lost.
 func (ws *waiters) subscribeSlot(slot int, sub *slotSub) {
 	defer ws.s.wg.Done()
 	channel := ws.s.slotChanPrefix(slot) + ws.replica
 	for ws.s.ctx.Err() == nil {
 		ctx := rueidis.WithOnSubscriptionHook(ws.s.ctx, func(s rueidis.PubSubSubscription) {
 			if s.Kind == "ssubscribe" {
-				sub.once.Do(func() { close(sub.ready) })
+				first := false
+				sub.once.Do(func() { close(sub.ready); first = true })
 				ws.checkAll()
+				if !first {
+					ws.events.resyncSlot(slot)
+				}
 			}
 		})
 		_ = ws.s.client.Receive(ctx, ws.s.client.B().Ssubscribe().Channel(channel).Build(), ws.onMessage)
@@ -87,13 +94,20 @@ func (ws *waiters) subscribeSlot(slot int, sub *slotSub) {
 
 // subscribe keeps the process's subscription alive until the Service closes. rueidis re-subscribes
 // by itself after a lost connection; messages published during the gap are lost, so every
-// (re)subscription makes each heartbeat check its lock at once.
+// (re)subscription makes each heartbeat check its lock at once, and every event stream read its
+// lock again.
 func (ws *waiters) subscribe() {
 	defer ws.s.wg.Done()
+	first := true
 	for ws.s.ctx.Err() == nil {
 		ctx := rueidis.WithOnSubscriptionHook(ws.s.ctx, func(s rueidis.PubSubSubscription) {
 			if s.Kind == "subscribe" {
+				if !first {
+					ws.s.obs.Resubscribed()
+				}
+				first = false
 				ws.checkAll()
+				ws.events.resyncAll()
 			}
 		})
 		_ = ws.s.client.Receive(ctx, ws.s.client.B().Subscribe().Channel(ws.channel).Build(), ws.onMessage)
@@ -105,9 +119,14 @@ func (ws *waiters) subscribe() {
 }
 
 // onMessage runs on the connection's reader goroutine: it must never block. Messages are
-// "g <lease> <fence>" (a hold was handed to that waiter) and "e <lock key> <ms>" (the lock's, or
-// semaphore's, earliest hold runs out in ms; this process has its first waiter).
+// "g <lease> <fence>" (a hold was handed to that waiter), "e <lock key> <ms>" (the lock's, or
+// semaphore's, earliest hold runs out in ms; this process has its first waiter) and "v <lock
+// key> ..." (a live event of a lock this process streams, see event_hub.go).
 func (ws *waiters) onMessage(m rueidis.PubSubMessage) {
+	if strings.HasPrefix(m.Message, "v ") {
+		ws.events.deliver(m.Message)
+		return
+	}
 	f := strings.Fields(m.Message)
 	if len(f) != 3 {
 		return
@@ -152,18 +171,7 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 		return nil, ErrTooManyWaiters
 	}
 	key := ws.s.keys(ref).lock
-	w := &waiter{key: key, lease: lease, events: make(chan event, 1), ready: closedChan}
-	if ws.s.cluster {
-		slot := keySlot(key)
-		sub := ws.slots[slot]
-		if sub == nil {
-			sub = &slotSub{ready: make(chan struct{})}
-			ws.slots[slot] = sub
-			ws.s.wg.Add(1)
-			go ws.subscribeSlot(slot, sub)
-		}
-		w.ready = sub.ready
-	}
+	w := &waiter{key: key, lease: lease, events: make(chan event, 1), ready: ws.subscription(key)}
 	ws.s.wg.Add(1)
 	ws.byLease[lease] = w
 	hb := ws.heartbeats[key]
@@ -175,6 +183,24 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 	}
 	hb.leases[lease] = struct{}{}
 	return w, nil
+}
+
+// subscription returns a channel closed once messages about the lock (or semaphore) with key can
+// reach this process: at once, or on Redis Cluster once this process's subscription of the lock's
+// slot is confirmed (made now if it is the slot's first). Call with ws.mu held, before Close.
+func (ws *waiters) subscription(key string) <-chan struct{} {
+	if !ws.s.cluster {
+		return closedChan
+	}
+	slot := keySlot(key)
+	sub := ws.slots[slot]
+	if sub == nil {
+		sub = &slotSub{ready: make(chan struct{})}
+		ws.slots[slot] = sub
+		ws.s.wg.Add(1)
+		go ws.subscribeSlot(slot, sub)
+	}
+	return sub.ready
 }
 
 // leave unregisters w; its lock's heartbeat ends by itself once it has no waiters.
@@ -206,4 +232,11 @@ func (ws *waiters) checkAll() {
 	for _, hb := range ws.heartbeats {
 		hb.checkBy(now)
 	}
+}
+
+// Parked returns how many waiting acquires this Service holds now.
+func (s *Service) Parked() int {
+	s.waiters.mu.Lock()
+	defer s.waiters.mu.Unlock()
+	return len(s.waiters.byLease)
 }

@@ -1,6 +1,7 @@
 package lockcore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"hash/fnv"
@@ -21,17 +22,18 @@ import (
 // slots spread over the masters), a lease going to the shard its lock's name hashes to.
 const watchdogShards = 8
 
-// scheduleShard is one shard of the schedule: single leases' renewals and multi-locks'.
-type scheduleShard struct{ leases, groups string }
+// scheduleShard is one shard of the schedule: single leases' renewals and multi-locks', and the
+// holds that may outlive the long-hold threshold (see long_holds.go).
+type scheduleShard struct{ leases, groups, aged string }
 
 func scheduleShards(prefix string, cluster bool) []scheduleShard {
 	if !cluster {
-		return []scheduleShard{{prefix + "watchdog", prefix + "watchdog:multi"}}
+		return []scheduleShard{{prefix + "watchdog", prefix + "watchdog:multi", prefix + "holds:aged"}}
 	}
 	shards := make([]scheduleShard, watchdogShards)
 	for i := range shards {
 		base := prefix + "watchdog:{" + strconv.Itoa(i) + "}"
-		shards[i] = scheduleShard{base, base + ":multi"}
+		shards[i] = scheduleShard{base, base + ":multi", base + ":aged"}
 	}
 	return shards
 }
@@ -54,8 +56,9 @@ const (
 
 // enroll schedules the first renewal of a new watchdog grant, a third of its TTL from now.
 func (s *Service) enroll(ctx context.Context, g Grant) error {
-	_, err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.shardOf(g.Lock).leases},
-		[]string{"enroll", scheduleMember(g.Lease), ms(g.TTL / 3)}).ToInt64()
+	shard := s.shardOf(g.Lock)
+	_, err := s.run(context.WithoutCancel(ctx), s.watchdogSchedule, []string{shard.leases, shard.aged},
+		[]string{"enroll", scheduleMember(g.Lease), ms(g.TTL / 3), agedMember(g.Lease), strconv.FormatInt(g.Fence/1000, 10)}).ToInt64()
 	if err != nil {
 		return s.classify(err)
 	}
@@ -66,17 +69,23 @@ func (s *Service) enroll(ctx context.Context, g Grant) error {
 // renewal or re-entry that may have shortened it (a renewal due at the old TTL's third would come
 // too late). A failure is logged: the lease then keeps its old schedule.
 func (s *Service) reschedule(ctx context.Context, g Grant) {
-	err := s.watchdogSchedule.Exec(context.WithoutCancel(ctx), s.client, []string{s.shardOf(g.Lock).leases},
+	err := s.run(context.WithoutCancel(ctx), s.watchdogSchedule, []string{s.shardOf(g.Lock).leases},
 		[]string{"reschedule", scheduleMember(g.Lease), ms(g.TTL / 3)}).Error()
 	if err != nil {
 		s.log.Warn("rescheduling a watchdog renewal failed", g.Kind.String(), g.Lock, "err", err)
 	}
 }
 
-// unschedule takes a released lease off the watchdog schedule. A failure is harmless: the next sweep finds the lease
-// gone and drops it then.
+// unschedule takes a released lease off the watchdog schedule and the aged holds. A failure is
+// harmless: the next sweeps find the lease gone and drop it then.
 func (s *Service) unschedule(ctx context.Context, l Lease) {
-	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zrem().Key(s.shardOf(l.Lock).leases).Member(scheduleMember(l)).Build()).Error()
+	shard, c := s.shardOf(l.Lock), s.client
+	var err error
+	for _, r := range c.DoMulti(context.WithoutCancel(ctx),
+		c.B().Zrem().Key(shard.leases).Member(scheduleMember(l)).Build(),
+		c.B().Zrem().Key(shard.aged).Member(agedMember(l)).Build()) {
+		err = cmp.Or(err, r.Error())
+	}
 	if err != nil {
 		s.log.Warn("taking a lease off the watchdog schedule failed; the next sweep does it", l.Kind.String(), l.Lock, "err", err)
 	}
@@ -115,7 +124,7 @@ func (s *Service) sweep() {
 // claimed.
 func (s *Service) sweepOnce(schedule string, renew func(context.Context, string) int64) int {
 	ctx := s.ctx
-	claimed, err := s.watchdogSchedule.Exec(ctx, s.client, []string{schedule},
+	claimed, err := s.run(ctx, s.watchdogSchedule, []string{schedule},
 		[]string{"claim", ms(claimHold), strconv.Itoa(sweepBatch)}).AsStrSlice()
 	if err == nil && len(claimed) == 0 {
 		err = unexpectedReply("watchdog claim", "", claimed, nil)
@@ -127,6 +136,7 @@ func (s *Service) sweepOnce(schedule string, renew func(context.Context, string)
 		return 0
 	}
 	later, due := claimed[0], claimed[1:]
+	s.obs.WatchdogSwept(len(due))
 	next := make([]int64, len(due)) // > 0: renewed, next due then; 0: done; < 0: failed, retry after claimHold
 	var wg sync.WaitGroup
 	for i, member := range due {
@@ -147,7 +157,7 @@ func (s *Service) sweepOnce(schedule string, renew func(context.Context, string)
 		}
 	}
 	if len(args) > 2 {
-		err := s.watchdogSchedule.Exec(ctx, s.client, []string{schedule}, args).Error()
+		err := s.run(ctx, s.watchdogSchedule, []string{schedule}, args).Error()
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("watchdog schedule update failed; the renewals are retried", "err", err)
 		}
@@ -163,7 +173,7 @@ func (s *Service) sweepOnce(schedule string, renew func(context.Context, string)
 func (s *Service) anyDue(ctx context.Context, shard scheduleShard) [2]bool {
 	var due [2]bool
 	if s.cluster { // TIME has no slot: it would be read on another node than the schedule's
-		r, err := s.watchdogDue.Exec(ctx, s.client, []string{shard.leases, shard.groups}, nil).AsIntSlice()
+		r, err := s.run(ctx, s.watchdogDue, []string{shard.leases, shard.groups}, nil).AsIntSlice()
 		if err != nil || len(r) != 2 {
 			return [2]bool{ctx.Err() == nil, ctx.Err() == nil} // let the claim report it
 		}
@@ -206,7 +216,7 @@ func (s *Service) renewDue(ctx context.Context, member string) int64 {
 	}
 	lock := ref.Name
 	k := s.keys(ref)
-	r, err := s.watchdogRenew.Exec(ctx, s.client, []string{k.lock, k.sh, k.shm}, []string{lease}).AsIntSlice()
+	r, err := s.run(ctx, s.watchdogRenew, []string{k.lock, k.sh, k.shm}, []string{lease}).AsIntSlice()
 	if err == nil && (len(r) == 0 || (r[0] == 1 && len(r) != 2)) {
 		err = unexpectedReply("watchdog renew", lock, r, nil)
 	}
@@ -215,12 +225,15 @@ func (s *Service) renewDue(ctx context.Context, member string) int64 {
 			return -1
 		}
 		s.failures.Add(1)
+		s.obs.WatchdogRenewal("error")
 		s.log.Warn("watchdog renewal failed; retrying", ref.Kind.String(), lock, "err", err, "failures", s.failures.Load())
 		return -1
 	}
 	if r[0] == 0 {
+		s.obs.WatchdogRenewal("ended")
 		return 0
 	}
+	s.obs.WatchdogRenewal("renewed")
 	return r[1]
 }
 
@@ -235,19 +248,25 @@ func (s *Service) renewGroupDue(ctx context.Context, member string) int64 {
 	var lost *GroupLostError
 	switch {
 	case errors.Is(err, errWatchdogDone):
+		s.obs.WatchdogRenewal("ended")
 		return 0
 	case errors.As(err, &lost):
+		outcome := "ended"
 		if len(lost.Locks) < len(m.Locks) { // all gone: released as the sweep ran, or ran out whole
+			outcome = "lost"
 			s.log.Warn("watchdog found a multi-lock's member gone; the group's other members were given back", "multilock", m.ID, "lost", lost.Locks)
 		}
+		s.obs.WatchdogRenewal(outcome)
 		return 0
 	case err != nil:
 		if errors.Is(err, context.Canceled) {
 			return -1
 		}
 		s.failures.Add(1)
+		s.obs.WatchdogRenewal("error")
 		s.log.Warn("watchdog renewal failed; retrying", "multilock", m.ID, "err", err, "failures", s.failures.Load())
 		return -1
 	}
+	s.obs.WatchdogRenewal("renewed")
 	return r.now + r.ttl.Milliseconds()/3
 }

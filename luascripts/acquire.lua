@@ -53,12 +53,19 @@ local function granted(fence)
   return {1, fence, used()}
 end
 
+-- new_grant gives lease a new hold of the mode it asks for, and tells the lock's watchers.
+local function new_grant()
+  local fence = grant(lease, want, owner, ttl, wd, hold, ttl)
+  notify('g', {{fence, want, tonumber(ttl), owner}})
+  return fence
+end
+
 -- The uncontended path: nothing holds and nobody waits (one call to know it).
 if redis.call('EXISTS', lock, sh, q) == 0 then
   if kind == 's' then
     redis.call('HSET', shm, ':size', permits)
   end
-  return granted(grant(lease, want, owner, ttl, wd, hold, ttl))
+  return granted(new_grant())
 end
 
 -- confirm turns lease's hold (a claim promote gave it, or a retried grant) into one of ttl ms.
@@ -98,7 +105,7 @@ end
 if mode ~= 'wait' then
   if fits(want, permits) then
     if not first_live() then
-      return granted(grant(lease, want, owner, ttl, wd, hold, ttl))
+      return granted(new_grant())
     end
     promote()
   end
@@ -118,10 +125,13 @@ end
 if kind == 's' then
   meta.n = permits
 end
-redis.call('ZADD', q, 'NX', string.format('%d', arrival), lease)
+local joined = redis.call('ZADD', q, 'NX', string.format('%d', arrival), lease)
 redis.call('ZADD', qd, string.format('%d', math.floor(now / 1000) + liveness_ms), lease)
 redis.call('HSET', qm, lease, cjson.encode(meta))
 keep_queue()
+if joined == 1 then
+  notify('w')
+end
 -- While an exclusive holder is in, nothing fits for anyone: no need to look down the line.
 if kind == 's' or redis.call('EXISTS', lock) == 0 then
   promote()

@@ -19,14 +19,19 @@ if ticket_ms > 0 then
   end
 end
 dequeue(lease)
+notify('w')
 local handed = false
 if kind == 'l' and redis.call('HEXISTS', lock, lease) == 1 then
+  local v = redis.call('HMGET', lock, ':fence', ':owner')
   redis.call('DEL', lock)
+  notify('r', {{tonumber(v[1]), 'x', 0, v[2]}})
   handed = true
 end
-if shared_hold(lease) then
+local m = shared_hold(lease)
+if m then
   redis.call('ZREM', sh, lease)
   redis.call('HDEL', shm, lease)
+  notify('r', {{m.fence, 's', 0, m.owner}})
   handed = true
 end
 if handed then

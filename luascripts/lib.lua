@@ -31,6 +31,8 @@
 --   idem:<op>:<lease>:<key>  string: the first answer to a request sent with an Idempotency-Key
 --             ("<lease> <owner>" for a new acquire, whose lease part is empty; the reply's integers
 --             for a release or re-entry), replayed to its retries (see remember and replay)
+--   watch  hash  replica -> until when it streams the lock's events, :seq, :epoch; exists only
+--             while someone watches (see notify)
 -- The fence key expires fence_ttl_ms after the lock's last grant (see grant).
 local lock, fencekey, q, qd, qm, sh, shm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local chanprefix, claim_ms, liveness_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -81,12 +83,74 @@ local function unpack_meta(raw)
     owner = owner}
 end
 
--- reclaim drops shared holders whose lease ran out (a thousand at a time).
+-- Live events (lockcore/events.go). A lock is watched while some gateway replica streams its
+-- events: that replica keeps the hash <lock key>:watch, replica -> until when it watches (ms, Redis
+-- time), plus :seq (the number of the lock's last event) and :epoch (set when the hash is made, so
+-- that a stream notices a hash made anew). Scripts derive the hash's name from the lock's key
+-- rather than taking it as a KEY: it shares the lock's hash tag, so it lives in the lock's Cluster
+-- slot, and a KEY would widen every script's contract and every caller (and the uncontended fast
+-- paths, see core.lua) for a key that is absent unless someone watches. Unwatched, an event costs
+-- one EXISTS and publishes nothing.
+local function watched()
+  return redis.call('EXISTS', lock .. ':watch') == 1
+end
+
+-- notify sends event typ about holds to every replica watching the lock, on its grants channel
+-- (see publish): typ is 'g' (granted), 'h' (handed to a waiter), 'r' (released), 'e' (expired),
+-- 'f' (forced) or 'w' (the waiters changed); each hold is {fence, mode ('x'|'s'), ttl_ms, owner}.
+-- The message is "v <lock key> <epoch> <seq> <typ> <live waiters> <now_ms>", then a line
+-- "<fence> <mode> <ttl_ms> <owner>" per hold (owners are printable: no newline). Entries of
+-- replicas that stopped watching are dropped on the way.
+local function notify(typ, holds)
+  local watch = lock .. ':watch'
+  if redis.call('EXISTS', watch) == 0 then
+    return
+  end
+  local now = now_ms()
+  local fields = redis.call('HGETALL', watch)
+  local epoch, replicas = '0', {}
+  for i = 1, #fields, 2 do
+    local f = fields[i]
+    if f == ':epoch' then
+      epoch = fields[i + 1]
+    elseif string.sub(f, 1, 1) ~= ':' then
+      if tonumber(fields[i + 1]) >= now then
+        replicas[#replicas + 1] = f
+      else
+        redis.call('HDEL', watch, f)
+      end
+    end
+  end
+  local seq = redis.call('HINCRBY', watch, ':seq', 1)
+  local lines = {string.format('v %s %s %d %s %d %d', lock, epoch, seq, typ, redis.call('ZCOUNT', qd, now, '+inf'), now)}
+  for _, h in ipairs(holds or {}) do
+    lines[#lines + 1] = string.format('%d %s %d ', h[1] or 0, h[2], h[3]) .. (h[4] or '')
+  end
+  local msg = table.concat(lines, '\n')
+  for _, r in ipairs(replicas) do
+    publish(r, msg)
+  end
+end
+
+-- reclaim drops shared holders whose lease ran out (a thousand at a time), telling watchers.
 local function reclaim()
   local gone = redis.call('ZRANGEBYSCORE', sh, '-inf', now_ms(), 'LIMIT', 0, chunk)
   if #gone > 0 then
+    local expired
+    if watched() then
+      expired = {}
+      for _, raw in ipairs(redis.call('HMGET', shm, unpack(gone))) do
+        if raw then
+          local m = unpack_meta(raw)
+          expired[#expired + 1] = {m.fence, 's', 0, m.owner}
+        end
+      end
+    end
     redis.call('ZREM', sh, unpack(gone))
     redis.call('HDEL', shm, unpack(gone))
+    if expired then
+      notify('e', expired)
+    end
   end
 end
 
@@ -222,6 +286,7 @@ local function prune()
     redis.call('ZREM', q, unpack(dead))
     redis.call('ZREM', qd, unpack(dead))
     redis.call('HDEL', qm, unpack(dead))
+    notify('w')
   end
 end
 
@@ -244,6 +309,7 @@ local function first_live()
       return head
     end
     dequeue(head)
+    notify('w')
   end
   return nil
 end
@@ -280,6 +346,7 @@ local function promote()
       dequeue(head)
       local fence = grant(head, mode, m.o, m.t, m.w, m.h, claim_ms)
       publish(m.r, 'g ' .. head .. ' ' .. string.format('%d', fence))
+      notify('h', {{fence, mode, claim_ms, m.o}})
       granted = granted + 1
       if mode == 'x' then
         break
@@ -316,12 +383,13 @@ end
 local function give_back(lease, want)
   local wd
   if want == 'x' then
-    local v = redis.call('HMGET', lock, lease, ':wd')
+    local v = redis.call('HMGET', lock, lease, ':wd', ':fence', ':owner')
     if not v[1] then
       return nil
     end
     wd = v[2]
     redis.call('DEL', lock)
+    notify('r', {{tonumber(v[3]), 'x', 0, v[4]}})
   else
     local m = shared_hold(lease)
     if not m then
@@ -330,6 +398,7 @@ local function give_back(lease, want)
     wd = m.wd
     redis.call('ZREM', sh, lease)
     redis.call('HDEL', shm, lease)
+    notify('r', {{m.fence, 's', 0, m.owner}})
   end
   if redis.call('EXISTS', q) == 1 then
     dequeue(lease)

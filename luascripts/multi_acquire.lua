@@ -36,5 +36,6 @@ local reply = {1}
 for i = 1, n do
   use(i)
   reply[i + 1] = grant(lease, want, owner, ttl, wd, hold_ms, ttl)
+  notify('g', {{reply[i + 1], want, tonumber(ttl), owner}})
 end
 return reply

@@ -62,6 +62,7 @@ else -- the exclusive holder takes a shared hold too
   extend(sh, tonumber(ttl))
   extend(shm, tonumber(ttl))
   reply = {1, tonumber(meta[1]), tonumber(meta[2]), tonumber(ttl), used}
+  notify('g', {{tonumber(meta[1]), 's', tonumber(ttl), meta[4]}})
 end
 if redis.call('EXISTS', q) == 1 then
   hint()

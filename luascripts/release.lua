@@ -32,13 +32,14 @@ local function after(ttl, wd, still_held, shared)
 end
 
 if which ~= 's' and kind == 'l' then
-  local v = redis.call('HMGET', lock, lease, ':ttl', ':wd')
+  local v = redis.call('HMGET', lock, lease, ':ttl', ':wd', ':fence', ':owner')
   local holds, ttl = tonumber(v[1]), v[2]
   if holds then
     if holds > 1 then
       return remember(latch, idem_ms, ttl, {redis.call('HINCRBY', lock, lease, -1), 0})
     end
     redis.call('DEL', lock)
+    notify('r', {{tonumber(v[4]), 'x', 0, v[5]}})
     if redis.call('EXISTS', q, sh) == 0 then -- the uncontended path: nobody waits, no shared holds
       return remember(latch, idem_ms, ttl, {0, tonumber(v[3]), 0})
     end
@@ -59,4 +60,5 @@ if m.holds > 1 then
 end
 redis.call('ZREM', sh, lease)
 redis.call('HDEL', shm, lease)
+notify('r', {{m.fence, 's', 0, m.owner}})
 return after(m.ttl, tonumber(m.wd), redis.call('HEXISTS', lock, lease) == 1, 1)

@@ -15,6 +15,8 @@
 //	Pwatchdog:multi  zset "<group lease>\n<x|s>\n<member>\n<member>..." -> the same, for
 //	            multi-locks (renewed by multi_renew.lua, all members at once)
 //	            (on Redis Cluster both are 8 shards: Pwatchdog:{0}..{7} and Pwatchdog:{i}:multi)
+//	P{N}:watch  hash  replica -> until when it streams N's live events, plus :seq and :epoch; it
+//	            exists only while some replica streams N's events (see notify in lib.lua)
 //
 // A multi-lock's members are ordinary locks held by one lease "m-<uuid>"; its scripts
 // (multi_*.lua) take the keys of every member, which may live in different hash tags.
@@ -113,3 +115,27 @@ var MultiRenew = lib + multiRenew
 //
 //go:embed watchdog_due.lua
 var WatchdogDue string
+
+//go:embed force.lua
+var force string
+
+// Force takes every hold off a lock or semaphore (force release) and hands it to the head of its
+// line.
+var Force = lib + force
+
+// Watch keeps or drops a gateway replica's watch of a lock's live events.
+//
+//go:embed watch.lua
+var Watch string
+
+//go:embed watch_snapshot.lua
+var watchSnapshot string
+
+// WatchSnapshot starts (or checks on) a replica's watch of a lock's live events and reads the
+// lock's state in the same step: inspect.lua's body, run as the function snapshot.
+var WatchSnapshot = "local function snapshot()\n" + Inspect + "\nend\n" + watchSnapshot
+
+// Aged reads the long-hold sweep's entries older than the threshold.
+//
+//go:embed aged.lua
+var Aged string

@@ -1,7 +1,10 @@
 -- watchdog_schedule.lua: the watchdog's schedule. KEYS = [schedule]  (zset "<lock name>\n<lease>"
 -- -> when its next renewal is due, ms of Redis time). Every due time is Redis time, so gateway
 -- clocks play no part.
---   ARGV = ['enroll', member, delay_ms]      => 1: member is due delay_ms from now
+--   ARGV = ['enroll', member, delay_ms, aged_member, grant_ms]
+--                                            => 1: member is due delay_ms from now; with KEYS[2]
+--                                               (the shard's aged zset, see lockcore/long_holds.go)
+--                                               aged_member is entered there at grant_ms
 --   ARGV = ['reschedule', member, delay_ms]  => 1: an enrolled member is due delay_ms from now
 --                                               (its lease's TTL was just set); 0: not enrolled
 --   ARGV = ['claim', hold_ms, limit]         => {later, member...}: up to limit due members, each
@@ -18,6 +21,9 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if op == 'enroll' then
   redis.call('ZADD', schedule, string.format('%d', now_ms + tonumber(ARGV[3])), ARGV[2])
+  if KEYS[2] then
+    redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
+  end
   return 1
 end
 if op == 'reschedule' then

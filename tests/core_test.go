@@ -245,7 +245,7 @@ func TestHealthAndSpec(t *testing.T) {
 
 func TestLogsNeverContainTokens(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil)
+	e := newEnv(t, map[string]string{"LEASEGATE_ACCESS_LOG": "all"}) // every request logged: none may carry a token
 	r := e.client.Do(http.MethodPost, "/locks/quiet", nil, acquireBody("w1", 30000))
 	require.Equal(t, http.StatusCreated, r.Status)
 	e.client.Do(http.MethodDelete, "/locks/quiet", tokenHeader(r.Str("token")), "")

@@ -239,7 +239,7 @@ func TestGoSDKSemaphoreBoundsHolders(t *testing.T) {
 // keeps its place and gets the freed permit; a permit re-enters and releases like a lease.
 func TestGoSDKSemaphoreErrors(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil)
+	e := newEnv(t, map[string]string{"LEASEGATE_ACCESS_LOG": "all"}) // counts the 409 polls in the access log
 	ctx := context.Background()
 	sdk := sdkClient(t, e)
 
@@ -365,7 +365,7 @@ func TestGoSDKTokensStayInTheirNameSpace(t *testing.T) {
 	invalidToken(err)
 	_, err = sdk.Inspect(ctx, "same", permit.Token)
 	invalidToken(err)
-	rel, err := sdk.API.ReleaseSemaphoreWithResponse(ctx, "same", &leasegate.ReleaseSemaphoreParams{LeaseToken: lock.Token})
+	rel, err := sdk.API.ReleaseSemaphoreWithResponse(ctx, "same", &leasegate.ReleaseSemaphoreParams{LeaseToken: &lock.Token})
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusBadRequest, rel.StatusCode())
 	ren, err := sdk.API.RenewLockWithResponse(ctx, "same", &leasegate.RenewLockParams{LeaseToken: permit.Token}, leasegate.RenewRequest{})

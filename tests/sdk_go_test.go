@@ -125,7 +125,7 @@ func TestGoSDKIsGenerated(t *testing.T) {
 // the next, it is still first in line when the lock is released.
 func TestGoSDKSplitWaitKeepsItsPlace(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil)
+	e := newEnv(t, map[string]string{"LEASEGATE_ACCESS_LOG": "all"}) // counts the 409 polls in the access log
 	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

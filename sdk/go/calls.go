@@ -25,6 +25,9 @@ type calls interface {
 	renew(ctx context.Context, gw *Gateway, l *Lease, ttl time.Duration, key *string) (*answer, error)
 	// release gives back one hold of l: of mode, or ("") the one the server picks.
 	release(ctx context.Context, gw *Gateway, l *Lease, mode Mode, key *string) (*Release, error)
+	// watch opens the events stream of name, with token when not "" (the answer's body is left
+	// unread: the caller closes it).
+	watch(ctx context.Context, gw *Gateway, name, token string) (*http.Response, error)
 }
 
 // answer is a grant, re-entry or renewal body in one form for locks and semaphores: a semaphore's
@@ -47,6 +50,7 @@ type acquisition struct {
 	// (default: a fresh one).
 	perRequest time.Duration
 	key        string
+	watch      WatchLoss
 }
 
 // acquire is Lock's and AcquireSemaphore's wait: it asks kind's endpoint for name, splitting r.wait
@@ -70,6 +74,7 @@ func (c *Gateway) acquire(ctx context.Context, kind calls, name string, r acquis
 		a, resp, err := kind.acquire(ctx, c, name, &r, min(time.Until(deadline), r.perRequest), ticket)
 		if a != nil {
 			lease := newLease(c, kind, a, sent)
+			lease.watchLoss = r.watch
 			// The lease's TTL started when it was granted, after the request was sent; after a long
 			// wait, counting from the send would make it lapse (on paper) at once. Renew it now to
 			// count from a request sent after the grant.
@@ -77,6 +82,9 @@ func (c *Gateway) acquire(ctx context.Context, kind calls, name string, r acquis
 				_ = lease.Renew(ctx, 0) // on failure the earlier, conservative bound stands
 			}
 			lease.arm(a.Watchdog)
+			if r.watch == WatchAlways || r.watch == WatchKept && a.Watchdog {
+				lease.Watch()
+			}
 			return lease, nil
 		}
 		if resp == nil { // no answer

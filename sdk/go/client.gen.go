@@ -52,6 +52,57 @@ func (e Mode) Valid() bool {
 	}
 }
 
+// Defines values for TopLongestHeldKind.
+const (
+	TopLongestHeldKindLock      TopLongestHeldKind = "lock"
+	TopLongestHeldKindSemaphore TopLongestHeldKind = "semaphore"
+)
+
+// Valid indicates whether the value is a known member of the TopLongestHeldKind enum.
+func (e TopLongestHeldKind) Valid() bool {
+	switch e {
+	case TopLongestHeldKindLock:
+		return true
+	case TopLongestHeldKindSemaphore:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TopMostContendedKind.
+const (
+	TopMostContendedKindLock      TopMostContendedKind = "lock"
+	TopMostContendedKindSemaphore TopMostContendedKind = "semaphore"
+)
+
+// Valid indicates whether the value is a known member of the TopMostContendedKind enum.
+func (e TopMostContendedKind) Valid() bool {
+	switch e {
+	case TopMostContendedKindLock:
+		return true
+	case TopMostContendedKindSemaphore:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Force.
+const (
+	ForceTrue Force = true
+)
+
+// Valid indicates whether the value is a known member of the Force enum.
+func (e Force) Valid() bool {
+	switch e {
+	case ForceTrue:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReleaseLockParamsMode.
 const (
 	ReleaseLockParamsModeExclusive ReleaseLockParamsMode = "exclusive"
@@ -64,6 +115,36 @@ func (e ReleaseLockParamsMode) Valid() bool {
 	case ReleaseLockParamsModeExclusive:
 		return true
 	case ReleaseLockParamsModeShared:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleaseLockParamsForce.
+const (
+	ReleaseLockParamsForceTrue ReleaseLockParamsForce = true
+)
+
+// Valid indicates whether the value is a known member of the ReleaseLockParamsForce enum.
+func (e ReleaseLockParamsForce) Valid() bool {
+	switch e {
+	case ReleaseLockParamsForceTrue:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleaseSemaphoreParamsForce.
+const (
+	ReleaseSemaphoreParamsForceTrue ReleaseSemaphoreParamsForce = true
+)
+
+// Valid indicates whether the value is a known member of the ReleaseSemaphoreParamsForce enum.
+func (e ReleaseSemaphoreParamsForce) Valid() bool {
+	switch e {
+	case ReleaseSemaphoreParamsForceTrue:
 		return true
 	default:
 		return false
@@ -122,6 +203,24 @@ type AcquireRequest struct {
 	//
 	// Example: false
 	Watchdog *bool `json:"watchdog,omitempty"`
+}
+
+// ForceRelease The answer to a force release (`?force=true`).
+type ForceRelease struct {
+	// Forced Always true.
+	Forced bool `json:"forced"`
+
+	// HoldsRemoved The holds removed: the exclusive one and each shared one (a lease's re-entries count
+	// once; a lease holding the lock both ways twice). 0 when nothing held it.
+	HoldsRemoved int64 `json:"holds_removed"`
+
+	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	//
+	// Example: orders.42
+	Lock LockName `json:"lock"`
+
+	// Released Always true; the lock is free, or handed to the head of its line.
+	Released bool `json:"released"`
 }
 
 // Grant A lease that holds the lock.
@@ -215,6 +314,42 @@ type InvalidParam struct {
 	//
 	// Example: must be between 1 and 3600000 milliseconds (the configured maximum), got 0
 	Reason string `json:"reason"`
+}
+
+// ListedLock defines model for ListedLock.
+type ListedLock struct {
+	// AgeMs Time since the oldest listed hold's grant (from its fence, the Redis time of the grant in µs).
+	AgeMs int64 `json:"age_ms"`
+
+	// Fence That holder's fence.
+	Fence   int64 `json:"fence"`
+	Holders int64 `json:"holders"`
+
+	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	//
+	// Example: orders.42
+	Lock LockName `json:"lock"`
+
+	// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
+	// and no exclusive one).
+	Mode Mode `json:"mode"`
+
+	// Multilock The multi-lock id, when the holder is a multi-lock's member.
+	Multilock *string `json:"multilock,omitempty"`
+
+	// Owner The exclusive holder's owner, or the first (soonest to expire) shared holder's.
+	Owner    string `json:"owner"`
+	TtlMs    int64  `json:"ttl_ms"`
+	Waiters  int64  `json:"waiters"`
+	Watchdog bool   `json:"watchdog"`
+}
+
+// LockList defines model for LockList.
+type LockList struct {
+	Locks []ListedLock `json:"locks"`
+
+	// NextCursor The cursor of the next page; empty when the listing is complete.
+	NextCursor string `json:"next_cursor"`
 }
 
 // LockName A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
@@ -445,6 +580,11 @@ type Release struct {
 	Released bool `json:"released"`
 }
 
+// ReleaseResult A release's answer (`Release`), or a force release's (`ForceRelease`).
+type ReleaseResult struct {
+	union json.RawMessage
+}
+
 // RenewRequest defines model for RenewRequest.
 type RenewRequest struct {
 	// TtlMs New time to live in milliseconds, from 1 to the configured maximum. Default: the
@@ -485,6 +625,23 @@ type SemaphoreAcquireRequest struct {
 	Watchdog *bool `json:"watchdog,omitempty"`
 }
 
+// SemaphoreForceRelease The answer to a semaphore's force release (`?force=true`).
+type SemaphoreForceRelease struct {
+	// Forced Always true.
+	Forced bool `json:"forced"`
+
+	// HoldsRemoved The permits taken back (0 when none was in use).
+	HoldsRemoved int64 `json:"holds_removed"`
+
+	// Released Always true.
+	Released bool `json:"released"`
+
+	// Semaphore A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	//
+	// Example: orders.42
+	Semaphore LockName `json:"semaphore"`
+}
+
 // SemaphoreGrant A lease that holds one permit of a semaphore.
 type SemaphoreGrant struct {
 	ExpiresAt time.Time `json:"expires_at"`
@@ -515,6 +672,23 @@ type SemaphoreGrant struct {
 	Watchdog bool  `json:"watchdog"`
 }
 
+// SemaphoreList defines model for SemaphoreList.
+type SemaphoreList struct {
+	NextCursor string `json:"next_cursor"`
+	Semaphores []struct {
+		// AgeMs Time since the oldest listed permit's grant.
+		AgeMs int64 `json:"age_ms"`
+
+		// Name A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+		//
+		// Example: orders.42
+		Name    LockName `json:"name"`
+		Permits int64    `json:"permits"`
+		Used    int64    `json:"used"`
+		Waiters int64    `json:"waiters"`
+	} `json:"semaphores"`
+}
+
 // SemaphoreRelease defines model for SemaphoreRelease.
 type SemaphoreRelease struct {
 	Holds int64 `json:"holds"`
@@ -526,6 +700,11 @@ type SemaphoreRelease struct {
 	//
 	// Example: orders.42
 	Semaphore LockName `json:"semaphore"`
+}
+
+// SemaphoreReleaseResult A permit's release answer (`SemaphoreRelease`), or a force release's (`SemaphoreForceRelease`).
+type SemaphoreReleaseResult struct {
+	union json.RawMessage
 }
 
 // SemaphoreState defines model for SemaphoreState.
@@ -551,14 +730,66 @@ type SemaphoreState struct {
 	Yours *bool `json:"yours,omitempty"`
 }
 
+// Top defines model for Top.
+type Top struct {
+	// LongHoldMs LEASEGATE_LONG_HOLD.
+	LongHoldMs  int64 `json:"long_hold_ms"`
+	LongestHeld []struct {
+		AgeMs int64              `json:"age_ms"`
+		Fence int64              `json:"fence"`
+		Kind  TopLongestHeldKind `json:"kind"`
+
+		// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+		//
+		// Example: orders.42
+		Lock      LockName `json:"lock"`
+		Multilock *string  `json:"multilock,omitempty"`
+		Owner     string   `json:"owner"`
+	} `json:"longest_held"`
+	MostContended []struct {
+		Count int64                `json:"count"`
+		Kind  TopMostContendedKind `json:"kind"`
+
+		// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+		//
+		// Example: orders.42
+		Lock LockName `json:"lock"`
+	} `json:"most_contended"`
+	WindowS int64 `json:"window_s"`
+}
+
+// TopLongestHeldKind defines model for Top.LongestHeld.Kind.
+type TopLongestHeldKind string
+
+// TopMostContendedKind defines model for Top.MostContended.Kind.
+type TopMostContendedKind string
+
+// Force defines model for Force.
+type Force bool
+
 // IdempotencyKey Example: 4f9c6a0e-8d2b-4c1e-9f3a-2b7d5e6c8a10
 type IdempotencyKey = string
 
 // LeaseTokenOptional defines model for LeaseTokenOptional.
 type LeaseTokenOptional = string
 
+// LeaseTokenRelease defines model for LeaseTokenRelease.
+type LeaseTokenRelease = string
+
 // LeaseTokenRequired defines model for LeaseTokenRequired.
 type LeaseTokenRequired = string
+
+// LeaseTokenWatch defines model for LeaseTokenWatch.
+type LeaseTokenWatch = string
+
+// ListCursor defines model for ListCursor.
+type ListCursor = string
+
+// ListLimit defines model for ListLimit.
+type ListLimit = int
+
+// ListPrefix defines model for ListPrefix.
+type ListPrefix = string
 
 // LockNameParam defines model for LockNameParam.
 type LockNameParam = string
@@ -779,20 +1010,31 @@ type SemaphoreConflict = Problem
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Unexpected = Problem
 
+// ListLocksParams defines parameters for ListLocks.
+type ListLocksParams struct {
+	// Prefix Only names that start with this: 0-200 characters of `A-Z a-z 0-9 . _ : -`.
+	Prefix *ListPrefix `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// Limit About how many entries a page holds (the SCAN COUNT), 1-1000; default 100.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page; absent or empty for the first.
+	Cursor *ListCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ReleaseLockParams defines parameters for ReleaseLock.
 type ReleaseLockParams struct {
 	// Mode Which hold to give back, for a lease holding the lock both ways.
 	Mode *ReleaseLockParamsMode `form:"mode,omitempty" json:"mode,omitempty"`
 
-	// LeaseToken The lease token from a grant (`token`). Opaque to clients, but self-describing:
-	// `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
-	// `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
-	// `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
-	// A malformed or forged token, or one issued for another lock, answers 400
-	// `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
-	// the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
-	// `yours: false`).
-	LeaseToken LeaseTokenRequired `json:"Lease-Token"`
+	// Force `true`: force release (see the operation). Any other value is a 400.
+	Force *ReleaseLockParamsForce `form:"force,omitempty" json:"force,omitempty"`
+
+	// LeaseToken The token of the lease whose hold to give back (`token` from its grant): required, except
+	// with `force=true`, where it must be absent. A malformed or forged token, or one issued
+	// for another lock, answers 400 `urn:leasegate:problem:invalid-lease-token`; a valid token
+	// whose lease no longer holds answers 410 `urn:leasegate:problem:lease-gone`.
+	LeaseToken *LeaseTokenRelease `json:"Lease-Token,omitempty"`
 
 	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
 	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
@@ -809,6 +1051,9 @@ type ReleaseLockParams struct {
 
 // ReleaseLockParamsMode defines parameters for ReleaseLock.
 type ReleaseLockParamsMode string
+
+// ReleaseLockParamsForce defines parameters for ReleaseLock.
+type ReleaseLockParamsForce bool
 
 // InspectLockParams defines parameters for InspectLock.
 type InspectLockParams struct {
@@ -846,6 +1091,15 @@ type AcquireLockParams struct {
 	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
 	// 1-255 visible ASCII characters, else 400.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// WatchLockParams defines parameters for WatchLock.
+type WatchLockParams struct {
+	// LeaseToken A lease's token (`token` from its grant): the stream then also reports that lease's loss
+	// (`lost`, its last event) when it ends by anything but its own release. The lease must
+	// hold the lock when the stream opens (else 410 `lease-gone`); a malformed or forged
+	// token, or one of another lock, answers 400 `invalid-lease-token`.
+	LeaseToken *LeaseTokenWatch `json:"Lease-Token,omitempty"`
 }
 
 // RenewLockParams defines parameters for RenewLock.
@@ -913,17 +1167,28 @@ type RenewMultiLockByIdParams struct {
 	LeaseToken MultiLockToken `json:"Lease-Token"`
 }
 
+// ListSemaphoresParams defines parameters for ListSemaphores.
+type ListSemaphoresParams struct {
+	// Prefix Only names that start with this: 0-200 characters of `A-Z a-z 0-9 . _ : -`.
+	Prefix *ListPrefix `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// Limit About how many entries a page holds (the SCAN COUNT), 1-1000; default 100.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page; absent or empty for the first.
+	Cursor *ListCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ReleaseSemaphoreParams defines parameters for ReleaseSemaphore.
 type ReleaseSemaphoreParams struct {
-	// LeaseToken The lease token from a grant (`token`). Opaque to clients, but self-describing:
-	// `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
-	// `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
-	// `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
-	// A malformed or forged token, or one issued for another lock, answers 400
-	// `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
-	// the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
-	// `yours: false`).
-	LeaseToken LeaseTokenRequired `json:"Lease-Token"`
+	// Force `true`: force release (see the operation). Any other value is a 400.
+	Force *ReleaseSemaphoreParamsForce `form:"force,omitempty" json:"force,omitempty"`
+
+	// LeaseToken The token of the lease whose hold to give back (`token` from its grant): required, except
+	// with `force=true`, where it must be absent. A malformed or forged token, or one issued
+	// for another lock, answers 400 `urn:leasegate:problem:invalid-lease-token`; a valid token
+	// whose lease no longer holds answers 410 `urn:leasegate:problem:lease-gone`.
+	LeaseToken *LeaseTokenRelease `json:"Lease-Token,omitempty"`
 
 	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
 	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
@@ -937,6 +1202,9 @@ type ReleaseSemaphoreParams struct {
 	// 1-255 visible ASCII characters, else 400.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
+
+// ReleaseSemaphoreParamsForce defines parameters for ReleaseSemaphore.
+type ReleaseSemaphoreParamsForce bool
 
 // InspectSemaphoreParams defines parameters for InspectSemaphore.
 type InspectSemaphoreParams struct {
@@ -974,6 +1242,15 @@ type AcquireSemaphoreParams struct {
 	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
 	// 1-255 visible ASCII characters, else 400.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// WatchSemaphoreParams defines parameters for WatchSemaphore.
+type WatchSemaphoreParams struct {
+	// LeaseToken A lease's token (`token` from its grant): the stream then also reports that lease's loss
+	// (`lost`, its last event) when it ends by anything but its own release. The lease must
+	// hold the lock when the stream opens (else 410 `lease-gone`); a malformed or forged
+	// token, or one of another lock, answers 400 `invalid-lease-token`.
+	LeaseToken *LeaseTokenWatch `json:"Lease-Token,omitempty"`
 }
 
 // RenewSemaphoreParams defines parameters for RenewSemaphore.
@@ -1021,6 +1298,130 @@ type AcquireSemaphoreJSONRequestBody = SemaphoreAcquireRequest
 
 // RenewSemaphoreJSONRequestBody defines body for RenewSemaphore for application/json ContentType.
 type RenewSemaphoreJSONRequestBody = RenewRequest
+
+// AsRelease returns the union data inside the ReleaseResult as a Release
+func (t ReleaseResult) AsRelease() (Release, error) {
+	var body Release
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromRelease overwrites any union data inside the ReleaseResult as the provided Release
+func (t *ReleaseResult) FromRelease(v Release) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeRelease performs a merge with any union data inside the ReleaseResult, using the provided Release
+func (t *ReleaseResult) MergeRelease(v Release) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsForceRelease returns the union data inside the ReleaseResult as a ForceRelease
+func (t ReleaseResult) AsForceRelease() (ForceRelease, error) {
+	var body ForceRelease
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromForceRelease overwrites any union data inside the ReleaseResult as the provided ForceRelease
+func (t *ReleaseResult) FromForceRelease(v ForceRelease) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeForceRelease performs a merge with any union data inside the ReleaseResult, using the provided ForceRelease
+func (t *ReleaseResult) MergeForceRelease(v ForceRelease) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ReleaseResult) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ReleaseResult) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsSemaphoreRelease returns the union data inside the SemaphoreReleaseResult as a SemaphoreRelease
+func (t SemaphoreReleaseResult) AsSemaphoreRelease() (SemaphoreRelease, error) {
+	var body SemaphoreRelease
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSemaphoreRelease overwrites any union data inside the SemaphoreReleaseResult as the provided SemaphoreRelease
+func (t *SemaphoreReleaseResult) FromSemaphoreRelease(v SemaphoreRelease) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeSemaphoreRelease performs a merge with any union data inside the SemaphoreReleaseResult, using the provided SemaphoreRelease
+func (t *SemaphoreReleaseResult) MergeSemaphoreRelease(v SemaphoreRelease) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSemaphoreForceRelease returns the union data inside the SemaphoreReleaseResult as a SemaphoreForceRelease
+func (t SemaphoreReleaseResult) AsSemaphoreForceRelease() (SemaphoreForceRelease, error) {
+	var body SemaphoreForceRelease
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSemaphoreForceRelease overwrites any union data inside the SemaphoreReleaseResult as the provided SemaphoreForceRelease
+func (t *SemaphoreReleaseResult) FromSemaphoreForceRelease(v SemaphoreForceRelease) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeSemaphoreForceRelease performs a merge with any union data inside the SemaphoreReleaseResult, using the provided SemaphoreForceRelease
+func (t *SemaphoreReleaseResult) MergeSemaphoreForceRelease(v SemaphoreForceRelease) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t SemaphoreReleaseResult) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *SemaphoreReleaseResult) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1096,6 +1497,17 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// AdminTop Longest-held and most contended locks (admin)
+	//
+	// `longest_held`: up to 10 of the oldest holds, all replicas, among those that may outlive
+	// LEASEGATE_LONG_HOLD (watchdog leases and multi-locks, leases granted with a TTL of at
+	// least LEASEGATE_LONG_HOLD, leases renewed late in life); short leases never appear.
+	// `most_contended`: up to 10 names with the most 409 answers and waits started on this
+	// replica over the last one to two minutes (a metric label cannot carry lock names).
+	//
+	// Corresponds with GET /admin/top (the `AdminTop` operationId).
+	AdminTop(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// Healthz Liveness probe
 	//
 	// Answers 200 while the process runs, whether or not Redis answers.
@@ -1103,12 +1515,37 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ReleaseLock Release a hold on a lock
+	// ListLocks List held locks (admin)
+	//
+	// One page of the locks held now whose names start with `prefix`, with their holders and
+	// waiters. The listing walks Redis with SCAN (never KEYS): a page costs one or more SCAN
+	// calls of COUNT `limit` plus one read-only script per lock found. SCAN's guarantees apply:
+	// a lock held during the whole listing appears at least once (rarely on two pages); one
+	// taken or freed meanwhile may or may not. A page may hold a few more than `limit` entries,
+	// or fewer (even none) while more follow: follow `next_cursor` until it is empty. Part of
+	// the admin API, open to every caller until authentication exists.
+	//
+	// Corresponds with GET /locks (the `ListLocks` operationId).
+	ListLocks(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseLock Release a hold on a lock, or force-release it
 	//
 	// Releases one hold of the lease named by `Lease-Token`. That hold is given back
 	// (`released: true`) only when its re-entry count reaches zero; otherwise `holds` tells
 	// how many remain. A lease that holds the lock both ways gives back its exclusive hold
 	// first and keeps its shared one (a downgrade), unless `mode` picks the hold.
+	//
+	// **Force release** (`?force=true`, no `Lease-Token`; Redisson's forceUnlock): removes
+	// every hold, exclusive and shared, whoever holds it and whatever its re-entry count, and
+	// hands the lock to the head of the line as a release does (FIFO, with new fences). Every
+	// token of a removed lease answers 410 from then on (renew, release, re-entry), and the
+	// watchdog stops renewing it; a stream of the lock's events opened with such a token gets
+	// `lost` (`reason: forced`). The answer is a `ForceRelease` (`holds_removed` 0 when nothing
+	// held it); each force release writes one audit log line (`lock force-released`, with the
+	// request ID, remote address, owners and fences removed). An operator's call: it is open to
+	// every caller until the gateway authenticates. `force` with any other value, or with a
+	// `Lease-Token`, `mode` or `Idempotency-Key`, is a 400 (a force release is not replayed
+	// to retries: look at the lock before forcing again).
 	//
 	// Corresponds with DELETE /locks/{name} (the `ReleaseLock` operationId).
 	ReleaseLock(ctx context.Context, name LockNameParam, params *ReleaseLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1154,6 +1591,42 @@ type ClientInterface interface {
 	// Corresponds with POST /locks/{name} (the `AcquireLock` operationId).
 	AcquireLock(ctx context.Context, name LockNameParam, params *AcquireLockParams, body AcquireLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WatchLock Stream a lock's live events (Server-Sent Events)
+	//
+	// A `text/event-stream` of what happens to the lock, as it happens. Each event has an `id`
+	// (its number in this stream, from 1), an `event` type and one line of JSON `data` with at
+	// least `lock` and `at` (RFC 3339, ms: the Redis time of the change; the gateway's for
+	// `state`, `expired` and `lost`). A comment line (`: keep-alive`) goes out after 15 s
+	// without an event.
+	//
+	// | event | data (besides `lock`, `at`) | when |
+	// |---|---|---|
+	// | `state` | the `GET /locks/{name}` body (`LockState`) | first, and after a resync |
+	// | `granted` | `owner`, `fence`, `mode`, `waiters` | a new hold (also a hand-off's) |
+	// | `handed-off` | `owner`, `fence`, `mode` | just before the `granted` of a hold that went to a waiter |
+	// | `released` | `owner`, `fence`, `mode` | a hold was given back (its last re-entry) |
+	// | `expired` | `owner`, `fence`, `mode` | a hold ran out without a release |
+	// | `forced` | `owners`, `holds_removed`, `holds` (`owner`, `fence`, `mode`) | a force release |
+	// | `waiters` | `waiters` | someone joined or left the line (a grant's count is in `granted`) |
+	// | `lost` | `fence`, `reason` (`expired`, `forced`, `gone`) | with `Lease-Token` only: that lease ended by anything but its own release; the last event |
+	//
+	// **Guarantees.** The events after `state` are exactly the changes Redis made after that
+	// state, in the order Redis made them (per lock, across every gateway replica). Expiry
+	// publishes nothing in Redis: the gateway reads the lock when its earliest hold should run
+	// out (a few ms after) and reports a hold gone without a release as `expired`, or, when a
+	// newer grant shows it gone first, just before that grant. Renewals send no event.
+	// Delivery is at most once: a stream that may have missed events (its client reads too
+	// slowly, the gateway's pub/sub connection was re-made, Redis was restarted) sends a fresh
+	// `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.
+	// Nothing is stored for replay: a reconnection (with or without `Last-Event-ID`, which is
+	// ignored) starts a new stream with a fresh `state`, on any replica. The stream ends when
+	// the gateway shuts down (reconnect to another replica), after `lost`, or when the client
+	// leaves. Watching costs the lock's scripts a publish per event while someone watches, and
+	// nothing (one key check) once nobody does.
+	//
+	// Corresponds with GET /locks/{name}/events (the `WatchLock` operationId).
+	WatchLock(ctx context.Context, name LockNameParam, params *WatchLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// RenewLockWithBody Renew a lease
 	//
 	// Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
@@ -1175,6 +1648,14 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /locks/{name}/renew (the `RenewLock` operationId).
 	RenewLock(ctx context.Context, name LockNameParam, params *RenewLockParams, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Metrics Prometheus metrics
+	//
+	// The gateway's metrics in the Prometheus text format (README lists them). No metric has a
+	// per-lock-name label.
+	//
+	// Corresponds with GET /metrics (the `Metrics` operationId).
+	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReleaseMultiLock Release every member of a multi-lock
 	//
@@ -1271,10 +1752,21 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ReleaseSemaphore Give back a hold of a permit
+	// ListSemaphores List semaphores with permits in use (admin)
+	//
+	// The semaphores' listing, as GET /locks lists locks.
+	//
+	// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
+	ListSemaphores(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseSemaphore Give back a hold of a permit, or force-release every permit
 	//
 	// Releases one hold of the permit's lease named by `Lease-Token`; at zero holds the
 	// permit is free (`released: true`) and goes to the first waiter.
+	//
+	// **Force release** (`?force=true`, no `Lease-Token`): takes back every permit, whoever
+	// holds it, and hands the freed permits to the head of the line; as for locks (see
+	// `DELETE /locks/{name}`), the removed leases' tokens answer 410 from then on.
 	//
 	// Corresponds with DELETE /semaphores/{name} (the `ReleaseSemaphore` operationId).
 	ReleaseSemaphore(ctx context.Context, name SemaphoreNameParam, params *ReleaseSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1318,6 +1810,16 @@ type ClientInterface interface {
 	// Corresponds with POST /semaphores/{name} (the `AcquireSemaphore` operationId).
 	AcquireSemaphore(ctx context.Context, name SemaphoreNameParam, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WatchSemaphore Stream a semaphore's live events (Server-Sent Events)
+	//
+	// The semaphore's events, as `GET /locks/{name}/events` streams a lock's: `state` (the
+	// `GET /semaphores/{name}` body, plus `lock`, the semaphore's name, and `at`), `granted`,
+	// `handed-off`, `released`, `expired`, `forced`, `waiters`, and `lost` with a permit's
+	// `Lease-Token`; events about a permit carry no `mode`.
+	//
+	// Corresponds with GET /semaphores/{name}/events (the `WatchSemaphore` operationId).
+	WatchSemaphore(ctx context.Context, name SemaphoreNameParam, params *WatchSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// RenewSemaphoreWithBody Renew a permit's lease
 	//
 	// Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
@@ -1339,6 +1841,27 @@ type ClientInterface interface {
 	RenewSemaphore(ctx context.Context, name SemaphoreNameParam, params *RenewSemaphoreParams, body RenewSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
+// AdminTop Longest-held and most contended locks (admin)
+//
+// `longest_held`: up to 10 of the oldest holds, all replicas, among those that may outlive
+// LEASEGATE_LONG_HOLD (watchdog leases and multi-locks, leases granted with a TTL of at
+// least LEASEGATE_LONG_HOLD, leases renewed late in life); short leases never appear.
+// `most_contended`: up to 10 names with the most 409 answers and waits started on this
+// replica over the last one to two minutes (a metric label cannot carry lock names).
+//
+// Corresponds with GET /admin/top (the `AdminTop` operationId).
+func (c *Client) AdminTop(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAdminTopRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // Healthz Liveness probe
 //
 // Answers 200 while the process runs, whether or not Redis answers.
@@ -1356,12 +1879,47 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
-// ReleaseLock Release a hold on a lock
+// ListLocks List held locks (admin)
+//
+// One page of the locks held now whose names start with `prefix`, with their holders and
+// waiters. The listing walks Redis with SCAN (never KEYS): a page costs one or more SCAN
+// calls of COUNT `limit` plus one read-only script per lock found. SCAN's guarantees apply:
+// a lock held during the whole listing appears at least once (rarely on two pages); one
+// taken or freed meanwhile may or may not. A page may hold a few more than `limit` entries,
+// or fewer (even none) while more follow: follow `next_cursor` until it is empty. Part of
+// the admin API, open to every caller until authentication exists.
+//
+// Corresponds with GET /locks (the `ListLocks` operationId).
+func (c *Client) ListLocks(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListLocksRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseLock Release a hold on a lock, or force-release it
 //
 // Releases one hold of the lease named by `Lease-Token`. That hold is given back
 // (`released: true`) only when its re-entry count reaches zero; otherwise `holds` tells
 // how many remain. A lease that holds the lock both ways gives back its exclusive hold
 // first and keeps its shared one (a downgrade), unless `mode` picks the hold.
+//
+// **Force release** (`?force=true`, no `Lease-Token`; Redisson's forceUnlock): removes
+// every hold, exclusive and shared, whoever holds it and whatever its re-entry count, and
+// hands the lock to the head of the line as a release does (FIFO, with new fences). Every
+// token of a removed lease answers 410 from then on (renew, release, re-entry), and the
+// watchdog stops renewing it; a stream of the lock's events opened with such a token gets
+// `lost` (`reason: forced`). The answer is a `ForceRelease` (`holds_removed` 0 when nothing
+// held it); each force release writes one audit log line (`lock force-released`, with the
+// request ID, remote address, owners and fences removed). An operator's call: it is open to
+// every caller until the gateway authenticates. `force` with any other value, or with a
+// `Lease-Token`, `mode` or `Idempotency-Key`, is a 400 (a force release is not replayed
+// to retries: look at the lock before forcing again).
 //
 // Corresponds with DELETE /locks/{name} (the `ReleaseLock` operationId).
 func (c *Client) ReleaseLock(ctx context.Context, name LockNameParam, params *ReleaseLockParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1447,6 +2005,52 @@ func (c *Client) AcquireLock(ctx context.Context, name LockNameParam, params *Ac
 	return c.Client.Do(req)
 }
 
+// WatchLock Stream a lock's live events (Server-Sent Events)
+//
+// A `text/event-stream` of what happens to the lock, as it happens. Each event has an `id`
+// (its number in this stream, from 1), an `event` type and one line of JSON `data` with at
+// least `lock` and `at` (RFC 3339, ms: the Redis time of the change; the gateway's for
+// `state`, `expired` and `lost`). A comment line (`: keep-alive`) goes out after 15 s
+// without an event.
+//
+// | event | data (besides `lock`, `at`) | when |
+// |---|---|---|
+// | `state` | the `GET /locks/{name}` body (`LockState`) | first, and after a resync |
+// | `granted` | `owner`, `fence`, `mode`, `waiters` | a new hold (also a hand-off's) |
+// | `handed-off` | `owner`, `fence`, `mode` | just before the `granted` of a hold that went to a waiter |
+// | `released` | `owner`, `fence`, `mode` | a hold was given back (its last re-entry) |
+// | `expired` | `owner`, `fence`, `mode` | a hold ran out without a release |
+// | `forced` | `owners`, `holds_removed`, `holds` (`owner`, `fence`, `mode`) | a force release |
+// | `waiters` | `waiters` | someone joined or left the line (a grant's count is in `granted`) |
+// | `lost` | `fence`, `reason` (`expired`, `forced`, `gone`) | with `Lease-Token` only: that lease ended by anything but its own release; the last event |
+//
+// **Guarantees.** The events after `state` are exactly the changes Redis made after that
+// state, in the order Redis made them (per lock, across every gateway replica). Expiry
+// publishes nothing in Redis: the gateway reads the lock when its earliest hold should run
+// out (a few ms after) and reports a hold gone without a release as `expired`, or, when a
+// newer grant shows it gone first, just before that grant. Renewals send no event.
+// Delivery is at most once: a stream that may have missed events (its client reads too
+// slowly, the gateway's pub/sub connection was re-made, Redis was restarted) sends a fresh
+// `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.
+// Nothing is stored for replay: a reconnection (with or without `Last-Event-ID`, which is
+// ignored) starts a new stream with a fresh `state`, on any replica. The stream ends when
+// the gateway shuts down (reconnect to another replica), after `lost`, or when the client
+// leaves. Watching costs the lock's scripts a publish per event while someone watches, and
+// nothing (one key check) once nobody does.
+//
+// Corresponds with GET /locks/{name}/events (the `WatchLock` operationId).
+func (c *Client) WatchLock(ctx context.Context, name LockNameParam, params *WatchLockParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchLockRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // RenewLockWithBody Renew a lease
 //
 // Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
@@ -1479,6 +2083,24 @@ func (c *Client) RenewLockWithBody(ctx context.Context, name LockNameParam, para
 // Corresponds with POST /locks/{name}/renew (the `RenewLock` operationId).
 func (c *Client) RenewLock(ctx context.Context, name LockNameParam, params *RenewLockParams, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRenewLockRequest(c.Server, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Metrics Prometheus metrics
+//
+// The gateway's metrics in the Prometheus text format (README lists them). No metric has a
+// per-lock-name label.
+//
+// Corresponds with GET /metrics (the `Metrics` operationId).
+func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMetricsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1684,10 +2306,31 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 	return c.Client.Do(req)
 }
 
-// ReleaseSemaphore Give back a hold of a permit
+// ListSemaphores List semaphores with permits in use (admin)
+//
+// The semaphores' listing, as GET /locks lists locks.
+//
+// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
+func (c *Client) ListSemaphores(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSemaphoresRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseSemaphore Give back a hold of a permit, or force-release every permit
 //
 // Releases one hold of the permit's lease named by `Lease-Token`; at zero holds the
 // permit is free (`released: true`) and goes to the first waiter.
+//
+// **Force release** (`?force=true`, no `Lease-Token`): takes back every permit, whoever
+// holds it, and hands the freed permits to the head of the line; as for locks (see
+// `DELETE /locks/{name}`), the removed leases' tokens answer 410 from then on.
 //
 // Corresponds with DELETE /semaphores/{name} (the `ReleaseSemaphore` operationId).
 func (c *Client) ReleaseSemaphore(ctx context.Context, name SemaphoreNameParam, params *ReleaseSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1771,6 +2414,26 @@ func (c *Client) AcquireSemaphore(ctx context.Context, name SemaphoreNameParam, 
 	return c.Client.Do(req)
 }
 
+// WatchSemaphore Stream a semaphore's live events (Server-Sent Events)
+//
+// The semaphore's events, as `GET /locks/{name}/events` streams a lock's: `state` (the
+// `GET /semaphores/{name}` body, plus `lock`, the semaphore's name, and `at`), `granted`,
+// `handed-off`, `released`, `expired`, `forced`, `waiters`, and `lost` with a permit's
+// `Lease-Token`; events about a permit carry no `mode`.
+//
+// Corresponds with GET /semaphores/{name}/events (the `WatchSemaphore` operationId).
+func (c *Client) WatchSemaphore(ctx context.Context, name SemaphoreNameParam, params *WatchSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchSemaphoreRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // RenewSemaphoreWithBody Renew a permit's lease
 //
 // Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
@@ -1811,6 +2474,33 @@ func (c *Client) RenewSemaphore(ctx context.Context, name SemaphoreNameParam, pa
 	return c.Client.Do(req)
 }
 
+// NewAdminTopRequest constructs an http.Request for the AdminTop method
+func NewAdminTopRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/admin/top")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewHealthzRequest constructs an http.Request for the Healthz method
 func NewHealthzRequest(server string) (*http.Request, error) {
 	var err error
@@ -1828,6 +2518,84 @@ func NewHealthzRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListLocksRequest constructs an http.Request for the ListLocks method
+func NewListLocksRequest(server string, params *ListLocksParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/locks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Prefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -1885,6 +2653,18 @@ func NewReleaseLockRequest(server string, name LockNameParam, params *ReleaseLoc
 
 		}
 
+		if params.Force != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "force", *params.Force, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -1898,14 +2678,16 @@ func NewReleaseLockRequest(server string, name LockNameParam, params *ReleaseLoc
 
 	if params != nil {
 
-		var headerParam0 string
+		if params.LeaseToken != nil {
+			var headerParam0 string
 
-		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
-		if err != nil {
-			return nil, err
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", *params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Lease-Token", headerParam0)
 		}
-
-		req.Header.Set("Lease-Token", headerParam0)
 
 		if params.IdempotencyKey != nil {
 			var headerParam1 string
@@ -2045,6 +2827,55 @@ func NewAcquireLockRequestWithBody(server string, name LockNameParam, params *Ac
 	return req, nil
 }
 
+// NewWatchLockRequest constructs an http.Request for the WatchLock method
+func NewWatchLockRequest(server string, name LockNameParam, params *WatchLockParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/locks/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LeaseToken != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", *params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Lease-Token", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewRenewLockRequest calls the generic RenewLock builder with application/json body
 func NewRenewLockRequest(server string, name LockNameParam, params *RenewLockParams, body RenewLockJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -2111,6 +2942,33 @@ func NewRenewLockRequestWithBody(server string, name LockNameParam, params *Rene
 			req.Header.Set("Idempotency-Key", headerParam1)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewMetricsRequest constructs an http.Request for the Metrics method
+func NewMetricsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/metrics")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -2410,6 +3268,84 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListSemaphoresRequest constructs an http.Request for the ListSemaphores method
+func NewListSemaphoresRequest(server string, params *ListSemaphoresParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Prefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewReleaseSemaphoreRequest constructs an http.Request for the ReleaseSemaphore method
 func NewReleaseSemaphoreRequest(server string, name SemaphoreNameParam, params *ReleaseSemaphoreParams) (*http.Request, error) {
 	var err error
@@ -2436,6 +3372,33 @@ func NewReleaseSemaphoreRequest(server string, name SemaphoreNameParam, params *
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Force != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "force", *params.Force, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -2443,14 +3406,16 @@ func NewReleaseSemaphoreRequest(server string, name SemaphoreNameParam, params *
 
 	if params != nil {
 
-		var headerParam0 string
+		if params.LeaseToken != nil {
+			var headerParam0 string
 
-		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
-		if err != nil {
-			return nil, err
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", *params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Lease-Token", headerParam0)
 		}
-
-		req.Header.Set("Lease-Token", headerParam0)
 
 		if params.IdempotencyKey != nil {
 			var headerParam1 string
@@ -2590,6 +3555,55 @@ func NewAcquireSemaphoreRequestWithBody(server string, name SemaphoreNameParam, 
 	return req, nil
 }
 
+// NewWatchSemaphoreRequest constructs an http.Request for the WatchSemaphore method
+func NewWatchSemaphoreRequest(server string, name SemaphoreNameParam, params *WatchSemaphoreParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/semaphores/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LeaseToken != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", *params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Lease-Token", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewRenewSemaphoreRequest calls the generic RenewSemaphore builder with application/json body
 func NewRenewSemaphoreRequest(server string, name SemaphoreNameParam, params *RenewSemaphoreParams, body RenewSemaphoreJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -2705,6 +3719,19 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// AdminTopWithResponse Longest-held and most contended locks (admin)
+	//
+	// `longest_held`: up to 10 of the oldest holds, all replicas, among those that may outlive
+	// LEASEGATE_LONG_HOLD (watchdog leases and multi-locks, leases granted with a TTL of at
+	// least LEASEGATE_LONG_HOLD, leases renewed late in life); short leases never appear.
+	// `most_contended`: up to 10 names with the most 409 answers and waits started on this
+	// replica over the last one to two minutes (a metric label cannot carry lock names).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /admin/top (the `AdminTop` operationId).
+	AdminTopWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*AdminTopResponse, error)
+
 	// HealthzWithResponse Liveness probe
 	//
 	// Answers 200 while the process runs, whether or not Redis answers.
@@ -2714,12 +3741,39 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `Healthz` operationId).
 	HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error)
 
-	// ReleaseLockWithResponse Release a hold on a lock
+	// ListLocksWithResponse List held locks (admin)
+	//
+	// One page of the locks held now whose names start with `prefix`, with their holders and
+	// waiters. The listing walks Redis with SCAN (never KEYS): a page costs one or more SCAN
+	// calls of COUNT `limit` plus one read-only script per lock found. SCAN's guarantees apply:
+	// a lock held during the whole listing appears at least once (rarely on two pages); one
+	// taken or freed meanwhile may or may not. A page may hold a few more than `limit` entries,
+	// or fewer (even none) while more follow: follow `next_cursor` until it is empty. Part of
+	// the admin API, open to every caller until authentication exists.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /locks (the `ListLocks` operationId).
+	ListLocksWithResponse(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*ListLocksResponse, error)
+
+	// ReleaseLockWithResponse Release a hold on a lock, or force-release it
 	//
 	// Releases one hold of the lease named by `Lease-Token`. That hold is given back
 	// (`released: true`) only when its re-entry count reaches zero; otherwise `holds` tells
 	// how many remain. A lease that holds the lock both ways gives back its exclusive hold
 	// first and keeps its shared one (a downgrade), unless `mode` picks the hold.
+	//
+	// **Force release** (`?force=true`, no `Lease-Token`; Redisson's forceUnlock): removes
+	// every hold, exclusive and shared, whoever holds it and whatever its re-entry count, and
+	// hands the lock to the head of the line as a release does (FIFO, with new fences). Every
+	// token of a removed lease answers 410 from then on (renew, release, re-entry), and the
+	// watchdog stops renewing it; a stream of the lock's events opened with such a token gets
+	// `lost` (`reason: forced`). The answer is a `ForceRelease` (`holds_removed` 0 when nothing
+	// held it); each force release writes one audit log line (`lock force-released`, with the
+	// request ID, remote address, owners and fences removed). An operator's call: it is open to
+	// every caller until the gateway authenticates. `force` with any other value, or with a
+	// `Lease-Token`, `mode` or `Idempotency-Key`, is a 400 (a force release is not replayed
+	// to retries: look at the lock before forcing again).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2769,6 +3823,44 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /locks/{name} (the `AcquireLock` operationId).
 	AcquireLockWithResponse(ctx context.Context, name LockNameParam, params *AcquireLockParams, body AcquireLockJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireLockResponse, error)
 
+	// WatchLockWithResponse Stream a lock's live events (Server-Sent Events)
+	//
+	// A `text/event-stream` of what happens to the lock, as it happens. Each event has an `id`
+	// (its number in this stream, from 1), an `event` type and one line of JSON `data` with at
+	// least `lock` and `at` (RFC 3339, ms: the Redis time of the change; the gateway's for
+	// `state`, `expired` and `lost`). A comment line (`: keep-alive`) goes out after 15 s
+	// without an event.
+	//
+	// | event | data (besides `lock`, `at`) | when |
+	// |---|---|---|
+	// | `state` | the `GET /locks/{name}` body (`LockState`) | first, and after a resync |
+	// | `granted` | `owner`, `fence`, `mode`, `waiters` | a new hold (also a hand-off's) |
+	// | `handed-off` | `owner`, `fence`, `mode` | just before the `granted` of a hold that went to a waiter |
+	// | `released` | `owner`, `fence`, `mode` | a hold was given back (its last re-entry) |
+	// | `expired` | `owner`, `fence`, `mode` | a hold ran out without a release |
+	// | `forced` | `owners`, `holds_removed`, `holds` (`owner`, `fence`, `mode`) | a force release |
+	// | `waiters` | `waiters` | someone joined or left the line (a grant's count is in `granted`) |
+	// | `lost` | `fence`, `reason` (`expired`, `forced`, `gone`) | with `Lease-Token` only: that lease ended by anything but its own release; the last event |
+	//
+	// **Guarantees.** The events after `state` are exactly the changes Redis made after that
+	// state, in the order Redis made them (per lock, across every gateway replica). Expiry
+	// publishes nothing in Redis: the gateway reads the lock when its earliest hold should run
+	// out (a few ms after) and reports a hold gone without a release as `expired`, or, when a
+	// newer grant shows it gone first, just before that grant. Renewals send no event.
+	// Delivery is at most once: a stream that may have missed events (its client reads too
+	// slowly, the gateway's pub/sub connection was re-made, Redis was restarted) sends a fresh
+	// `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.
+	// Nothing is stored for replay: a reconnection (with or without `Last-Event-ID`, which is
+	// ignored) starts a new stream with a fresh `state`, on any replica. The stream ends when
+	// the gateway shuts down (reconnect to another replica), after `lost`, or when the client
+	// leaves. Watching costs the lock's scripts a publish per event while someone watches, and
+	// nothing (one key check) once nobody does.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /locks/{name}/events (the `WatchLock` operationId).
+	WatchLockWithResponse(ctx context.Context, name LockNameParam, params *WatchLockParams, reqEditors ...RequestEditorFn) (*WatchLockResponse, error)
+
 	// RenewLockWithBodyWithResponse Renew a lease
 	//
 	// Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
@@ -2790,6 +3882,16 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /locks/{name}/renew (the `RenewLock` operationId).
 	RenewLockWithResponse(ctx context.Context, name LockNameParam, params *RenewLockParams, body RenewLockJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLockResponse, error)
+
+	// MetricsWithResponse Prometheus metrics
+	//
+	// The gateway's metrics in the Prometheus text format (README lists them). No metric has a
+	// per-lock-name label.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /metrics (the `Metrics` operationId).
+	MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsResponse, error)
 
 	// ReleaseMultiLockWithResponse Release every member of a multi-lock
 	//
@@ -2894,10 +3996,23 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
 
-	// ReleaseSemaphoreWithResponse Give back a hold of a permit
+	// ListSemaphoresWithResponse List semaphores with permits in use (admin)
+	//
+	// The semaphores' listing, as GET /locks lists locks.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
+	ListSemaphoresWithResponse(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*ListSemaphoresResponse, error)
+
+	// ReleaseSemaphoreWithResponse Give back a hold of a permit, or force-release every permit
 	//
 	// Releases one hold of the permit's lease named by `Lease-Token`; at zero holds the
 	// permit is free (`released: true`) and goes to the first waiter.
+	//
+	// **Force release** (`?force=true`, no `Lease-Token`): takes back every permit, whoever
+	// holds it, and hands the freed permits to the head of the line; as for locks (see
+	// `DELETE /locks/{name}`), the removed leases' tokens answer 410 from then on.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2945,6 +4060,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /semaphores/{name} (the `AcquireSemaphore` operationId).
 	AcquireSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *AcquireSemaphoreParams, body AcquireSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*AcquireSemaphoreResponse, error)
 
+	// WatchSemaphoreWithResponse Stream a semaphore's live events (Server-Sent Events)
+	//
+	// The semaphore's events, as `GET /locks/{name}/events` streams a lock's: `state` (the
+	// `GET /semaphores/{name}` body, plus `lock`, the semaphore's name, and `at`), `granted`,
+	// `handed-off`, `released`, `expired`, `forced`, `waiters`, and `lost` with a permit's
+	// `Lease-Token`; events about a permit carry no `mode`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /semaphores/{name}/events (the `WatchSemaphore` operationId).
+	WatchSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *WatchSemaphoreParams, reqEditors ...RequestEditorFn) (*WatchSemaphoreResponse, error)
+
 	// RenewSemaphoreWithBodyWithResponse Renew a permit's lease
 	//
 	// Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
@@ -2964,6 +4091,97 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /semaphores/{name}/renew (the `RenewSemaphore` operationId).
 	RenewSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *RenewSemaphoreParams, body RenewSemaphoreJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewSemaphoreResponse, error)
+}
+
+// AdminTopResponse200Headers the declared response headers of an HTTP 200 response for AdminTop
+type AdminTopResponse200Headers struct {
+	XRequestId string
+}
+
+// AdminTopResponse4XXHeaders the declared response headers of an HTTP 4XX response for AdminTop
+type AdminTopResponse4XXHeaders struct {
+	XRequestId string
+}
+
+// AdminTopResponse503Headers the declared response headers of an HTTP 503 response for AdminTop
+type AdminTopResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// AdminTopResponseDefaultHeaders the declared response headers of an HTTP default response for AdminTop
+type AdminTopResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type AdminTopResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Top
+	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
+	ApplicationproblemJSON4XX *ClientError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *AdminTopResponse200Headers
+	// Headers4XX the parsed response headers for an HTTP 4XX response
+	Headers4XX *AdminTopResponse4XXHeaders
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AdminTopResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *AdminTopResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AdminTopResponse) GetJSON200() *Top {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
+func (r AdminTopResponse) GetApplicationproblemJSON4XX() *ClientError {
+	return r.ApplicationproblemJSON4XX
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AdminTopResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r AdminTopResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AdminTopResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AdminTopResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AdminTopResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AdminTopResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 // HealthzResponse200Headers the declared response headers of an HTTP 200 response for Healthz
@@ -3042,6 +4260,111 @@ func (r HealthzResponse) ContentType() string {
 	return ""
 }
 
+// ListLocksResponse200Headers the declared response headers of an HTTP 200 response for ListLocks
+type ListLocksResponse200Headers struct {
+	XRequestId string
+}
+
+// ListLocksResponse400Headers the declared response headers of an HTTP 400 response for ListLocks
+type ListLocksResponse400Headers struct {
+	XRequestId string
+}
+
+// ListLocksResponse4XXHeaders the declared response headers of an HTTP 4XX response for ListLocks
+type ListLocksResponse4XXHeaders struct {
+	XRequestId string
+}
+
+// ListLocksResponse503Headers the declared response headers of an HTTP 503 response for ListLocks
+type ListLocksResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ListLocksResponseDefaultHeaders the declared response headers of an HTTP default response for ListLocks
+type ListLocksResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type ListLocksResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LockList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
+	ApplicationproblemJSON4XX *ClientError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListLocksResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListLocksResponse400Headers
+	// Headers4XX the parsed response headers for an HTTP 4XX response
+	Headers4XX *ListLocksResponse4XXHeaders
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListLocksResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListLocksResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListLocksResponse) GetJSON200() *LockList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON4XX() *ClientError {
+	return r.ApplicationproblemJSON4XX
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListLocksResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListLocksResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListLocksResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListLocksResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ReleaseLockResponse200Headers the declared response headers of an HTTP 200 response for ReleaseLock
 type ReleaseLockResponse200Headers struct {
 	XRequestId string
@@ -3077,7 +4400,7 @@ type ReleaseLockResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Release
+	JSON200 *ReleaseResult
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
@@ -3103,7 +4426,7 @@ type ReleaseLockResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r ReleaseLockResponse) GetJSON200() *Release {
+func (r ReleaseLockResponse) GetJSON200() *ReleaseResult {
 	return r.JSON200
 }
 
@@ -3429,6 +4752,118 @@ func (r AcquireLockResponse) ContentType() string {
 	return ""
 }
 
+// WatchLockResponse200Headers the declared response headers of an HTTP 200 response for WatchLock
+type WatchLockResponse200Headers struct {
+	XRequestId string
+}
+
+// WatchLockResponse400Headers the declared response headers of an HTTP 400 response for WatchLock
+type WatchLockResponse400Headers struct {
+	XRequestId string
+}
+
+// WatchLockResponse410Headers the declared response headers of an HTTP 410 response for WatchLock
+type WatchLockResponse410Headers struct {
+	XRequestId string
+}
+
+// WatchLockResponse500Headers the declared response headers of an HTTP 500 response for WatchLock
+type WatchLockResponse500Headers struct {
+	XRequestId string
+}
+
+// WatchLockResponse503Headers the declared response headers of an HTTP 503 response for WatchLock
+type WatchLockResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// WatchLockResponseDefaultHeaders the declared response headers of an HTTP default response for WatchLock
+type WatchLockResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type WatchLockResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *WatchLockResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *WatchLockResponse400Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *WatchLockResponse410Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *WatchLockResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *WatchLockResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *WatchLockResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r WatchLockResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r WatchLockResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r WatchLockResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r WatchLockResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WatchLockResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchLockResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchLockResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchLockResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchLockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // RenewLockResponse200Headers the declared response headers of an HTTP 200 response for RenewLock
 type RenewLockResponse200Headers struct {
 	XRequestId string
@@ -3556,6 +4991,68 @@ func (r RenewLockResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RenewLockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// MetricsResponse4XXHeaders the declared response headers of an HTTP 4XX response for Metrics
+type MetricsResponse4XXHeaders struct {
+	XRequestId string
+}
+
+// MetricsResponseDefaultHeaders the declared response headers of an HTTP default response for Metrics
+type MetricsResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type MetricsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
+	ApplicationproblemJSON4XX *ClientError
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers4XX the parsed response headers for an HTTP 4XX response
+	Headers4XX *MetricsResponse4XXHeaders
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *MetricsResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSON4XX() *ClientError {
+	return r.ApplicationproblemJSON4XX
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r MetricsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MetricsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MetricsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MetricsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4380,6 +5877,111 @@ func (r ReadyzResponse) ContentType() string {
 	return ""
 }
 
+// ListSemaphoresResponse200Headers the declared response headers of an HTTP 200 response for ListSemaphores
+type ListSemaphoresResponse200Headers struct {
+	XRequestId string
+}
+
+// ListSemaphoresResponse400Headers the declared response headers of an HTTP 400 response for ListSemaphores
+type ListSemaphoresResponse400Headers struct {
+	XRequestId string
+}
+
+// ListSemaphoresResponse4XXHeaders the declared response headers of an HTTP 4XX response for ListSemaphores
+type ListSemaphoresResponse4XXHeaders struct {
+	XRequestId string
+}
+
+// ListSemaphoresResponse503Headers the declared response headers of an HTTP 503 response for ListSemaphores
+type ListSemaphoresResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ListSemaphoresResponseDefaultHeaders the declared response headers of an HTTP default response for ListSemaphores
+type ListSemaphoresResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type ListSemaphoresResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SemaphoreList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
+	ApplicationproblemJSON4XX *ClientError
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListSemaphoresResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListSemaphoresResponse400Headers
+	// Headers4XX the parsed response headers for an HTTP 4XX response
+	Headers4XX *ListSemaphoresResponse4XXHeaders
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListSemaphoresResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListSemaphoresResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSemaphoresResponse) GetJSON200() *SemaphoreList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON4XX() *ClientError {
+	return r.ApplicationproblemJSON4XX
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSemaphoresResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSemaphoresResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSemaphoresResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSemaphoresResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ReleaseSemaphoreResponse200Headers the declared response headers of an HTTP 200 response for ReleaseSemaphore
 type ReleaseSemaphoreResponse200Headers struct {
 	XRequestId string
@@ -4415,7 +6017,7 @@ type ReleaseSemaphoreResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *SemaphoreRelease
+	JSON200 *SemaphoreReleaseResult
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
@@ -4441,7 +6043,7 @@ type ReleaseSemaphoreResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r ReleaseSemaphoreResponse) GetJSON200() *SemaphoreRelease {
+func (r ReleaseSemaphoreResponse) GetJSON200() *SemaphoreReleaseResult {
 	return r.JSON200
 }
 
@@ -4767,6 +6369,118 @@ func (r AcquireSemaphoreResponse) ContentType() string {
 	return ""
 }
 
+// WatchSemaphoreResponse200Headers the declared response headers of an HTTP 200 response for WatchSemaphore
+type WatchSemaphoreResponse200Headers struct {
+	XRequestId string
+}
+
+// WatchSemaphoreResponse400Headers the declared response headers of an HTTP 400 response for WatchSemaphore
+type WatchSemaphoreResponse400Headers struct {
+	XRequestId string
+}
+
+// WatchSemaphoreResponse410Headers the declared response headers of an HTTP 410 response for WatchSemaphore
+type WatchSemaphoreResponse410Headers struct {
+	XRequestId string
+}
+
+// WatchSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for WatchSemaphore
+type WatchSemaphoreResponse500Headers struct {
+	XRequestId string
+}
+
+// WatchSemaphoreResponse503Headers the declared response headers of an HTTP 503 response for WatchSemaphore
+type WatchSemaphoreResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// WatchSemaphoreResponseDefaultHeaders the declared response headers of an HTTP default response for WatchSemaphore
+type WatchSemaphoreResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type WatchSemaphoreResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *WatchSemaphoreResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *WatchSemaphoreResponse400Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *WatchSemaphoreResponse410Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *WatchSemaphoreResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *WatchSemaphoreResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *WatchSemaphoreResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r WatchSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r WatchSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r WatchSemaphoreResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r WatchSemaphoreResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WatchSemaphoreResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchSemaphoreResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchSemaphoreResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchSemaphoreResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchSemaphoreResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // RenewSemaphoreResponse200Headers the declared response headers of an HTTP 200 response for RenewSemaphore
 type RenewSemaphoreResponse200Headers struct {
 	XRequestId string
@@ -4900,6 +6614,25 @@ func (r RenewSemaphoreResponse) ContentType() string {
 	return ""
 }
 
+// AdminTopWithResponse Longest-held and most contended locks (admin)
+//
+// `longest_held`: up to 10 of the oldest holds, all replicas, among those that may outlive
+// LEASEGATE_LONG_HOLD (watchdog leases and multi-locks, leases granted with a TTL of at
+// least LEASEGATE_LONG_HOLD, leases renewed late in life); short leases never appear.
+// `most_contended`: up to 10 names with the most 409 answers and waits started on this
+// replica over the last one to two minutes (a metric label cannot carry lock names).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /admin/top (the `AdminTop` operationId).
+func (c *ClientWithResponses) AdminTopWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*AdminTopResponse, error) {
+	rsp, err := c.AdminTop(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAdminTopResponse(rsp)
+}
+
 // HealthzWithResponse Liveness probe
 //
 // Answers 200 while the process runs, whether or not Redis answers.
@@ -4915,12 +6648,45 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 	return ParseHealthzResponse(rsp)
 }
 
-// ReleaseLockWithResponse Release a hold on a lock
+// ListLocksWithResponse List held locks (admin)
+//
+// One page of the locks held now whose names start with `prefix`, with their holders and
+// waiters. The listing walks Redis with SCAN (never KEYS): a page costs one or more SCAN
+// calls of COUNT `limit` plus one read-only script per lock found. SCAN's guarantees apply:
+// a lock held during the whole listing appears at least once (rarely on two pages); one
+// taken or freed meanwhile may or may not. A page may hold a few more than `limit` entries,
+// or fewer (even none) while more follow: follow `next_cursor` until it is empty. Part of
+// the admin API, open to every caller until authentication exists.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /locks (the `ListLocks` operationId).
+func (c *ClientWithResponses) ListLocksWithResponse(ctx context.Context, params *ListLocksParams, reqEditors ...RequestEditorFn) (*ListLocksResponse, error) {
+	rsp, err := c.ListLocks(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListLocksResponse(rsp)
+}
+
+// ReleaseLockWithResponse Release a hold on a lock, or force-release it
 //
 // Releases one hold of the lease named by `Lease-Token`. That hold is given back
 // (`released: true`) only when its re-entry count reaches zero; otherwise `holds` tells
 // how many remain. A lease that holds the lock both ways gives back its exclusive hold
 // first and keeps its shared one (a downgrade), unless `mode` picks the hold.
+//
+// **Force release** (`?force=true`, no `Lease-Token`; Redisson's forceUnlock): removes
+// every hold, exclusive and shared, whoever holds it and whatever its re-entry count, and
+// hands the lock to the head of the line as a release does (FIFO, with new fences). Every
+// token of a removed lease answers 410 from then on (renew, release, re-entry), and the
+// watchdog stops renewing it; a stream of the lock's events opened with such a token gets
+// `lost` (`reason: forced`). The answer is a `ForceRelease` (`holds_removed` 0 when nothing
+// held it); each force release writes one audit log line (`lock force-released`, with the
+// request ID, remote address, owners and fences removed). An operator's call: it is open to
+// every caller until the gateway authenticates. `force` with any other value, or with a
+// `Lease-Token`, `mode` or `Idempotency-Key`, is a 400 (a force release is not replayed
+// to retries: look at the lock before forcing again).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -4994,6 +6760,50 @@ func (c *ClientWithResponses) AcquireLockWithResponse(ctx context.Context, name 
 	return ParseAcquireLockResponse(rsp)
 }
 
+// WatchLockWithResponse Stream a lock's live events (Server-Sent Events)
+//
+// A `text/event-stream` of what happens to the lock, as it happens. Each event has an `id`
+// (its number in this stream, from 1), an `event` type and one line of JSON `data` with at
+// least `lock` and `at` (RFC 3339, ms: the Redis time of the change; the gateway's for
+// `state`, `expired` and `lost`). A comment line (`: keep-alive`) goes out after 15 s
+// without an event.
+//
+// | event | data (besides `lock`, `at`) | when |
+// |---|---|---|
+// | `state` | the `GET /locks/{name}` body (`LockState`) | first, and after a resync |
+// | `granted` | `owner`, `fence`, `mode`, `waiters` | a new hold (also a hand-off's) |
+// | `handed-off` | `owner`, `fence`, `mode` | just before the `granted` of a hold that went to a waiter |
+// | `released` | `owner`, `fence`, `mode` | a hold was given back (its last re-entry) |
+// | `expired` | `owner`, `fence`, `mode` | a hold ran out without a release |
+// | `forced` | `owners`, `holds_removed`, `holds` (`owner`, `fence`, `mode`) | a force release |
+// | `waiters` | `waiters` | someone joined or left the line (a grant's count is in `granted`) |
+// | `lost` | `fence`, `reason` (`expired`, `forced`, `gone`) | with `Lease-Token` only: that lease ended by anything but its own release; the last event |
+//
+// **Guarantees.** The events after `state` are exactly the changes Redis made after that
+// state, in the order Redis made them (per lock, across every gateway replica). Expiry
+// publishes nothing in Redis: the gateway reads the lock when its earliest hold should run
+// out (a few ms after) and reports a hold gone without a release as `expired`, or, when a
+// newer grant shows it gone first, just before that grant. Renewals send no event.
+// Delivery is at most once: a stream that may have missed events (its client reads too
+// slowly, the gateway's pub/sub connection was re-made, Redis was restarted) sends a fresh
+// `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.
+// Nothing is stored for replay: a reconnection (with or without `Last-Event-ID`, which is
+// ignored) starts a new stream with a fresh `state`, on any replica. The stream ends when
+// the gateway shuts down (reconnect to another replica), after `lost`, or when the client
+// leaves. Watching costs the lock's scripts a publish per event while someone watches, and
+// nothing (one key check) once nobody does.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /locks/{name}/events (the `WatchLock` operationId).
+func (c *ClientWithResponses) WatchLockWithResponse(ctx context.Context, name LockNameParam, params *WatchLockParams, reqEditors ...RequestEditorFn) (*WatchLockResponse, error) {
+	rsp, err := c.WatchLock(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchLockResponse(rsp)
+}
+
 // RenewLockWithBodyWithResponse Renew a lease
 //
 // Resets the TTL of the lease named by `Lease-Token` to `ttl_ms` (default: the lease's
@@ -5026,6 +6836,22 @@ func (c *ClientWithResponses) RenewLockWithResponse(ctx context.Context, name Lo
 		return nil, err
 	}
 	return ParseRenewLockResponse(rsp)
+}
+
+// MetricsWithResponse Prometheus metrics
+//
+// The gateway's metrics in the Prometheus text format (README lists them). No metric has a
+// per-lock-name label.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /metrics (the `Metrics` operationId).
+func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsResponse, error) {
+	rsp, err := c.Metrics(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMetricsResponse(rsp)
 }
 
 // ReleaseMultiLockWithResponse Release every member of a multi-lock
@@ -5191,10 +7017,29 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 	return ParseReadyzResponse(rsp)
 }
 
-// ReleaseSemaphoreWithResponse Give back a hold of a permit
+// ListSemaphoresWithResponse List semaphores with permits in use (admin)
+//
+// The semaphores' listing, as GET /locks lists locks.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /semaphores (the `ListSemaphores` operationId).
+func (c *ClientWithResponses) ListSemaphoresWithResponse(ctx context.Context, params *ListSemaphoresParams, reqEditors ...RequestEditorFn) (*ListSemaphoresResponse, error) {
+	rsp, err := c.ListSemaphores(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSemaphoresResponse(rsp)
+}
+
+// ReleaseSemaphoreWithResponse Give back a hold of a permit, or force-release every permit
 //
 // Releases one hold of the permit's lease named by `Lease-Token`; at zero holds the
 // permit is free (`released: true`) and goes to the first waiter.
+//
+// **Force release** (`?force=true`, no `Lease-Token`): takes back every permit, whoever
+// holds it, and hands the freed permits to the head of the line; as for locks (see
+// `DELETE /locks/{name}`), the removed leases' tokens answer 410 from then on.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5266,6 +7111,24 @@ func (c *ClientWithResponses) AcquireSemaphoreWithResponse(ctx context.Context, 
 	return ParseAcquireSemaphoreResponse(rsp)
 }
 
+// WatchSemaphoreWithResponse Stream a semaphore's live events (Server-Sent Events)
+//
+// The semaphore's events, as `GET /locks/{name}/events` streams a lock's: `state` (the
+// `GET /semaphores/{name}` body, plus `lock`, the semaphore's name, and `at`), `granted`,
+// `handed-off`, `released`, `expired`, `forced`, `waiters`, and `lost` with a permit's
+// `Lease-Token`; events about a permit carry no `mode`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /semaphores/{name}/events (the `WatchSemaphore` operationId).
+func (c *ClientWithResponses) WatchSemaphoreWithResponse(ctx context.Context, name SemaphoreNameParam, params *WatchSemaphoreParams, reqEditors ...RequestEditorFn) (*WatchSemaphoreResponse, error) {
+	rsp, err := c.WatchSemaphore(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchSemaphoreResponse(rsp)
+}
+
 // RenewSemaphoreWithBodyWithResponse Renew a permit's lease
 //
 // Resets the TTL of the permit's lease named by `Lease-Token` to `ttl_ms` (default: its
@@ -5296,6 +7159,103 @@ func (c *ClientWithResponses) RenewSemaphoreWithResponse(ctx context.Context, na
 		return nil, err
 	}
 	return ParseRenewSemaphoreResponse(rsp)
+}
+
+// ParseAdminTopResponse parses an HTTP response from a AdminTopWithResponse call
+func ParseAdminTopResponse(rsp *http.Response) (*AdminTopResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AdminTopResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Top
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
+		var dest ClientError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON4XX = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers AdminTopResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode/100 == 4:
+		var headers AdminTopResponse4XXHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers4XX = &headers
+	case rsp.StatusCode == 503:
+		var headers AdminTopResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers AdminTopResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
 }
 
 // ParseHealthzResponse parses an HTTP response from a HealthzWithResponse call
@@ -5371,6 +7331,120 @@ func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 	return response, nil
 }
 
+// ParseListLocksResponse parses an HTTP response from a ListLocksWithResponse call
+func ParseListLocksResponse(rsp *http.Response) (*ListLocksResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListLocksResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LockList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
+		var dest ClientError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON4XX = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListLocksResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListLocksResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode/100 == 4:
+		var headers ListLocksResponse4XXHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers4XX = &headers
+	case rsp.StatusCode == 503:
+		var headers ListLocksResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ListLocksResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
 // ParseReleaseLockResponse parses an HTTP response from a ReleaseLockWithResponse call
 func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5386,7 +7460,7 @@ func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) 
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Release
+		var dest ReleaseResult
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -5812,6 +7886,130 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 	return response, nil
 }
 
+// ParseWatchLockResponse parses an HTTP response from a WatchLockWithResponse call
+func ParseWatchLockResponse(rsp *http.Response) (*WatchLockResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchLockResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers WatchLockResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers WatchLockResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 410:
+		var headers WatchLockResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 500:
+		var headers WatchLockResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers WatchLockResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers WatchLockResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
 // ParseRenewLockResponse parses an HTTP response from a RenewLockWithResponse call
 func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5947,6 +8145,62 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers RenewLockResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMetricsResponse parses an HTTP response from a MetricsWithResponse call
+func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MetricsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
+		var dest ClientError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON4XX = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode/100 == 4:
+		var headers MetricsResponse4XXHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers4XX = &headers
+	case true:
+		var headers MetricsResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -6856,6 +9110,120 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 	return response, nil
 }
 
+// ParseListSemaphoresResponse parses an HTTP response from a ListSemaphoresWithResponse call
+func ParseListSemaphoresResponse(rsp *http.Response) (*ListSemaphoresResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSemaphoresResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SemaphoreList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
+		var dest ClientError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON4XX = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListSemaphoresResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListSemaphoresResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode/100 == 4:
+		var headers ListSemaphoresResponse4XXHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers4XX = &headers
+	case rsp.StatusCode == 503:
+		var headers ListSemaphoresResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ListSemaphoresResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
 // ParseReleaseSemaphoreResponse parses an HTTP response from a ReleaseSemaphoreWithResponse call
 func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6871,7 +9239,7 @@ func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreRespons
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest SemaphoreRelease
+		var dest SemaphoreReleaseResult
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -7284,6 +9652,130 @@ func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreRespons
 		response.Headers503 = &headers
 	case true:
 		var headers AcquireSemaphoreResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseWatchSemaphoreResponse parses an HTTP response from a WatchSemaphoreWithResponse call
+func ParseWatchSemaphoreResponse(rsp *http.Response) (*WatchSemaphoreResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchSemaphoreResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers WatchSemaphoreResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers WatchSemaphoreResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 410:
+		var headers WatchSemaphoreResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 500:
+		var headers WatchSemaphoreResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers WatchSemaphoreResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers WatchSemaphoreResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

@@ -11,12 +11,33 @@
 //
 // Lock waits in the lock's FIFO queue, splitting a long wait into long-polls that keep their
 // place, and retries a 503 within the wait. A Lease is safe for concurrent use; its Done, Context
-// and Err tell when work under it must stop: a renewal found it gone (ErrLeaseGone), it was
-// released (ErrReleased), or no renewal succeeded and it would lapse within its safety margin
-// (ErrLeaseLapsing), measured from when the request that last extended it was sent. Renew,
+// and Err tell when work under it must stop: a renewal found it gone (ErrLeaseGone), its events
+// stream told that it was force-released or expired (ErrLeaseForced, ErrLeaseExpired: see below),
+// it was released (ErrReleased), or no renewal succeeded and it would lapse within its safety
+// margin (ErrLeaseLapsing), measured from when the request that last extended it was sent. Renew,
 // Reenter and Release carry an Idempotency-Key and retry a lost answer or a 503 with it, so a
 // retry never takes or gives back a hold twice. Errors from the gateway are *ProblemError, whose
 // message includes the problem's detail and every rejected input.
+//
+// # Learning of a loss at once
+//
+// A renewal tells that a lease is gone only when it is due (every TTL/3). A watched lease also
+// follows its lock's events stream (GET /locks/{name}/events with its Lease-Token; a semaphore's,
+// for a permit; each member's, for a multi-lock) and closes Done within milliseconds of a force
+// release or an expiry on the gateway, with Err a *LostError matching ErrLeaseForced or
+// ErrLeaseExpired (and ErrLeaseGone). By default (WatchKept) a lease is watched from KeepAlive on,
+// and a watchdog lease from its grant: a watched lease holds one more HTTP connection for its
+// whole life, which a lease taken for one short call does not need. LockOptions.WatchLoss (and
+// the same field of SemaphoreOptions and MultiLockOptions) says WatchAlways or WatchNever instead,
+// and Watch starts it by hand, through several replicas if given. A dropped stream is reopened
+// while the lease lives, and the reopening checks that the lease survived the gap. Release ends
+// the lease too, with ErrReleased (EndReason EndReleased), never as a loss.
+//
+//	lease.KeepAlive() // renews, and watches the events stream
+//	select {
+//	case <-lease.Done(): // errors.Is(lease.Err(), leasegate.ErrLeaseForced): an operator broke the lock
+//	case err := <-work:
+//	}
 //
 // # Read-write locks
 //

@@ -26,6 +26,12 @@ var (
 	ErrLeaseLapsing = errors.New("lease about to lapse: no renewal succeeded in time")
 	// ErrReleased: the lease was released (Lease.Err, Lease.Context).
 	ErrReleased = errors.New("lease released")
+	// ErrLeaseExpired: the lease ran out on the gateway, as its events stream told (Lease.Err: a
+	// *LostError, which matches ErrLeaseGone too).
+	ErrLeaseExpired = errors.New("lease expired")
+	// ErrLeaseForced: an operator force-released the lock (DELETE /locks/{name}?force=true), as
+	// the lease's events stream told (Lease.Err: a *LostError, which matches ErrLeaseGone too).
+	ErrLeaseForced = errors.New("lease force-released")
 )
 
 // ProblemError is a problem+json answer from the gateway.

@@ -19,15 +19,20 @@ import (
 // Done, Context and Err say when work under the lease must stop: when a renewal answers that the
 // lease is gone, when it is released, or a safety margin before it can lapse (ValidUntil) with no
 // renewal having pushed that back. Call KeepAlive to have it renewed for you. (A watchdog lease is
-// renewed by the gateway, so only a 410 or its release end it here.)
+// renewed by the gateway, so only a 410, its events stream or its release end it here.) A watched
+// lease (see WatchLoss: by default from KeepAlive on, and a watchdog lease from its grant) also
+// follows its lock's events stream, so that a force release or an expiry on the gateway closes
+// Done within milliseconds (Err then matches ErrLeaseForced or ErrLeaseExpired); EndReason says
+// why it ended.
 type Lease struct {
 	Lock, Owner, Token string // Lock: the lock's name, or the semaphore's for a permit
 	Fence              int64
 	Watchdog           bool  // the gateway renews it (see LockOptions.Watchdog)
 	Permits            int64 // a permit's: the semaphore's size; 0 for a lock
 
-	client *Gateway
-	calls  calls // the lock's or the semaphore's endpoints
+	client    *Gateway
+	calls     calls     // the lock's or the semaphore's endpoints
+	watchLoss WatchLoss // when to watch its events stream
 	// lifetime gives Done, Context, Err and ValidUntil; its mu guards the fields below. Its ttl and
 	// validUntil are those of the hold that lapses first (the last one's, once none is left).
 	lifetime
@@ -219,9 +224,9 @@ func (l *Lease) ReenterMode(ctx context.Context, mode Mode, ttl time.Duration) e
 }
 
 // Release gives back one hold (of a lease holding its lock both ways, an exclusive one first);
-// released reports whether the lease now holds nothing, which then ends its keep-alive and its
-// Context (ErrReleased). A lost answer is retried with the same Idempotency-Key, so a retry never
-// gives back a second hold.
+// released reports whether the lease now holds nothing, which then ends its keep-alive, its events
+// stream (closed before Release returns) and its Context (ErrReleased). A lost answer is retried
+// with the same Idempotency-Key, so a retry never gives back a second hold.
 func (l *Lease) Release(ctx context.Context) (released bool, err error) {
 	return l.release(ctx, l.client, "")
 }
@@ -238,7 +243,17 @@ func (l *Lease) ReleaseMode(ctx context.Context, mode Mode) (released bool, err 
 	return l.release(ctx, l.client, mode)
 }
 
+// release gives back one hold and, once the lease has ended, waits for its events streams to
+// close.
 func (l *Lease) release(ctx context.Context, gw *Gateway, mode Mode) (bool, error) {
+	released, err := l.giveBack(ctx, gw, mode)
+	l.awaitWatchers()
+	return released, err
+}
+
+func (l *Lease) giveBack(ctx context.Context, gw *Gateway, mode Mode) (bool, error) {
+	l.releases.RLock()
+	defer l.releases.RUnlock()
 	var r *Release
 	err := retry(ctx, func(key *string) (err error) {
 		r, err = l.calls.release(ctx, gw, l, mode, key)
@@ -259,8 +274,32 @@ func (l *Lease) release(ctx context.Context, gw *Gateway, mode Mode) (bool, erro
 }
 
 // KeepAlive renews the lease every third of its TTL until it is released or lost, retrying a failed
-// renewal every SafetyMargin: any success before the margin keeps the lease (and Done open). It
-// returns at once; calling it again does nothing.
+// renewal every SafetyMargin: any success before the margin keeps the lease (and Done open). Unless
+// its options said WatchNever, it also watches the lease (Watch). It returns at once; calling it
+// again does nothing.
 func (l *Lease) KeepAlive() {
 	l.keepAlive(func(ctx context.Context) error { return l.Renew(ctx, 0) })
+	if l.watchLoss != WatchNever {
+		l.Watch()
+	}
+}
+
+// Watch follows the lease's events stream from now on, whatever its WatchLoss, so that a force
+// release or an expiry on the gateway closes Done within milliseconds (see WatchLoss for the
+// cost). The stream goes through via in turn, reconnecting to the next after each end (default:
+// the gateway that granted the lease); it is reopened, pausing 100 ms to 5 s, while the lease
+// lives, and a reopened stream confirms that the lease survived the gap (the gateway refuses it
+// with 410 otherwise, which ends the lease with EndGone). It is closed once the lease ends. A
+// gateway without events streams (404) leaves Done to renewals. Watch returns at once; it does
+// nothing when the lease is watched already or has ended. Watching tells whether the stream is
+// open. A release elsewhere with the lease's token counts as its own: no loss is told, and the
+// next renewal finds it gone.
+//
+// The HTTP client of the gateways must not time out whole requests (http.Client.Timeout): a
+// stream lasts as long as the lease. One with such a timeout is reopened after each.
+func (l *Lease) Watch(via ...*Gateway) {
+	if len(via) == 0 {
+		via = []*Gateway{l.client}
+	}
+	l.watch([]watchTarget{{calls: l.calls, name: l.Lock, token: l.Token, fence: l.Fence}}, via)
 }

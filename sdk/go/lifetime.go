@@ -21,6 +21,14 @@ type lifetime struct {
 	validUntil time.Time
 	lapse      *time.Timer // stops the lease margin before validUntil; nil for watchdog leases
 	keeping    bool        // KeepAlive's goroutine runs
+	// targets is how many events streams the lease follows (0: not watched; see watch.go), and
+	// open how many of them are open now.
+	targets, open int
+	watchers      sync.WaitGroup // the goroutines following them; Add only with mu held, before the end
+
+	// releases is held for reading by each release in flight, so that a loss the gateway does not
+	// explain waits for their answers (endUnlessReleased).
+	releases sync.RWMutex
 }
 
 // start makes the lifetime's context; before the lease is shared.
@@ -62,15 +70,21 @@ func (l *lifetime) ValidUntil() time.Time {
 	return l.validUntil
 }
 
-// Done is closed when work under the lease must stop (see Err).
+// Done is closed when work under the lease must stop (see Err): it is lost (a renewal, re-entry
+// or release answered 410; or, for a watched lease, its events stream told of a force release or
+// an expiry, within milliseconds), it would lapse before a renewal could succeed, or it was
+// released.
 func (l *lifetime) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Context is cancelled when work under the lease must stop; context.Cause gives Err. Derive the
 // contexts of the work the lease protects from it.
 func (l *lifetime) Context() context.Context { return l.ctx }
 
-// Err is nil while the lease may be used, then why not: an error matching ErrLeaseGone (a renewal
-// answered 410), ErrLeaseLapsing (margin before ValidUntil, no renewal succeeded) or ErrReleased.
+// Err is nil while the lease may be used, then why not (EndReason sums it up): an error matching
+// ErrLeaseGone (a call answered 410, or the events stream told of the loss: then a *LostError,
+// matching ErrLeaseForced or ErrLeaseExpired as well when the gateway said why), ErrLeaseLapsing
+// (margin before ValidUntil, no renewal succeeded) or ErrReleased (its own release: never a
+// loss). The first reason stays.
 func (l *lifetime) Err() error { return context.Cause(l.ctx) }
 
 // SafetyMargin is how long before ValidUntil a lease counts as lost: a tenth of its TTL, between

@@ -38,6 +38,9 @@ type LockOptions struct {
 	// IdempotencyKey identifies this acquire across retries, also through other replicas (a
 	// retry gets the lease a lost answer carried). Default: a fresh key per Lock call.
 	IdempotencyKey string
+	// WatchLoss says when the lease follows its events stream to learn of a loss at once
+	// (default WatchKept: from KeepAlive on, and a watchdog lease from its grant).
+	WatchLoss WatchLoss
 }
 
 // Lock acquires name, waiting up to o.Wait (in FIFO order with other waiters, keeping its place
@@ -54,7 +57,7 @@ type LockOptions struct {
 func (c *Gateway) Lock(ctx context.Context, name string, o LockOptions) (*Lease, error) {
 	return c.acquire(ctx, lockCalls{}, name, acquisition{
 		owner: o.Owner, mode: o.Mode, ttl: o.TTL, watchdog: o.Watchdog, maxHold: o.MaxHold,
-		wait: o.Wait, perRequest: o.MaxWaitPerRequest, key: o.IdempotencyKey,
+		wait: o.Wait, perRequest: o.MaxWaitPerRequest, key: o.IdempotencyKey, watch: o.WatchLoss,
 	})
 }
 
@@ -119,7 +122,7 @@ func (lockCalls) renew(ctx context.Context, gw *Gateway, l *Lease, ttl time.Dura
 }
 
 func (lockCalls) release(ctx context.Context, gw *Gateway, l *Lease, mode Mode, key *string) (*Release, error) {
-	params := &ReleaseLockParams{LeaseToken: l.Token, IdempotencyKey: key}
+	params := &ReleaseLockParams{LeaseToken: &l.Token, IdempotencyKey: key}
 	if mode != "" {
 		m := ReleaseLockParamsMode(mode)
 		params.Mode = &m
@@ -131,5 +134,17 @@ func (lockCalls) release(ctx context.Context, gw *Gateway, l *Lease, mode Mode, 
 	if resp.JSON200 == nil {
 		return nil, problem(resp.HTTPResponse, resp.Body)
 	}
-	return resp.JSON200, nil
+	r, err := resp.JSON200.AsRelease() // a release with a token never answers a force release's body
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (lockCalls) watch(ctx context.Context, gw *Gateway, name, token string) (*http.Response, error) {
+	params := &WatchLockParams{}
+	if token != "" {
+		params.LeaseToken = &token
+	}
+	return gw.API.WatchLock(ctx, name, params)
 }

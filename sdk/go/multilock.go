@@ -23,6 +23,10 @@ type MultiLockOptions struct {
 	// leaves every line, and the next one starts over, so make it as long as the server allows
 	// (LEASEGATE_MAX_WAIT) for the fairest wait.
 	MaxWaitPerRequest time.Duration
+	// WatchLoss says when the group follows its members' events streams (one connection per
+	// member) to learn of a member's loss at once, as LockOptions.WatchLoss (default WatchKept:
+	// from KeepAlive on, and a watchdog group from its grant).
+	WatchLoss WatchLoss
 }
 
 // MultiLease is one lease holding several locks (Gateway.LockAll): its members are granted,
@@ -32,8 +36,10 @@ type MultiLockOptions struct {
 // Done, Context and Err say when work under it must stop, as for a Lease: when a renewal or the
 // release answers that it is gone (a member ran out: the gateway then frees the others), when it
 // is released, or a safety margin before it can lapse (ValidUntil) with no renewal having pushed
-// that back. Call KeepAlive to have it renewed for you. Its token is refused by the /locks
-// endpoints, and a lock's token by the multi-lock ones.
+// that back. Call KeepAlive to have it renewed for you. A watched group (see Watch) also learns
+// within milliseconds that a member was force-released or expired: Err is then a *LostError
+// naming the member. Its token is refused by the /locks endpoints, and a lock's token by the
+// multi-lock ones.
 type MultiLease struct {
 	ID, Owner, Token string // ID: the group's, also its members' LockState.Multilock
 	Mode             Mode   // every member's
@@ -42,7 +48,8 @@ type MultiLease struct {
 	// of a single grant of that lock.
 	Members []MultiLockMember
 
-	client *Gateway
+	client    *Gateway
+	watchLoss WatchLoss
 	// lifetime gives Done, Context, Err and ValidUntil; its mu guards grant.
 	lifetime
 	grant MultiLockGrant
@@ -87,11 +94,15 @@ func (c *Gateway) LockAll(ctx context.Context, names []string, o MultiLockOption
 		}
 		if g := resp.JSON201; g != nil {
 			m := newMultiLease(c, g, sent)
+			m.watchLoss = o.WatchLoss
 			// As for Lock: after a wait, count the TTL from a request sent after the grant.
 			if time.Since(sent) > SafetyMargin(m.ttl) && !g.Watchdog {
 				_ = m.Renew(ctx, 0) // on failure the earlier, conservative bound stands
 			}
 			m.arm(g.Watchdog)
+			if o.WatchLoss == WatchAlways || o.WatchLoss == WatchKept && g.Watchdog {
+				m.Watch()
+			}
 			return m, nil
 		}
 		err = problem(resp.HTTPResponse, resp.Body)
@@ -190,6 +201,14 @@ func (m *MultiLease) Release(ctx context.Context) (released bool, err error) {
 
 // ReleaseVia is Release through gw, another replica of the same deployment.
 func (m *MultiLease) ReleaseVia(ctx context.Context, gw *Gateway) (released bool, err error) {
+	released, err = m.giveBack(ctx, gw)
+	m.awaitWatchers() // once ended, its members' streams are closed before it returns
+	return released, err
+}
+
+func (m *MultiLease) giveBack(ctx context.Context, gw *Gateway) (released bool, err error) {
+	m.releases.RLock()
+	defer m.releases.RUnlock()
 	tries := 0
 	err = resend(ctx, func() error {
 		tries++
@@ -217,7 +236,32 @@ func (m *MultiLease) ReleaseVia(ctx context.Context, gw *Gateway) (released bool
 
 // KeepAlive renews every member every third of the TTL until the lease is released or lost,
 // retrying a failed renewal every SafetyMargin: any success before the margin keeps the lease (and
-// Done open). It returns at once; calling it again does nothing.
+// Done open). Unless its options said WatchNever, it also watches the group (Watch). It returns at
+// once; calling it again does nothing.
 func (m *MultiLease) KeepAlive() {
 	m.keepAlive(func(ctx context.Context) error { return m.Renew(ctx, 0) })
+	if m.watchLoss != WatchNever {
+		m.Watch()
+	}
+}
+
+// Watch follows the events stream of every member from now on, as Lease.Watch does for a lock:
+// the events endpoints take no multi-lock token, so each member's stream is opened without one
+// (one connection per member) and the group looks for its member's fence in it: a forced or
+// expired event of that fence ends the lease with a *LostError naming the member (the gateway
+// frees the other members at the group's next renewal or release: Release it). A first event
+// (after each reconnection) that does not show the member held has the group renewed at once,
+// which ends it with the gateway's 410 (naming the lost members, and freeing the others) if a
+// member is gone. Watch returns at once; it does nothing when
+// the group is watched already or has ended.
+func (m *MultiLease) Watch(via ...*Gateway) {
+	if len(via) == 0 {
+		via = []*Gateway{m.client}
+	}
+	targets := make([]watchTarget, len(m.Members))
+	for i, member := range m.Members {
+		targets[i] = watchTarget{calls: lockCalls{}, name: member.Lock, fence: member.Fence, multilock: m.ID,
+			confirm: func(ctx context.Context) error { return m.RenewVia(ctx, via[0], 0) }}
+	}
+	m.watch(targets, via)
 }

@@ -24,6 +24,9 @@ type SemaphoreOptions struct {
 	MaxWaitPerRequest time.Duration
 	// IdempotencyKey identifies this acquire across retries, as LockOptions.IdempotencyKey.
 	IdempotencyKey string
+	// WatchLoss says when the permit's lease follows the semaphore's events stream, as
+	// LockOptions.WatchLoss (default WatchKept).
+	WatchLoss WatchLoss
 }
 
 // AcquireSemaphore takes one permit of the semaphore name (a name space apart from locks'),
@@ -36,7 +39,7 @@ type SemaphoreOptions struct {
 func (c *Gateway) AcquireSemaphore(ctx context.Context, name string, o SemaphoreOptions) (*Lease, error) {
 	return c.acquire(ctx, semaphoreCalls{}, name, acquisition{
 		owner: o.Owner, permits: o.Permits, ttl: o.TTL, watchdog: o.Watchdog, maxHold: o.MaxHold,
-		wait: o.Wait, perRequest: o.MaxWaitPerRequest, key: o.IdempotencyKey,
+		wait: o.Wait, perRequest: o.MaxWaitPerRequest, key: o.IdempotencyKey, watch: o.WatchLoss,
 	})
 }
 
@@ -117,13 +120,24 @@ func (semaphoreCalls) release(ctx context.Context, gw *Gateway, l *Lease, mode M
 	if mode == ModeExclusive {
 		return nil, errPermitExclusive
 	}
-	resp, err := gw.API.ReleaseSemaphoreWithResponse(ctx, l.Lock, &ReleaseSemaphoreParams{LeaseToken: l.Token, IdempotencyKey: key})
+	resp, err := gw.API.ReleaseSemaphoreWithResponse(ctx, l.Lock, &ReleaseSemaphoreParams{LeaseToken: &l.Token, IdempotencyKey: key})
 	if err != nil {
 		return nil, err
 	}
 	if resp.JSON200 == nil {
 		return nil, problem(resp.HTTPResponse, resp.Body)
 	}
-	r := resp.JSON200
+	r, err := resp.JSON200.AsSemaphoreRelease() // a release with a token never answers a force release's body
+	if err != nil {
+		return nil, err
+	}
 	return &Release{Lock: r.Semaphore, Released: r.Released, Holds: r.Holds, Mode: ModeShared}, nil
+}
+
+func (semaphoreCalls) watch(ctx context.Context, gw *Gateway, name, token string) (*http.Response, error) {
+	params := &WatchSemaphoreParams{}
+	if token != "" {
+		params.LeaseToken = &token
+	}
+	return gw.API.WatchSemaphore(ctx, name, params)
 }

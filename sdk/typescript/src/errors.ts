@@ -124,6 +124,9 @@ export class LeaseGoneError extends LeasegateProblemError {
 /** What a lease holds: a lock, a permit of a semaphore, or the members of a multi-lock. */
 export type LeaseResource = "lock" | "semaphore" | "multilock";
 
+/** Why a lease was lost (`LeaseLostError.kind`). */
+export type LeaseLostKind = "gone" | "lapsing" | "expired" | "forced";
+
 /**
  * The reason `lease.signal` is aborted with: the lease is lost, or may be lost before another
  * renewal could succeed. Stop the work the lock (or permit) protects.
@@ -144,10 +147,14 @@ export class LeaseLostError extends Error {
   readonly fence: number;
   /**
    * `"gone"`: the gateway answered 410 `lease-gone` to a renewal, re-entry or release (`cause` is
-   * the LeaseGoneError). `"lapsing"`: keep-alive had no successful renewal and the lease's
-   * `validUntil` is less than the safety margin away (`cause` is the last renewal's error, if any).
+   * the LeaseGoneError), or the events stream found the lease gone without knowing how (on
+   * reopening it: `cause` is the LeaseGoneError; `lost` with reason `gone`: no `cause`).
+   * `"lapsing"`: keep-alive had no successful renewal and the lease's `validUntil` is less than
+   * the safety margin away (`cause` is the last renewal's error, if any). `"forced"` and
+   * `"expired"`: the events stream (`lease.watch()`) told that the lease was force-released, or
+   * ran out on the gateway (for a multi-lock, one member did: the message names it).
    */
-  readonly kind: "gone" | "lapsing";
+  readonly kind: LeaseLostKind;
 
   /**
    * @param name the lock's or semaphore's name, or the multi-lock's id
@@ -157,7 +164,7 @@ export class LeaseLostError extends Error {
     resource: LeaseResource,
     name: string,
     fence: number,
-    kind: "gone" | "lapsing",
+    kind: LeaseLostKind,
     message: string,
     cause?: unknown,
     locks?: readonly string[],

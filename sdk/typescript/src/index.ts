@@ -34,6 +34,7 @@ export {
   HeldError,
   LeaseGoneError,
   LeaseLostError,
+  type LeaseLostKind,
   type LeaseResource,
   LeasegateProblemError,
   LockHeldError,

@@ -2,11 +2,13 @@ import type { Grant, LeasegateClient, Mode, Release } from "./client.js";
 import {
   LeaseGoneError,
   LeaseLostError,
+  type LeaseLostKind,
   type LeaseResource,
   type LeasegateProblemError,
   toLeasegateError,
 } from "./errors.js";
 import { type Answer, idempotencyKey, withRetries } from "./retry.js";
+import { type WatchTarget, Watcher } from "./watch.js";
 
 /** What every grant body has: a lock's (`Grant`) or a semaphore's (`SemaphoreGrant`). */
 export type LeaseGrant = Pick<Grant, "owner" | "token" | "fence" | "ttl_ms" | "expires_at" | "holds" | "watchdog"> & {
@@ -32,6 +34,13 @@ export interface KeepAliveOptions<G = Grant> {
   onRenew?: (grant: G) => void;
   /** Called with the error of each failed renewal (keep-alive retries it until the lease would lapse). */
   onRenewError?: (error: unknown) => void;
+  /**
+   * Also watch the lease's events stream while keep-alive runs (`lease.watch()`), so that a force
+   * release or an expiry on the gateway aborts `signal` within milliseconds instead of at the next
+   * renewal. Default true; it costs one more HTTP connection (a multi-lock: one per member) for as
+   * long as keep-alive runs.
+   */
+  watch?: boolean;
 }
 
 /** Options of the calls a lease makes. */
@@ -74,6 +83,9 @@ export abstract class RenewableLease<G extends RenewableGrant> {
   private validUntilMs: number;
   private readonly lost = new AbortController();
   private keeper: KeepAliveState<G> | undefined;
+  /** The events streams followed (see `watch()`), and how many of them are open. */
+  private watchers: Watcher[] | undefined;
+  private openStreams = 0;
 
   /**
    * @param sentAt `performance.now()` taken just before the request that produced `grant` was
@@ -94,7 +106,13 @@ export abstract class RenewableLease<G extends RenewableGrant> {
    */
   protected abstract sendRenew(key: string, ttlMs: number | undefined, signal?: AbortSignal): Promise<Answer<G>>;
   /** The reason `signal` aborts with once the lease is lost. */
-  protected abstract lostError(kind: "gone" | "lapsing", message: string, cause?: unknown): LeaseLostError;
+  protected abstract lostError(kind: LeaseLostKind, message: string, cause?: unknown): LeaseLostError;
+  /** The events streams `watch()` follows. */
+  protected abstract watchTargets(): WatchTarget[];
+  /** Whether the lease was released (nothing left to watch). */
+  protected holdsNothing(): boolean {
+    return false;
+  }
 
   /** The lease token (sent as `Lease-Token`). */
   get token(): string {
@@ -130,13 +148,40 @@ export abstract class RenewableLease<G extends RenewableGrant> {
 
   /**
    * Aborted, with a `LeaseLostError` as its `reason`, once the lease is lost: when a renewal,
-   * re-entry or release answers 410 `lease-gone`, or when keep-alive reaches `validUntil` minus
-   * the safety margin without a successful renewal. Never aborted by a successful release or by
-   * `stopKeepAlive()`. Pass it to the work the lease protects (`fetch(url, { signal })`,
-   * `signal.throwIfAborted()` between steps).
+   * re-entry or release answers 410 `lease-gone`; when keep-alive reaches `validUntil` minus
+   * the safety margin without a successful renewal; or, while the lease is watched (`watch()`,
+   * which keep-alive does by default), within milliseconds of a force release or an expiry on the
+   * gateway. Never aborted by a successful release or by `stopKeepAlive()`. Pass it to the work
+   * the lease protects (`fetch(url, { signal })`, `signal.throwIfAborted()` between steps).
    */
   get signal(): AbortSignal {
     return this.lost.signal;
+  }
+
+  /**
+   * Calls `listener` once with the `LeaseLostError` when the lease is lost (when `signal`
+   * aborts; at once, asynchronously, if it is lost already). Returns a function that removes the
+   * listener. `signal` is the same news as an AbortSignal.
+   */
+  onLost(listener: (error: LeaseLostError) => void): () => void {
+    const signal = this.lost.signal;
+    let removed = false;
+    if (signal.aborted) {
+      queueMicrotask(() => {
+        if (!removed) listener(signal.reason as LeaseLostError);
+      });
+      return () => {
+        removed = true;
+      };
+    }
+    const onAbort = () => listener(signal.reason as LeaseLostError);
+    signal.addEventListener("abort", onAbort, { once: true });
+    return () => signal.removeEventListener("abort", onAbort);
+  }
+
+  /** Whether the lease's events stream is open now (a multi-lock's: every member's); see `watch()`. */
+  get watching(): boolean {
+    return this.watchers !== undefined && this.openStreams === this.watchers.length;
   }
 
   /** Whether keep-alive is running. */
@@ -166,8 +211,8 @@ export abstract class RenewableLease<G extends RenewableGrant> {
     this.grant = grant;
   }
 
-  /** Stops keep-alive and aborts `signal` with a LeaseLostError (once). */
-  protected lose(kind: "gone" | "lapsing", message: string, cause?: unknown): void {
+  /** Stops keep-alive and watching, and aborts `signal` with a LeaseLostError (once). */
+  protected lose(kind: LeaseLostKind, message: string, cause?: unknown): void {
     this.stopKeepAlive();
     if (!this.lost.signal.aborted) this.lost.abort(this.lostError(kind, message, cause));
   }
@@ -194,7 +239,9 @@ export abstract class RenewableLease<G extends RenewableGrant> {
    * grant or renewal was sent, so about every ttl/3; retries a failed renewal every safety margin
    * (a tenth of the TTL, 50 ms to 1 s); and aborts `signal` with a LeaseLostError when a renewal
    * answers 410, or when `validUntil` minus the margin is reached without a successful renewal.
-   * Each renewal (its retries included) may take at most ttl/3.
+   * Each renewal (its retries included) may take at most ttl/3. Unless `options.watch` is false,
+   * it also watches the lease's events stream (`watch()`), so that a force release or an expiry
+   * aborts `signal` within milliseconds.
    *
    * Runs until `stopKeepAlive()`, the release of the last hold, or the loss; each of these clears
    * its timers. While it runs, its timers keep the Node process alive. Calling it again restarts it
@@ -203,7 +250,9 @@ export abstract class RenewableLease<G extends RenewableGrant> {
    */
   keepAlive(options: KeepAliveOptions<G> = {}): void {
     if (this.lost.signal.aborted) throw this.lost.signal.reason;
-    this.stopKeepAlive();
+    this.clearKeeper();
+    if (options.watch ?? true) this.watch();
+    else this.stopWatching();
     const ttl = options.ttlMs ?? this.ttlMs;
     const k: KeepAliveState<G> = {
       ttl,
@@ -222,8 +271,62 @@ export abstract class RenewableLease<G extends RenewableGrant> {
     this.scheduleRenewal(k, Math.min(Math.max(due, 0), k.period));
   }
 
-  /** Stops keep-alive: clears its timers and aborts a renewal in flight. Does not abort `signal`. */
+  /**
+   * Stops keep-alive (clears its timers and aborts a renewal in flight) and watching
+   * (`stopWatching()`). Does not abort `signal`.
+   */
   stopKeepAlive(): void {
+    this.clearKeeper();
+    this.stopWatching();
+  }
+
+  /**
+   * Follows the lease's events stream (`GET /locks/{name}/events` with its `Lease-Token`; a
+   * semaphore's for a permit; each member's, without a token, for a multi-lock, whose token the
+   * events endpoints refuse) so that a force release or an expiry on the gateway aborts `signal`
+   * within milliseconds, with `kind` `"forced"` or `"expired"`. `keepAlive()` calls it unless
+   * told `watch: false`. A stream that ends is reopened (after 100 ms, doubling up to 5 s while
+   * that fails) until `stopWatching()`, `stopKeepAlive()`, the release of the last hold or the
+   * loss; a reopened stream checks that the lease survived the gap (the gateway answers 410
+   * otherwise: `kind` `"gone"`). A gateway without events streams (404) leaves `signal` to
+   * renewals. While it runs, the open stream keeps the Node process alive. Calling it again does
+   * nothing, as it does on a released lease. A release elsewhere with the lease's token counts as
+   * its own: no loss is told.
+   * @throws LeaseLostError (the `signal`'s reason) when the lease is already lost
+   */
+  watch(): void {
+    if (this.lost.signal.aborted) throw this.lost.signal.reason;
+    if (this.watchers !== undefined || this.holdsNothing()) return;
+    const watchers = this.watchTargets().map(
+      (target) =>
+        new Watcher(this.client, target, {
+          opened: (open) => {
+            if (this.watchers === watchers) this.openStreams += open ? 1 : -1;
+          },
+          lost: (kind, message, cause) => {
+            if (this.watchers === watchers) this.lose(kind, message, cause);
+          },
+          confirmGone: async () => {
+            await this.renew().catch(() => {}); // a 410 loses the lease
+            return this.lost.signal.aborted;
+          },
+        }),
+    );
+    this.watchers = watchers;
+    this.openStreams = 0;
+    for (const w of watchers) w.start();
+  }
+
+  /** Stops watching: closes the events streams and clears their timers at once. */
+  stopWatching(): void {
+    const watchers = this.watchers;
+    if (watchers === undefined) return;
+    this.watchers = undefined;
+    this.openStreams = 0;
+    for (const w of watchers) w.stop();
+  }
+
+  private clearKeeper(): void {
     const k = this.keeper;
     if (k === undefined) return;
     this.keeper = undefined;
@@ -325,8 +428,16 @@ export abstract class LeaseBase<G extends LeaseGrant, R extends LeaseRelease> ex
     this.count(grant);
   }
 
-  protected lostError(kind: "gone" | "lapsing", message: string, cause?: unknown): LeaseLostError {
+  protected lostError(kind: LeaseLostKind, message: string, cause?: unknown): LeaseLostError {
     return new LeaseLostError(this.resource, this.name, this.fence, kind, message, cause);
+  }
+
+  protected watchTargets(): WatchTarget[] {
+    return [{ resource: this.resource === "semaphore" ? "semaphore" : "lock", name: this.name, token: this.token, fence: this.fence }];
+  }
+
+  protected override holdsNothing(): boolean {
+    return this.holds === 0;
   }
 
   /** Records the holds of the mode an answer reports (a semaphore's, which names none, are shared). */

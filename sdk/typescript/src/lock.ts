@@ -152,9 +152,10 @@ export class Lease extends LeaseBase<Grant, Release> {
 
   protected sendRelease(key: string, signal?: AbortSignal, mode?: Mode): Promise<Answer<Release>> {
     const params = this.leaseParams(key);
+    // A release with a token is never answered with a force release's body.
     return this.client.DELETE("/locks/{name}", {
       params: mode === undefined ? params : { ...params, query: { mode } },
       signal,
-    });
+    }) as Promise<Answer<Release>>;
   }
 }

@@ -7,9 +7,10 @@ import type {
   MultiLockRequest,
 } from "./client.js";
 import { type AcquireOptions, acquireLease, commonBody } from "./acquire.js";
-import { LeaseLostError, toLeasegateError } from "./errors.js";
+import { LeaseLostError, type LeaseLostKind, toLeasegateError } from "./errors.js";
 import { type CallOptions, RenewableLease } from "./lease.js";
 import { type Answer, withRetries } from "./retry.js";
+import type { WatchTarget } from "./watch.js";
 
 /** Options of `lockAll()`. */
 export interface MultiLockOptions extends AcquireOptions {
@@ -66,6 +67,8 @@ function multiLockBody(names: readonly string[], o: MultiLockOptions): MultiLock
  * cannot be re-entered, renewed or released on its own.
  */
 export class MultiLockLease extends RenewableLease<MultiLockGrant> {
+  private releasedAll = false;
+
   /**
    * @param sentAt `performance.now()` taken just before the request that produced `grant` was
    *   sent (default: now, which is later than that and so trusts the lease a little too long).
@@ -112,7 +115,12 @@ export class MultiLockLease extends RenewableLease<MultiLockGrant> {
       true,
     );
     if (error !== undefined || data === undefined) throw this.failed(toLeasegateError(error, response));
+    this.releasedAll = true;
     return data;
+  }
+
+  protected override holdsNothing(): boolean {
+    return this.releasedAll;
   }
 
   /** The path and headers of a call with the group's token. */
@@ -129,7 +137,12 @@ export class MultiLockLease extends RenewableLease<MultiLockGrant> {
     });
   }
 
-  protected lostError(kind: "gone" | "lapsing", message: string, cause?: unknown): LeaseLostError {
+  protected lostError(kind: LeaseLostKind, message: string, cause?: unknown): LeaseLostError {
     return new LeaseLostError("multilock", this.id, 0, kind, message, cause, this.locks);
+  }
+
+  /** Each member's stream, without a token (the events endpoints refuse a group's), by its fence. */
+  protected watchTargets(): WatchTarget[] {
+    return this.members.map((m) => ({ resource: "lock", name: m.lock, token: undefined, fence: m.fence }));
   }
 }

@@ -40,11 +40,23 @@ export interface paths {
          */
         post: operations["acquireLock"];
         /**
-         * Release a hold on a lock
+         * Release a hold on a lock, or force-release it
          * @description Releases one hold of the lease named by `Lease-Token`. That hold is given back
          *     (`released: true`) only when its re-entry count reaches zero; otherwise `holds` tells
          *     how many remain. A lease that holds the lock both ways gives back its exclusive hold
          *     first and keeps its shared one (a downgrade), unless `mode` picks the hold.
+         *
+         *     **Force release** (`?force=true`, no `Lease-Token`; Redisson's forceUnlock): removes
+         *     every hold, exclusive and shared, whoever holds it and whatever its re-entry count, and
+         *     hands the lock to the head of the line as a release does (FIFO, with new fences). Every
+         *     token of a removed lease answers 410 from then on (renew, release, re-entry), and the
+         *     watchdog stops renewing it; a stream of the lock's events opened with such a token gets
+         *     `lost` (`reason: forced`). The answer is a `ForceRelease` (`holds_removed` 0 when nothing
+         *     held it); each force release writes one audit log line (`lock force-released`, with the
+         *     request ID, remote address, owners and fences removed). An operator's call: it is open to
+         *     every caller until the gateway authenticates. `force` with any other value, or with a
+         *     `Lease-Token`, `mode` or `Idempotency-Key`, is a 400 (a force release is not replayed
+         *     to retries: look at the lock before forcing again).
          */
         delete: operations["releaseLock"];
         options?: never;
@@ -75,6 +87,62 @@ export interface paths {
          *     lease that has already expired is never resurrected: that answers 410.
          */
         post: operations["renewLock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/locks/{name}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
+                 *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example orders.42
+                 */
+                name: components["parameters"]["LockNameParam"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Stream a lock's live events (Server-Sent Events)
+         * @description A `text/event-stream` of what happens to the lock, as it happens. Each event has an `id`
+         *     (its number in this stream, from 1), an `event` type and one line of JSON `data` with at
+         *     least `lock` and `at` (RFC 3339, ms: the Redis time of the change; the gateway's for
+         *     `state`, `expired` and `lost`). A comment line (`: keep-alive`) goes out after 15 s
+         *     without an event.
+         *
+         *     | event | data (besides `lock`, `at`) | when |
+         *     |---|---|---|
+         *     | `state` | the `GET /locks/{name}` body (`LockState`) | first, and after a resync |
+         *     | `granted` | `owner`, `fence`, `mode`, `waiters` | a new hold (also a hand-off's) |
+         *     | `handed-off` | `owner`, `fence`, `mode` | just before the `granted` of a hold that went to a waiter |
+         *     | `released` | `owner`, `fence`, `mode` | a hold was given back (its last re-entry) |
+         *     | `expired` | `owner`, `fence`, `mode` | a hold ran out without a release |
+         *     | `forced` | `owners`, `holds_removed`, `holds` (`owner`, `fence`, `mode`) | a force release |
+         *     | `waiters` | `waiters` | someone joined or left the line (a grant's count is in `granted`) |
+         *     | `lost` | `fence`, `reason` (`expired`, `forced`, `gone`) | with `Lease-Token` only: that lease ended by anything but its own release; the last event |
+         *
+         *     **Guarantees.** The events after `state` are exactly the changes Redis made after that
+         *     state, in the order Redis made them (per lock, across every gateway replica). Expiry
+         *     publishes nothing in Redis: the gateway reads the lock when its earliest hold should run
+         *     out (a few ms after) and reports a hold gone without a release as `expired`, or, when a
+         *     newer grant shows it gone first, just before that grant. Renewals send no event.
+         *     Delivery is at most once: a stream that may have missed events (its client reads too
+         *     slowly, the gateway's pub/sub connection was re-made, Redis was restarted) sends a fresh
+         *     `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.
+         *     Nothing is stored for replay: a reconnection (with or without `Last-Event-ID`, which is
+         *     ignored) starts a new stream with a fresh `state`, on any replica. The stream ends when
+         *     the gateway shuts down (reconnect to another replica), after `lost`, or when the client
+         *     leaves. Watching costs the lock's scripts a publish per event while someone watches, and
+         *     nothing (one key check) once nobody does.
+         */
+        get: operations["watchLock"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -115,9 +183,13 @@ export interface paths {
          */
         post: operations["acquireSemaphore"];
         /**
-         * Give back a hold of a permit
+         * Give back a hold of a permit, or force-release every permit
          * @description Releases one hold of the permit's lease named by `Lease-Token`; at zero holds the
          *     permit is free (`released: true`) and goes to the first waiter.
+         *
+         *     **Force release** (`?force=true`, no `Lease-Token`): takes back every permit, whoever
+         *     holds it, and hands the freed permits to the head of the line; as for locks (see
+         *     `DELETE /locks/{name}`), the removed leases' tokens answer 410 from then on.
          */
         delete: operations["releaseSemaphore"];
         options?: never;
@@ -147,6 +219,36 @@ export interface paths {
          *     current TTL). A lease that has already expired is never resurrected: that answers 410.
          */
         post: operations["renewSemaphore"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/semaphores/{name}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The semaphore's name, with the same rules as a lock's (semaphores and locks are separate
+                 *     name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example partner-api
+                 */
+                name: components["parameters"]["SemaphoreNameParam"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Stream a semaphore's live events (Server-Sent Events)
+         * @description The semaphore's events, as `GET /locks/{name}/events` streams a lock's: `state` (the
+         *     `GET /semaphores/{name}` body, plus `lock`, the semaphore's name, and `at`), `granted`,
+         *     `handed-off`, `released`, `expired`, `forced`, `waiters`, and `lost` with a permit's
+         *     `Lease-Token`; events about a permit carry no `mode`.
+         */
+        get: operations["watchSemaphore"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -250,6 +352,97 @@ export interface paths {
          * @description As `POST /multilocks/renew`; the token must be the group's with this id (400 otherwise).
          */
         post: operations["renewMultiLockById"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/locks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List held locks (admin)
+         * @description One page of the locks held now whose names start with `prefix`, with their holders and
+         *     waiters. The listing walks Redis with SCAN (never KEYS): a page costs one or more SCAN
+         *     calls of COUNT `limit` plus one read-only script per lock found. SCAN's guarantees apply:
+         *     a lock held during the whole listing appears at least once (rarely on two pages); one
+         *     taken or freed meanwhile may or may not. A page may hold a few more than `limit` entries,
+         *     or fewer (even none) while more follow: follow `next_cursor` until it is empty. Part of
+         *     the admin API, open to every caller until authentication exists.
+         */
+        get: operations["listLocks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/semaphores": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List semaphores with permits in use (admin)
+         * @description The semaphores' listing, as GET /locks lists locks.
+         */
+        get: operations["listSemaphores"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/top": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Longest-held and most contended locks (admin)
+         * @description `longest_held`: up to 10 of the oldest holds, all replicas, among those that may outlive
+         *     LEASEGATE_LONG_HOLD (watchdog leases and multi-locks, leases granted with a TTL of at
+         *     least LEASEGATE_LONG_HOLD, leases renewed late in life); short leases never appear.
+         *     `most_contended`: up to 10 names with the most 409 answers and waits started on this
+         *     replica over the last one to two minutes (a metric label cannot carry lock names).
+         */
+        get: operations["adminTop"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Prometheus metrics
+         * @description The gateway's metrics in the Prometheus text format (README lists them). No metric has a
+         *     per-lock-name label.
+         */
+        get: operations["metrics"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -482,6 +675,37 @@ export interface components {
             holds: number;
             mode: components["schemas"]["Mode"];
         };
+        /** @description The answer to a force release (`?force=true`). */
+        ForceRelease: {
+            lock: components["schemas"]["LockName"];
+            /** @description Always true; the lock is free, or handed to the head of its line. */
+            released: boolean;
+            /** @description Always true. */
+            forced: boolean;
+            /**
+             * Format: int64
+             * @description The holds removed: the exclusive one and each shared one (a lease's re-entries count
+             *     once; a lease holding the lock both ways twice). 0 when nothing held it.
+             */
+            holds_removed: number;
+        };
+        /** @description A release's answer (`Release`), or a force release's (`ForceRelease`). */
+        ReleaseResult: components["schemas"]["Release"] | components["schemas"]["ForceRelease"];
+        /** @description The answer to a semaphore's force release (`?force=true`). */
+        SemaphoreForceRelease: {
+            semaphore: components["schemas"]["LockName"];
+            /** @description Always true. */
+            released: boolean;
+            /** @description Always true. */
+            forced: boolean;
+            /**
+             * Format: int64
+             * @description The permits taken back (0 when none was in use).
+             */
+            holds_removed: number;
+        };
+        /** @description A permit's release answer (`SemaphoreRelease`), or a force release's (`SemaphoreForceRelease`). */
+        SemaphoreReleaseResult: components["schemas"]["SemaphoreRelease"] | components["schemas"]["SemaphoreForceRelease"];
         /** @description A lease that holds one permit of a semaphore. */
         SemaphoreGrant: {
             semaphore: components["schemas"]["LockName"];
@@ -669,6 +893,80 @@ export interface components {
             released: boolean;
             /** @description The members given back, in name order. */
             locks: components["schemas"]["LockName"][];
+        };
+        LockList: {
+            locks: components["schemas"]["ListedLock"][];
+            /** @description The cursor of the next page; empty when the listing is complete. */
+            next_cursor: string;
+        };
+        ListedLock: {
+            lock: components["schemas"]["LockName"];
+            mode: components["schemas"]["Mode"];
+            /** @description The exclusive holder's owner, or the first (soonest to expire) shared holder's. */
+            owner: string;
+            /** Format: int64 */
+            holders: number;
+            /**
+             * Format: int64
+             * @description That holder's fence.
+             */
+            fence: number;
+            /**
+             * Format: int64
+             * @description Time since the oldest listed hold's grant (from its fence, the Redis time of the grant in µs).
+             */
+            age_ms: number;
+            /** Format: int64 */
+            ttl_ms: number;
+            watchdog: boolean;
+            /** Format: int64 */
+            waiters: number;
+            /** @description The multi-lock id, when the holder is a multi-lock's member. */
+            multilock?: string;
+        };
+        SemaphoreList: {
+            semaphores: {
+                name: components["schemas"]["LockName"];
+                /** Format: int64 */
+                permits: number;
+                /** Format: int64 */
+                used: number;
+                /** Format: int64 */
+                waiters: number;
+                /**
+                 * Format: int64
+                 * @description Time since the oldest listed permit's grant.
+                 */
+                age_ms: number;
+            }[];
+            next_cursor: string;
+        };
+        Top: {
+            longest_held: {
+                lock: components["schemas"]["LockName"];
+                /** @enum {string} */
+                kind: "lock" | "semaphore";
+                owner: string;
+                /** Format: int64 */
+                fence: number;
+                /** Format: int64 */
+                age_ms: number;
+                multilock?: string;
+            }[];
+            most_contended: {
+                lock: components["schemas"]["LockName"];
+                /** @enum {string} */
+                kind: "lock" | "semaphore";
+                /** Format: int64 */
+                count: number;
+            }[];
+            /** Format: int64 */
+            window_s: number;
+            /**
+             * Format: int64
+             * @description LEASEGATE_LONG_HOLD.
+             */
+            long_hold_ms: number;
         };
         Health: {
             /** @enum {string} */
@@ -886,6 +1184,12 @@ export interface components {
         };
     };
     parameters: {
+        /** @description Only names that start with this: 0-200 characters of `A-Z a-z 0-9 . _ : -`. */
+        ListPrefix: string;
+        /** @description About how many entries a page holds (the SCAN COUNT), 1-1000; default 100. */
+        ListLimit: number;
+        /** @description The `next_cursor` of the previous page; absent or empty for the first. */
+        ListCursor: string;
         /**
          * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
          *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
@@ -937,6 +1241,24 @@ export interface components {
          * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
          */
         LeaseTokenOptional: string;
+        /**
+         * @description The token of the lease whose hold to give back (`token` from its grant): required, except
+         *     with `force=true`, where it must be absent. A malformed or forged token, or one issued
+         *     for another lock, answers 400 `urn:leasegate:problem:invalid-lease-token`; a valid token
+         *     whose lease no longer holds answers 410 `urn:leasegate:problem:lease-gone`.
+         * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
+         */
+        LeaseTokenRelease: string;
+        /**
+         * @description A lease's token (`token` from its grant): the stream then also reports that lease's loss
+         *     (`lost`, its last event) when it ends by anything but its own release. The lease must
+         *     hold the lock when the stream opens (else 410 `lease-gone`); a malformed or forged
+         *     token, or one of another lock, answers 400 `invalid-lease-token`.
+         * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
+         */
+        LeaseTokenWatch: string;
+        /** @description `true`: force release (see the operation). Any other value is a 400. */
+        Force: true;
         /**
          * @description The lease token from a grant (`token`). Opaque to clients, but self-describing:
          *     `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
@@ -1098,20 +1420,18 @@ export interface operations {
             query?: {
                 /** @description Which hold to give back, for a lease holding the lock both ways. */
                 mode?: "exclusive" | "shared";
+                /** @description `true`: force release (see the operation). Any other value is a 400. */
+                force?: components["parameters"]["Force"];
             };
-            header: {
+            header?: {
                 /**
-                 * @description The lease token from a grant (`token`). Opaque to clients, but self-describing:
-                 *     `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
-                 *     `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
-                 *     `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
-                 *     A malformed or forged token, or one issued for another lock, answers 400
-                 *     `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
-                 *     the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
-                 *     `yours: false`).
+                 * @description The token of the lease whose hold to give back (`token` from its grant): required, except
+                 *     with `force=true`, where it must be absent. A malformed or forged token, or one issued
+                 *     for another lock, answers 400 `urn:leasegate:problem:invalid-lease-token`; a valid token
+                 *     whose lease no longer holds answers 410 `urn:leasegate:problem:lease-gone`.
                  * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
                  */
-                "Lease-Token": components["parameters"]["LeaseTokenRequired"];
+                "Lease-Token"?: components["parameters"]["LeaseTokenRelease"];
                 /**
                  * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
                  *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
@@ -1138,14 +1458,14 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description One hold was released. */
+            /** @description One hold was released, or (force) every hold was removed. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Release"];
+                    "application/json": components["schemas"]["ReleaseResult"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1214,6 +1534,69 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    watchLock: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description A lease's token (`token` from its grant): the stream then also reports that lease's loss
+                 *     (`lost`, its last event) when it ends by anything but its own release. The lease must
+                 *     hold the lock when the stream opens (else 410 `lease-gone`); a malformed or forged
+                 *     token, or one of another lock, answers 400 `invalid-lease-token`.
+                 * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token"?: components["parameters"]["LeaseTokenWatch"];
+            };
+            path: {
+                /**
+                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
+                 *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example orders.42
+                 */
+                name: components["parameters"]["LockNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream of events; it starts with `state`. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example id: 1
+                     *     event: state
+                     *     data: {"lock":"orders.42","held":true,"mode":"exclusive","owner":"worker-1","fence":1795455143639459,"holds":1,"ttl_ms":29976,"waiters":0,"watchdog":false,"at":"2026-11-23T17:32:23.062Z"}
+                     *
+                     *     id: 2
+                     *     event: waiters
+                     *     data: {"lock":"orders.42","at":"2026-11-23T17:32:23.659Z","waiters":1}
+                     *
+                     *     id: 3
+                     *     event: released
+                     *     data: {"lock":"orders.42","at":"2026-11-23T17:32:23.954Z","owner":"worker-1","fence":1795455143639459,"mode":"exclusive"}
+                     *
+                     *     id: 4
+                     *     event: handed-off
+                     *     data: {"lock":"orders.42","at":"2026-11-23T17:32:23.954Z","owner":"worker-2","fence":1795455143954348,"mode":"exclusive"}
+                     *
+                     *     id: 5
+                     *     event: granted
+                     *     data: {"lock":"orders.42","at":"2026-11-23T17:32:23.954Z","owner":"worker-2","fence":1795455143954348,"mode":"exclusive","waiters":0}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            410: components["responses"]["LeaseGone"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
@@ -1342,20 +1725,19 @@ export interface operations {
     };
     releaseSemaphore: {
         parameters: {
-            query?: never;
-            header: {
+            query?: {
+                /** @description `true`: force release (see the operation). Any other value is a 400. */
+                force?: components["parameters"]["Force"];
+            };
+            header?: {
                 /**
-                 * @description The lease token from a grant (`token`). Opaque to clients, but self-describing:
-                 *     `base64url(JSON payload) "." base64url(HMAC-SHA256)`, the payload being
-                 *     `{"v":1,"lock":...,"owner":...,"lease":"<uuid>","fence":<int>}` and the HMAC keyed by
-                 *     `LEASEGATE_TOKEN_SECRET`, so every replica with the same secret accepts every token.
-                 *     A malformed or forged token, or one issued for another lock, answers 400
-                 *     `urn:leasegate:problem:invalid-lease-token`; a valid token whose lease no longer holds
-                 *     the lock answers 410 `urn:leasegate:problem:lease-gone` (inspect instead reports
-                 *     `yours: false`).
+                 * @description The token of the lease whose hold to give back (`token` from its grant): required, except
+                 *     with `force=true`, where it must be absent. A malformed or forged token, or one issued
+                 *     for another lock, answers 400 `urn:leasegate:problem:invalid-lease-token`; a valid token
+                 *     whose lease no longer holds answers 410 `urn:leasegate:problem:lease-gone`.
                  * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
                  */
-                "Lease-Token": components["parameters"]["LeaseTokenRequired"];
+                "Lease-Token"?: components["parameters"]["LeaseTokenRelease"];
                 /**
                  * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
                  *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
@@ -1382,14 +1764,14 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description One hold was released. */
+            /** @description One hold was released, or (force) every permit was taken back. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["SemaphoreRelease"];
+                    "application/json": components["schemas"]["SemaphoreReleaseResult"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1458,6 +1840,48 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    watchSemaphore: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description A lease's token (`token` from its grant): the stream then also reports that lease's loss
+                 *     (`lost`, its last event) when it ends by anything but its own release. The lease must
+                 *     hold the lock when the stream opens (else 410 `lease-gone`); a malformed or forged
+                 *     token, or one of another lock, answers 400 `invalid-lease-token`.
+                 * @example eyJ2IjoxLCJsb2NrIjoib3JkZXJzLjQyIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token"?: components["parameters"]["LeaseTokenWatch"];
+            };
+            path: {
+                /**
+                 * @description The semaphore's name, with the same rules as a lock's (semaphores and locks are separate
+                 *     name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example partner-api
+                 */
+                name: components["parameters"]["SemaphoreNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream of events; it starts with `state`. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            410: components["responses"]["LeaseGone"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
@@ -1622,6 +2046,116 @@ export interface operations {
             413: components["responses"]["BodyTooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    listLocks: {
+        parameters: {
+            query?: {
+                /** @description Only names that start with this: 0-200 characters of `A-Z a-z 0-9 . _ : -`. */
+                prefix?: components["parameters"]["ListPrefix"];
+                /** @description About how many entries a page holds (the SCAN COUNT), 1-1000; default 100. */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description The `next_cursor` of the previous page; absent or empty for the first. */
+                cursor?: components["parameters"]["ListCursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of held locks. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LockList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            503: components["responses"]["BackendUnavailable"];
+            "4XX": components["responses"]["ClientError"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    listSemaphores: {
+        parameters: {
+            query?: {
+                /** @description Only names that start with this: 0-200 characters of `A-Z a-z 0-9 . _ : -`. */
+                prefix?: components["parameters"]["ListPrefix"];
+                /** @description About how many entries a page holds (the SCAN COUNT), 1-1000; default 100. */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description The `next_cursor` of the previous page; absent or empty for the first. */
+                cursor?: components["parameters"]["ListCursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of semaphores with permits in use. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SemaphoreList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            503: components["responses"]["BackendUnavailable"];
+            "4XX": components["responses"]["ClientError"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    adminTop: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The top lists. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Top"];
+                };
+            };
+            503: components["responses"]["BackendUnavailable"];
+            "4XX": components["responses"]["ClientError"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    metrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The metrics. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            "4XX": components["responses"]["ClientError"];
             default: components["responses"]["Unexpected"];
         };
     };

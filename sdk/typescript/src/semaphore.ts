@@ -119,6 +119,9 @@ export class SemaphoreLease extends LeaseBase<SemaphoreGrant, SemaphoreRelease> 
   }
 
   protected sendRelease(key: string, signal?: AbortSignal): Promise<Answer<SemaphoreRelease>> {
-    return this.client.DELETE("/semaphores/{name}", { params: this.leaseParams(key), signal });
+    // A release with a token is never answered with a force release's body.
+    return this.client.DELETE("/semaphores/{name}", { params: this.leaseParams(key), signal }) as Promise<
+      Answer<SemaphoreRelease>
+    >;
   }
 }

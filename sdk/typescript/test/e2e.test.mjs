@@ -416,6 +416,55 @@ test("keepAlive aborts lease.signal with LeaseLostError when the lease is delete
   assert.equal((await inspect(name)).held, false);
 });
 
+test("onLost fires within milliseconds of a force release: keepAlive watches the events stream", { timeout: TEST_TIMEOUT }, async (t) => {
+  const name = lockName("forced");
+  // A 30 s TTL: the next renewal would come 10 s later.
+  const lease = await lock(client, name, { owner: "worker-a", ttlMs: 30_000 });
+  assert.equal(lease.watching, false);
+  lease.keepAlive();
+  await eventually("the events stream to open", 5_000, async () => lease.watching);
+  const lost = new Promise((resolve) => lease.onLost((error) => resolve({ error, at: performance.now() })));
+  let removedFired = false;
+  lease.onLost(() => (removedFired = true))(); // added, then removed at once
+
+  const sent = performance.now();
+  const { data, error } = await createLeasegateClient(baseUrl).DELETE("/locks/{name}", {
+    params: { path: { name }, query: { force: true } },
+  });
+  assert.equal(error, undefined, JSON.stringify(error));
+  assert.equal(data !== undefined && "forced" in data && data.forced, true);
+  const { error: reason, at } = await lost;
+  const took = at - sent;
+  t.diagnostic(`onLost fired ${took.toFixed(1)} ms after the force release was sent`);
+  assert.ok(took < 500, `onLost fired ${Math.round(took)} ms after the force release (100 ms expected)`);
+  assert.ok(reason instanceof LeaseLostError, `reason ${reason}`);
+  assert.equal(reason.kind, "forced");
+  assert.equal(reason.lock, name);
+  assert.equal(reason.fence, lease.fence);
+  assert.match(reason.message, /force-released/);
+  assert.equal(lease.signal.reason, reason, "signal aborts with the same error");
+  assert.equal(removedFired, false, "a removed listener is not called");
+  assert.equal(lease.keepingAlive, false);
+  assert.equal(lease.watching, false);
+  // A listener added after the loss is called too (asynchronously).
+  assert.equal(await new Promise((resolve) => lease.onLost(resolve)), reason);
+  await assert.rejects(lease.release(), (e) => e instanceof LeaseGoneError);
+  assert.equal(lease.signal.reason, reason, "the first reason stays");
+});
+
+test("keepAlive({ watch: false }) leaves watching to lease.watch(); stopWatching() closes the stream only", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("watch-optional");
+  const lease = await lock(client, name, { owner: "worker-a", ttlMs: 30_000 });
+  lease.keepAlive({ watch: false });
+  lease.watch();
+  await eventually("the events stream to open", 5_000, async () => lease.watching);
+  lease.stopWatching();
+  assert.equal(lease.watching, false);
+  assert.equal(lease.keepingAlive, true, "stopWatching leaves keep-alive running");
+  await lease.release();
+  assert.equal(lease.signal.aborted, false, "a release is no loss");
+});
+
 test("keepAlive aborts lease.signal before the lease can lapse when renewals keep failing", { timeout: TEST_TIMEOUT }, async () => {
   const name = lockName("keepalive-lapse");
   // Renewals fail like a network outage (fetch's TypeError) once cut is set.

@@ -354,6 +354,30 @@ test("a group released behind its back: keep-alive gets 410 and signal aborts wi
   await assertFree([a, b], "released behind its back");
 });
 
+test("a member force-released: a kept-alive group learns at once from the member's events stream", { timeout: TEST_TIMEOUT }, async (t) => {
+  const name = namer("forced");
+  const a = name("a"), b = name("b");
+  const group = await lockAll(client, [a, b], { owner: "victim", ttlMs: 30_000 });
+  group.keepAlive();
+  await eventually("both members' streams to open", 5_000, async () => group.watching);
+  const lost = new Promise((resolve) => group.onLost((error) => resolve({ error, at: performance.now() })));
+  const sent = performance.now();
+  const { error } = await client.DELETE("/locks/{name}", { params: { path: { name: b }, query: { force: true } } });
+  assert.equal(error, undefined, JSON.stringify(error));
+  const { error: reason, at } = await lost;
+  t.diagnostic(`multi-lock: onLost fired ${(at - sent).toFixed(1)} ms after a member's force release was sent`);
+  assert.ok(at - sent < 500, `${Math.round(at - sent)} ms`);
+  assert.ok(reason instanceof LeaseLostError, `reason ${reason}`);
+  assert.equal(reason.kind, "forced");
+  assert.equal(reason.multilock, group.id);
+  assert.ok(reason.message.includes(`member "${b}"`), reason.message);
+  assert.equal(group.watching, false);
+  // The group is gone: its release answers 410 and frees the other member.
+  const gone = await rejection(group.release(), "releasing a group that lost a member");
+  assert.ok(gone instanceof LeaseGoneError, `got ${gone}`);
+  await assertFree([a], "freed by the group's release");
+});
+
 test("a member that ran out: renew answers 410 listing it, and frees the others", { timeout: TEST_TIMEOUT }, async () => {
   const name = namer("expired");
   const a = name("a"), b = name("b");

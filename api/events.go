@@ -1,0 +1,79 @@
+package api
+
+// ForceRelease is the body of DELETE /locks/{name}?force=true.
+type ForceRelease struct {
+	Lock         string `json:"lock"`
+	Released     bool   `json:"released"` // always true: nothing holds the lock any more
+	Forced       bool   `json:"forced"`   // always true
+	HoldsRemoved int64  `json:"holds_removed"`
+}
+
+// SemaphoreForceRelease is the body of DELETE /semaphores/{name}?force=true.
+type SemaphoreForceRelease struct {
+	Semaphore    string `json:"semaphore"`
+	Released     bool   `json:"released"`
+	Forced       bool   `json:"forced"`
+	HoldsRemoved int64  `json:"holds_removed"`
+}
+
+// Events of GET /locks/{name}/events and /semaphores/{name}/events (Server-Sent Events): each is
+// the JSON of one event's data line. Every event names the lock (for a semaphore, the semaphore)
+// and when it happened.
+
+// LockStateEvent is the "state" event of a lock: the body of GET /locks/{name}, and when.
+type LockStateEvent struct {
+	LockState
+	At Timestamp `json:"at"`
+}
+
+// SemaphoreStateEvent is the "state" event of a semaphore: the body of GET /semaphores/{name},
+// plus lock (its name) and when.
+type SemaphoreStateEvent struct {
+	SemaphoreState
+	Lock string    `json:"lock"`
+	At   Timestamp `json:"at"`
+}
+
+// HoldEvent is a "granted", "handed-off", "released" or "expired" event. Mode is a lock's only;
+// Waiters is set on "granted" only.
+type HoldEvent struct {
+	Lock    string    `json:"lock"`
+	At      Timestamp `json:"at"`
+	Owner   string    `json:"owner"`
+	Fence   int64     `json:"fence"`
+	Mode    string    `json:"mode,omitempty"`
+	Waiters *int64    `json:"waiters,omitempty"`
+}
+
+// WaitersEvent is a "waiters" event: the number of live waiters changed.
+type WaitersEvent struct {
+	Lock    string    `json:"lock"`
+	At      Timestamp `json:"at"`
+	Waiters int64     `json:"waiters"`
+}
+
+// ForcedEvent is a "forced" event: a force release removed these holds.
+type ForcedEvent struct {
+	Lock         string       `json:"lock"`
+	At           Timestamp    `json:"at"`
+	Owners       []string     `json:"owners"` // of the holds removed, each once, in their order
+	HoldsRemoved int64        `json:"holds_removed"`
+	Holds        []ForcedHold `json:"holds"`
+}
+
+// ForcedHold is one hold a force release removed.
+type ForcedHold struct {
+	Owner string `json:"owner"`
+	Fence int64  `json:"fence"`
+	Mode  string `json:"mode,omitempty"`
+}
+
+// LostEvent is a "lost" event: the lease of the stream's Lease-Token ended by anything but its own
+// release. Reason is "expired", "forced" or "gone" (the stream missed events, then found the lease
+// gone). It is the stream's last event.
+type LostEvent struct {
+	Lock   string    `json:"lock"`
+	At     Timestamp `json:"at"`
+	Fence  int64     `json:"fence"`
+	Reason string    `json:"reason"`
+}

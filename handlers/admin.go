@@ -1,0 +1,149 @@
+package handlers
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/lockcore"
+)
+
+// Admin is what the admin API needs of the lock engine; *lockcore.Service implements it.
+type Admin interface {
+	List(ctx context.Context, kind lockcore.Kind, prefix, cursor string, limit int) ([]lockcore.State, string, error)
+	LongestHeld(ctx context.Context, limit int) ([]lockcore.LongHold, error)
+	MostContended(n int) []lockcore.Contended
+}
+
+// adminHandlers serve the admin API: listings of held locks and semaphores, and the top lists.
+// Until authentication exists they are as open as the rest of the API (see README).
+type adminHandlers struct {
+	admin    Admin
+	longHold time.Duration
+	log      *slog.Logger
+}
+
+// topSize is how many entries each of GET /admin/top's lists holds at most.
+const topSize = 10
+
+// listQuery reads and checks a listing's prefix, limit and cursor.
+func listQuery(r *http.Request) (prefix, cursor string, limit int, err error) {
+	q := r.URL.Query()
+	prefix, cursor, limit = q.Get("prefix"), q.Get("cursor"), 100
+	var bad []api.InvalidParam
+	if err := api.ValidateNamePrefix(prefix); err != nil {
+		bad = append(bad, api.InvalidParam{Name: "prefix", Reason: err.Error()})
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > api.MaxListLimit {
+			bad = append(bad, api.InvalidParam{Name: "limit", Reason: "must be an integer from 1 to " + strconv.Itoa(api.MaxListLimit)})
+		}
+		limit = n
+	}
+	if len(cursor) > 64 {
+		bad = append(bad, api.InvalidParam{Name: "cursor", Reason: "must be a next_cursor a listing returned"})
+	}
+	if bad != nil {
+		return "", "", 0, invalidRequest("the listing's query parameters are not valid", bad)
+	}
+	return prefix, cursor, limit, nil
+}
+
+// listLocks handles GET /locks?prefix=&limit=&cursor=.
+func (h *adminHandlers) listLocks(w http.ResponseWriter, r *http.Request) {
+	prefix, cursor, limit, err := listQuery(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	states, next, err := h.admin.List(r.Context(), lockcore.KindLock, prefix, cursor, limit)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	now := time.Now()
+	body := api.LockList{Locks: make([]api.ListedLock, 0, len(states)), NextCursor: next}
+	for _, st := range states {
+		l := api.ListedLock{Lock: st.Ref.Name, Waiters: st.Waiters}
+		first := st.Exclusive
+		if first != nil {
+			l.Mode, l.Holders = string(lockcore.Exclusive), 1
+		} else if len(st.Shared) > 0 {
+			first = &st.Shared[0]
+			l.Mode, l.Holders = string(lockcore.Shared), st.SharedCount
+		} else {
+			continue
+		}
+		l.Owner, l.Fence, l.TTLms, l.Watchdog = first.Owner, first.Fence, first.TTL.Milliseconds(), first.Watchdog
+		l.Multilock = lockcore.GroupOf(first.Lease)
+		l.AgeMs = oldestAge(st, now).Milliseconds()
+		body.Locks = append(body.Locks, l)
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// listSemaphores handles GET /semaphores?prefix=&limit=&cursor=.
+func (h *adminHandlers) listSemaphores(w http.ResponseWriter, r *http.Request) {
+	prefix, cursor, limit, err := listQuery(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	states, next, err := h.admin.List(r.Context(), lockcore.KindSemaphore, prefix, cursor, limit)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	now := time.Now()
+	body := api.SemaphoreList{Semaphores: make([]api.ListedSemaphore, 0, len(states)), NextCursor: next}
+	for _, st := range states {
+		body.Semaphores = append(body.Semaphores, api.ListedSemaphore{Name: st.Ref.Name, Permits: st.Permits,
+			Used: st.SharedCount, Waiters: st.Waiters, AgeMs: oldestAge(st, now).Milliseconds()})
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// oldestAge is the age of st's oldest hold (of those inspect lists), from its fence.
+func oldestAge(st lockcore.State, now time.Time) time.Duration {
+	var oldest int64
+	for _, h := range append(st.Shared, derefSlice(st.Exclusive)...) {
+		if oldest == 0 || h.Fence < oldest {
+			oldest = h.Fence
+		}
+	}
+	if oldest == 0 {
+		return 0
+	}
+	return max(now.Sub(time.UnixMicro(oldest)), 0)
+}
+
+func derefSlice[T any](p *T) []T {
+	if p == nil {
+		return nil
+	}
+	return []T{*p}
+}
+
+// top handles GET /admin/top: the longest-held holds (all replicas) and the most contended names
+// (this replica, last minute or two).
+func (h *adminHandlers) top(w http.ResponseWriter, r *http.Request) {
+	held, err := h.admin.LongestHeld(r.Context(), topSize)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	body := api.Top{LongestHeld: make([]api.HeldLong, 0, len(held)), MostContended: []api.ContendedLock{},
+		WindowS: 60, LongHoldMs: h.longHold.Milliseconds()}
+	for _, l := range held {
+		body.LongestHeld = append(body.LongestHeld, api.HeldLong{Lock: l.Ref.Name, Kind: l.Ref.Kind.String(), Owner: l.Owner,
+			Fence: l.Fence, AgeMs: l.Age.Milliseconds(), Multilock: l.Multilock})
+	}
+	for _, c := range h.admin.MostContended(topSize) {
+		body.MostContended = append(body.MostContended, api.ContendedLock{Lock: c.Ref.Name, Kind: c.Ref.Kind.String(), Count: c.Count})
+	}
+	writeJSON(w, http.StatusOK, body)
+}

@@ -1,0 +1,131 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/lockcore"
+)
+
+const (
+	// keepAliveEvery: a stream with nothing to say for this long sends a comment line, so that
+	// proxies and clients see it alive.
+	keepAliveEvery = 15 * time.Second
+	// eventWriteWindow bounds each write of a stream (the server's WriteTimeout would end the
+	// stream otherwise): a client that reads nothing for this long is dropped.
+	eventWriteWindow = 30 * time.Second
+)
+
+// events handles GET /locks/{name}/events: the lock's live events (see lockcore.Stream).
+func (h *lockHandlers) events(w http.ResponseWriter, r *http.Request) {
+	name, err := lockName(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	h.stream(w, r, lockcore.LockRef(name))
+}
+
+// semaphoreEvents handles GET /semaphores/{name}/events.
+func (h *lockHandlers) semaphoreEvents(w http.ResponseWriter, r *http.Request) {
+	name, err := lockName(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	h.stream(w, r, lockcore.SemaphoreRef(name))
+}
+
+// stream answers ref's live events as Server-Sent Events until the client leaves, the stream's
+// lease is lost (its last event), or the gateway shuts down. Each event has an id (its number in
+// this stream, from 1), a type and one line of JSON data; a comment line goes out after
+// keepAliveEvery without an event. Problems before the stream starts (a bad name or token, a
+// lease already gone, Redis down) are answered as problem+json.
+func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockcore.Ref) {
+	st, err := h.locker.Watch(r.Context(), ref, r.Header.Get(leaseTokenHeader))
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	defer st.Close()
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
+	w.WriteHeader(http.StatusOK)
+	var buf bytes.Buffer
+	for id := 1; ; {
+		next, cancel := context.WithTimeout(r.Context(), keepAliveEvery)
+		ev, err := st.Next(next)
+		cancel()
+		buf.Reset()
+		switch {
+		case err == nil:
+			writeEvent(&buf, id, ref, ev)
+			id++
+		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+			buf.WriteString(": keep-alive\n\n")
+		default: // the client left, or the gateway shuts down (its clients reconnect elsewhere)
+			return
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(eventWriteWindow))
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil || ev.Type == lockcore.EventLost {
+			return
+		}
+	}
+}
+
+// writeEvent renders ev as one Server-Sent Event into buf.
+func writeEvent(buf *bytes.Buffer, id int, ref lockcore.Ref, ev lockcore.Event) {
+	buf.WriteString("id: " + strconv.Itoa(id) + "\nevent: " + string(ev.Type) + "\ndata: ")
+	_ = json.NewEncoder(buf).Encode(eventBody(ref, ev)) // one line, with its newline
+	buf.WriteString("\n")
+}
+
+// eventBody is the data of ev, an event of ref.
+func eventBody(ref lockcore.Ref, ev lockcore.Event) any {
+	at := api.Timestamp(ev.At)
+	mode := func(m lockcore.Mode) string {
+		if ref.Kind == lockcore.KindSemaphore {
+			return "" // a semaphore's permits have no mode
+		}
+		return string(m)
+	}
+	switch ev.Type {
+	case lockcore.EventState:
+		if ref.Kind == lockcore.KindSemaphore {
+			return api.SemaphoreStateEvent{SemaphoreState: semaphoreStateBody(ref.Name, ev.State), Lock: ref.Name, At: at}
+		}
+		return api.LockStateEvent{LockState: lockStateBody(ref.Name, ev.State), At: at}
+	case lockcore.EventWaiters:
+		return api.WaitersEvent{Lock: ref.Name, At: at, Waiters: ev.Waiters}
+	case lockcore.EventForced:
+		body := api.ForcedEvent{Lock: ref.Name, At: at, Owners: []string{}, HoldsRemoved: int64(len(ev.Holds)),
+			Holds: make([]api.ForcedHold, 0, len(ev.Holds))}
+		seen := map[string]bool{}
+		for _, h := range ev.Holds {
+			body.Holds = append(body.Holds, api.ForcedHold{Owner: h.Owner, Fence: h.Fence, Mode: mode(h.Mode)})
+			if !seen[h.Owner] {
+				seen[h.Owner] = true
+				body.Owners = append(body.Owners, h.Owner)
+			}
+		}
+		return body
+	case lockcore.EventLost:
+		return api.LostEvent{Lock: ref.Name, At: at, Fence: ev.Fence, Reason: ev.Reason}
+	}
+	body := api.HoldEvent{Lock: ref.Name, At: at, Owner: ev.Hold.Owner, Fence: ev.Hold.Fence, Mode: mode(ev.Hold.Mode)}
+	if ev.Type == lockcore.EventGranted {
+		body.Waiters = ptr(ev.Waiters)
+	}
+	return body
+}

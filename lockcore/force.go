@@ -1,0 +1,90 @@
+package lockcore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/rueidis"
+
+	"github.com/leasegate/leasegate/luascripts"
+)
+
+// forceScript is force.lua; like every rueidis.Lua it is safe for concurrent use by any Service.
+var forceScript = rueidis.NewLuaScript(luascripts.Force)
+
+// ForcedHold is one hold a force release took away.
+type ForcedHold struct {
+	Lease    string // a multi-lock's id for a member held by a multi-lock (see GroupOf)
+	Owner    string
+	Fence    int64
+	Mode     Mode // a semaphore's permits are Shared
+	Watchdog bool
+}
+
+// Forced reports what a force release did.
+type Forced struct {
+	Holds []ForcedHold // every hold removed; none when nothing held it
+	// Granted counts the waiters at the head of the line that were handed a hold (with a fence of
+	// their own), as a release would have.
+	Granted int64
+}
+
+// ForceRelease takes every hold off ref, whoever holds it (Redisson's forceUnlock): the exclusive
+// holder and every shared holder of a lock, every permit of a semaphore, whatever their reentry
+// counts. What that frees goes to the head of the line at once, as on a release. The removed
+// leases hold nothing from then on, so their tokens answer ErrLeaseLost everywhere (renew,
+// release, re-entry) and their watchdog duties end; a multi-lock that held ref loses it as a member
+// that ran out (its next renewal gives back the rest). It needs no token: callers must restrict
+// it to operators. It returns ErrUnavailable when Redis does not answer (the outcome is then
+// unknown; forcing again is safe).
+func (s *Service) ForceRelease(ctx context.Context, ref Ref) (Forced, error) {
+	reply, err := s.runQueued(ctx, forceScript, ref)
+	if err != nil {
+		return Forced{}, err
+	}
+	f, err := readForced(reply)
+	if err != nil {
+		return Forced{}, unexpectedReply("force", ref.Name, reply, err)
+	}
+	s.obs.Forced(ref.Kind.String())
+	for _, h := range f.Holds {
+		if h.Watchdog && GroupOf(h.Lease) == "" {
+			s.unschedule(ctx, Lease{Lock: ref.Name, Kind: ref.Kind, ID: h.Lease})
+		}
+	}
+	return f, nil
+}
+
+// readForced reads force.lua's reply: {granted, n, [lease, owner, fence, mode, watchdog] * n}.
+func readForced(reply []rueidis.RedisMessage) (Forced, error) {
+	if len(reply) < 2 {
+		return Forced{}, fmt.Errorf("%d elements", len(reply))
+	}
+	granted, err := reply[0].AsInt64()
+	if err != nil {
+		return Forced{}, err
+	}
+	n, err := reply[1].AsInt64()
+	if err != nil || n < 0 || int64(len(reply)) != 2+5*n {
+		return Forced{}, fmt.Errorf("%d holds in %d elements: %v", n, len(reply), err)
+	}
+	f := Forced{Granted: granted, Holds: make([]ForcedHold, 0, n)}
+	for r := reply[2:]; len(r) >= 5; r = r[5:] {
+		lease, err1 := r[0].ToString()
+		owner, err2 := r[1].ToString()
+		fence, err3 := r[2].AsInt64()
+		mode, err4 := r[3].ToString()
+		wd, err5 := r[4].AsInt64()
+		for _, err := range []error{err1, err2, err3, err4, err5} {
+			if err != nil {
+				return Forced{}, err
+			}
+		}
+		h := ForcedHold{Lease: lease, Owner: owner, Fence: fence, Mode: Exclusive, Watchdog: wd == 1}
+		if mode == "s" {
+			h.Mode = Shared
+		}
+		f.Holds = append(f.Holds, h)
+	}
+	return f, nil
+}

@@ -1,0 +1,144 @@
+package lockcore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/rueidis"
+)
+
+// List returns one page of the locks (kind KindLock) or semaphores (KindSemaphore) held now whose
+// names start with prefix, and the cursor of the next page ("" when the listing is complete).
+//
+// It walks Redis with SCAN (never KEYS), asking for hash keys under the name prefix (TYPE hash,
+// MATCH "<key prefix>{<name prefix>*"), and inspects each holder it finds (one read-only script
+// each, pipelined). A page costs one or more SCAN calls of COUNT limit (until about limit holders
+// are found or the keyspace is walked) plus one inspect per holder; SCAN's guarantees apply: a
+// name held during the whole listing appears at least once (rarely twice), and one taken or
+// freed meanwhile may or may not. A page may hold a few more than limit entries (SCAN returns
+// whole hash buckets) or fewer. On Redis Cluster the walk goes master by master; the cursor
+// carries the master's position, so a resharding during a listing may skip or repeat names.
+func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, limit int) ([]State, string, error) {
+	masters, err := s.masters(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	node, scan, err := parseListCursor(cursor, len(masters))
+	if err != nil {
+		return nil, "", err
+	}
+	match := s.prefix + "{" + prefix + "*"
+	var refs []Ref
+	seen := map[Ref]bool{}
+	for rounds := 0; node < len(masters) && len(refs) < limit && rounds < 16; rounds++ {
+		c := masters[node]
+		entry, err := c.Do(ctx, c.B().Scan().Cursor(scan).Match(match).Count(int64(limit)).Type("hash").Build()).AsScanEntry()
+		if err != nil {
+			return nil, "", s.classify(err)
+		}
+		for _, key := range entry.Elements {
+			if ref, ok := s.heldKeyRef(key, kind); ok && !seen[ref] {
+				seen[ref] = true
+				refs = append(refs, ref)
+			}
+		}
+		scan = entry.Cursor
+		if scan == 0 {
+			node++
+		}
+	}
+	next := ""
+	if node < len(masters) {
+		next = strconv.Itoa(node) + "-" + strconv.FormatUint(scan, 10)
+	}
+	states := make([]State, len(refs))
+	errs := make([]error, len(refs))
+	var wg sync.WaitGroup
+	for i, ref := range refs { // concurrent calls share rueidis's pipeline
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			states[i], errs[i] = s.Inspect(ctx, ref, "")
+		}()
+	}
+	wg.Wait()
+	out := states[:0]
+	for i, st := range states {
+		if errs[i] != nil {
+			return nil, "", errs[i]
+		}
+		if st.Held() {
+			out = append(out, st)
+		}
+	}
+	slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.Ref.Name, b.Ref.Name) })
+	return out, next, nil
+}
+
+// heldKeyRef tells which lock or semaphore of kind a hash key found by List belongs to, if it is
+// one that says someone holds it: a lock's hash (its exclusive holder), a lock's or a semaphore's
+// shared holders' hash. Queue hashes and others are skipped. Names never contain '{' or '}'.
+func (s *Service) heldKeyRef(key string, kind Kind) (Ref, bool) {
+	rest, ok := strings.CutPrefix(key, s.prefix+"{")
+	if !ok {
+		return Ref{}, false
+	}
+	i := strings.IndexByte(rest, '}')
+	if i < 0 {
+		return Ref{}, false
+	}
+	name, suffix := rest[:i], rest[i+1:]
+	switch {
+	case kind == KindLock && (suffix == "" || suffix == ":shm"):
+		return LockRef(name), true
+	case kind == KindSemaphore && suffix == ":sem:shm":
+		return SemaphoreRef(name), true
+	}
+	return Ref{}, false
+}
+
+// masters returns a client per Redis master: the one client on a single Redis or Sentinel, each
+// Cluster master (in address order) on a Cluster.
+func (s *Service) masters(ctx context.Context) ([]rueidis.Client, error) {
+	if !s.cluster {
+		return []rueidis.Client{s.client}, nil
+	}
+	nodes := s.client.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for addr := range nodes {
+		addrs = append(addrs, addr)
+	}
+	slices.Sort(addrs)
+	var out []rueidis.Client
+	for _, addr := range addrs {
+		c := nodes[addr]
+		role, err := c.Do(ctx, c.B().Role().Build()).ToArray()
+		if err != nil {
+			return nil, s.classify(err)
+		}
+		if len(role) > 0 {
+			if r, _ := role[0].ToString(); r == "master" {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// parseListCursor reads List's cursor: "" (the start), or "<master>-<scan cursor>".
+func parseListCursor(cursor string, masters int) (node int, scan uint64, err error) {
+	if cursor == "" {
+		return 0, 0, nil
+	}
+	n, c, ok := strings.Cut(cursor, "-")
+	node, err1 := strconv.Atoi(n)
+	scan, err2 := strconv.ParseUint(c, 10, 64)
+	if !ok || err1 != nil || err2 != nil || node < 0 || node >= masters {
+		return 0, 0, fmt.Errorf("%w: cursor %q is not one a listing returned", ErrInvalid, cursor)
+	}
+	return node, scan, nil
+}

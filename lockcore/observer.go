@@ -1,0 +1,81 @@
+package lockcore
+
+import (
+	"errors"
+	"time"
+)
+
+// GrantHow tells how a lease got its hold.
+type GrantHow string
+
+const (
+	GrantNew      GrantHow = "new"       // granted at once
+	GrantReentry  GrantHow = "reentry"   // a lease that held already, held once more
+	GrantHandOff  GrantHow = "handoff"   // granted after waiting
+	kindMultiLock          = "multilock" // the kind label of a multi-lock's operations
+)
+
+// WaitOutcome tells how a waiting acquire ended.
+type WaitOutcome string
+
+const (
+	WaitGranted   WaitOutcome = "granted"
+	WaitTimedOut  WaitOutcome = "timeout"
+	WaitAbandoned WaitOutcome = "abandoned" // its client left
+	WaitFailed    WaitOutcome = "error"
+)
+
+// Observer hears what the Service does, for metrics. Its methods run on the lock path: they must
+// be cheap and must not block. kind is "lock", "semaphore" or "multilock"; mode "exclusive" or
+// "shared".
+type Observer interface {
+	Granted(kind string, mode Mode, how GrantHow, waited time.Duration)
+	Released(kind string, mode Mode, held time.Duration)
+	Refused(kind string) // an acquire answered "held" (409)
+	Lost(kind string)    // a call on a lease that no longer holds (410)
+	Forced(kind string)  // a force-release
+	WaitStarted(kind string)
+	WaitEnded(kind string, outcome WaitOutcome)
+	WatchdogSwept(duties int)
+	WatchdogRenewal(outcome string) // "renewed", "lost", "ended" or "error"
+	ScriptCall(script string, failed bool, took time.Duration)
+	RedisError()
+	Resubscribed()
+}
+
+// nopObserver is the Observer of a Service given none.
+type nopObserver struct{}
+
+func (nopObserver) Granted(string, Mode, GrantHow, time.Duration) {}
+func (nopObserver) Released(string, Mode, time.Duration)          {}
+func (nopObserver) Refused(string)                                {}
+func (nopObserver) Lost(string)                                   {}
+func (nopObserver) Forced(string)                                 {}
+func (nopObserver) WaitStarted(string)                            {}
+func (nopObserver) WaitEnded(string, WaitOutcome)                 {}
+func (nopObserver) WatchdogSwept(int)                             {}
+func (nopObserver) WatchdogRenewal(string)                        {}
+func (nopObserver) ScriptCall(string, bool, time.Duration)        {}
+func (nopObserver) RedisError()                                   {}
+func (nopObserver) Resubscribed()                                 {}
+
+// heldSince is how long ago a hold with fence was granted: a fence is the Redis clock in µs at its
+// grant (or one more than the name's previous fence, see next_fence in core.lua), so its age
+// needs no extra state. Across hosts it includes the clock offset between Redis and this process.
+func heldSince(fence int64, now time.Time) time.Duration {
+	return max(now.Sub(time.UnixMicro(fence)), 0)
+}
+
+// observeRefusal tells the observer about a 409 or a 410 that err carries.
+func (s *Service) observeRefusal(kind string, err error) {
+	var held *HeldError
+	switch {
+	case errors.As(err, &held):
+		s.obs.Refused(kind)
+		if kind != kindMultiLock {
+			s.contention.add(Ref{held.Kind, held.Lock}, time.Now())
+		}
+	case errors.Is(err, ErrLeaseLost):
+		s.obs.Lost(kind)
+	}
+}

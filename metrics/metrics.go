@@ -1,0 +1,205 @@
+// Package metrics is leasegate's Prometheus instrumentation: the collectors behind GET /metrics,
+// fed by lockcore (as its lockcore.Observer), by the HTTP layer (ObserveRequest) and by the
+// long-hold sweep (SetHolds). No metric has a per-lock-name label: names are unbounded. README's
+// "Metrics" section lists them; deploy/prometheus has alerting rules on them.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/leasegate/leasegate/lockcore"
+)
+
+// Metrics holds the gateway's collectors in a registry of its own.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	grants, releases                  *prometheus.CounterVec
+	conflicts, lost, expiries, forced *prometheus.CounterVec
+	waitsStarted, waitsEnded          *prometheus.CounterVec
+	waitSeconds, holdSeconds          *prometheus.HistogramVec
+	watchdogSwept                     prometheus.Counter
+	watchdogRenewals                  *prometheus.CounterVec
+	watchdogFailing                   prometheus.Gauge
+	failingInARow                     atomic.Int64
+	scriptCalls                       *prometheus.CounterVec
+	scriptSeconds                     *prometheus.HistogramVec
+	redisErrors, reconnects           prometheus.Counter
+	redisUp                           prometheus.Gauge
+	httpRequests                      *prometheus.CounterVec
+	httpSeconds                       *prometheus.HistogramVec
+	longHolds, oldestHold             prometheus.Gauge
+}
+
+// latencyBuckets suit calls that take well under a millisecond on loopback and up to seconds
+// under trouble.
+var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// durationBuckets suit waits and holds: from a millisecond to an hour.
+var durationBuckets = []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 600, 1800, 3600}
+
+// New returns the gateway's metrics, with Go runtime and process collectors; longHold is the
+// configured LEASEGATE_LONG_HOLD, exported as leasegate_long_hold_threshold_seconds.
+func New(longHold time.Duration) *Metrics {
+	reg := prometheus.NewRegistry()
+	f := factory{reg}
+	m := &Metrics{
+		reg:          reg,
+		grants:       f.counters("grants_total", "Holds granted, by how: new (at once), reentry, handoff (after waiting).", "kind", "mode", "how"),
+		releases:     f.counters("releases_total", "Holds given back by their lease's release.", "kind", "mode"),
+		conflicts:    f.counters("conflicts_total", "Acquires answered 409: held (try-once, or a wait that ran out).", "kind"),
+		lost:         f.counters("lost_total", "Calls answered 410: the lease no longer holds.", "kind"),
+		expiries:     f.counters("expiries_total", "Leases this replica found gone before their release: 410 answers and watchdog duties that found their lease lost.", "kind"),
+		forced:       f.counters("forced_releases_total", "Force-releases (DELETE ?force=true).", "kind"),
+		waitsStarted: f.counters("waits_started_total", "Acquires that joined a wait queue.", "kind"),
+		waitsEnded:   f.counters("waits_ended_total", "Waits that ended, by outcome: granted, timeout, abandoned (the client left), error.", "kind", "outcome"),
+		waitSeconds:  f.histograms("wait_seconds", "Time from joining the queue to the grant, for granted waits.", durationBuckets, "kind"),
+		holdSeconds: f.histograms("hold_seconds", "Time from a hold's grant to its release (locks and semaphores; a multi-lock's members count as locks).",
+			durationBuckets, "kind", "mode"),
+		watchdogSwept:    f.counter("watchdog_swept_total", "Watchdog duties this replica claimed and ran."),
+		watchdogRenewals: f.counters("watchdog_renewals_total", "Watchdog renewals by outcome: renewed, ended (released, past max hold, or gone), lost (a multi-lock's member gone), error.", "outcome"),
+		watchdogFailing:  f.gauge("watchdog_consecutive_failures", "Watchdog renewals on this replica that failed in a row (reset by a success)."),
+		scriptCalls:      f.counters("redis_script_calls_total", "Redis script calls by script and outcome (ok, error).", "script", "outcome"),
+		scriptSeconds:    f.histograms("redis_script_duration_seconds", "Redis script call latency, round trip included.", latencyBuckets, "script"),
+		redisErrors:      f.counter("redis_errors_total", "Redis calls that failed (transport or Redis errors)."),
+		reconnects:       f.counter("redis_reconnects_total", "Pub/sub (re)subscriptions after the first: each follows a lost connection."),
+		redisUp:          f.gauge("redis_up", "1 when the last Redis check (every long-hold sweep) succeeded, else 0."),
+		httpRequests:     f.counters("http_requests_total", "HTTP requests by route pattern, method and status.", "route", "method", "status"),
+		httpSeconds:      f.histograms("http_request_duration_seconds", "HTTP request latency by route pattern and method (long-polls included).", latencyBuckets, "route", "method"),
+		longHolds:        f.gauge("long_holds", "Holds (locks, semaphore permits) older than LEASEGATE_LONG_HOLD, all replicas, as of the last sweep."),
+		oldestHold:       f.gauge("oldest_hold_seconds", "Age of the oldest hold older than LEASEGATE_LONG_HOLD (0: none), as of the last sweep."),
+	}
+	f.gauge("long_hold_threshold_seconds", "LEASEGATE_LONG_HOLD: holds older than this count as long.").Set(longHold.Seconds())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Parked exports n() as leasegate_parked_requests, read at each scrape.
+func (m *Metrics) Parked(n func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasegate_parked_requests",
+		Help: "Waiting requests parked on this replica."}, func() float64 { return float64(n()) }))
+}
+
+// ObserveRequest counts one HTTP request; route is its chi pattern ("" for no route).
+func (m *Metrics) ObserveRequest(route, method string, status int, took time.Duration) {
+	if route == "" {
+		route = "unmatched"
+	}
+	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.httpSeconds.WithLabelValues(route, method).Observe(took.Seconds())
+}
+
+// SetRedisUp records the outcome of a Redis check.
+func (m *Metrics) SetRedisUp(up bool) {
+	if up {
+		m.redisUp.Set(1)
+	} else {
+		m.redisUp.Set(0)
+	}
+}
+
+// SetLongHolds records a long-hold sweep: n holds older than the threshold, the oldest that old.
+func (m *Metrics) SetLongHolds(n int, oldest time.Duration) {
+	m.longHolds.Set(float64(n))
+	m.oldestHold.Set(oldest.Seconds())
+}
+
+// The lockcore.Observer methods.
+
+func (m *Metrics) Granted(kind string, mode lockcore.Mode, how lockcore.GrantHow, waited time.Duration) {
+	m.grants.WithLabelValues(kind, string(mode), string(how)).Inc()
+	if how == lockcore.GrantHandOff {
+		m.waitSeconds.WithLabelValues(kind).Observe(waited.Seconds())
+	}
+}
+
+func (m *Metrics) Released(kind string, mode lockcore.Mode, held time.Duration) {
+	m.releases.WithLabelValues(kind, string(mode)).Inc()
+	if held >= 0 {
+		m.holdSeconds.WithLabelValues(kind, string(mode)).Observe(held.Seconds())
+	}
+}
+
+func (m *Metrics) Refused(kind string) { m.conflicts.WithLabelValues(kind).Inc() }
+
+func (m *Metrics) Forced(kind string) { m.forced.WithLabelValues(kind).Inc() }
+
+func (m *Metrics) Lost(kind string) {
+	m.lost.WithLabelValues(kind).Inc()
+	m.expiries.WithLabelValues(kind).Inc()
+}
+
+func (m *Metrics) WaitStarted(kind string) { m.waitsStarted.WithLabelValues(kind).Inc() }
+
+func (m *Metrics) WaitEnded(kind string, outcome lockcore.WaitOutcome) {
+	m.waitsEnded.WithLabelValues(kind, string(outcome)).Inc()
+}
+
+func (m *Metrics) WatchdogSwept(duties int) { m.watchdogSwept.Add(float64(duties)) }
+
+func (m *Metrics) WatchdogRenewal(outcome string) {
+	m.watchdogRenewals.WithLabelValues(outcome).Inc()
+	switch outcome {
+	case "error":
+		m.watchdogFailing.Set(float64(m.failingInARow.Add(1)))
+	case "lost":
+		m.expiries.WithLabelValues("multilock").Inc()
+		fallthrough
+	default:
+		m.failingInARow.Store(0)
+		m.watchdogFailing.Set(0)
+	}
+}
+
+func (m *Metrics) ScriptCall(script string, failed bool, took time.Duration) {
+	outcome := "ok"
+	if failed {
+		outcome = "error"
+	}
+	m.scriptCalls.WithLabelValues(script, outcome).Inc()
+	m.scriptSeconds.WithLabelValues(script).Observe(took.Seconds())
+}
+
+func (m *Metrics) RedisError()   { m.redisErrors.Inc() }
+func (m *Metrics) Resubscribed() { m.reconnects.Inc() }
+
+// factory registers leasegate_ collectors.
+type factory struct{ reg *prometheus.Registry }
+
+func (f factory) counters(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "leasegate", Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "leasegate", Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "leasegate", Name: name, Help: help})
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) histograms(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "leasegate", Name: name, Help: help, Buckets: buckets}, labels)
+	f.reg.MustRegister(h)
+	return h
+}
+
+var _ lockcore.Observer = (*Metrics)(nil)

@@ -1,0 +1,146 @@
+package tests
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scrape reads GET /metrics into series -> value, keyed as the text format writes them
+// (`name{label="v",...}`, labels in name order).
+func scrape(t *testing.T, base string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		require.NoError(t, err, line)
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// delta is what each series moved by between two scrapes.
+func delta(before, after map[string]float64, series string) float64 {
+	return after[series] - before[series]
+}
+
+// TestMetricsCountAScriptedSequence runs a known sequence of calls and checks the exact counter
+// deltas it must produce.
+func TestMetricsCountAScriptedSequence(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	before := scrape(t, e.gw.URL)
+
+	a := e.client.Do(http.MethodPost, "/locks/m.a", nil, acquireBody("w1", 30000))
+	require.Equal(t, http.StatusCreated, a.Status)
+	require.Equal(t, http.StatusConflict, e.client.Do(http.MethodPost, "/locks/m.a", nil, acquireBody("w2", 30000)).Status)
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodPost, "/locks/m.a", tokenHeader(a.Str("token")), acquireBody("w1", 30000)).Status)
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/m.a", tokenHeader(a.Str("token")), "").Status)
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/m.a", tokenHeader(a.Str("token")), "").Status)
+	require.Equal(t, http.StatusGone, e.client.Do(http.MethodDelete, "/locks/m.a", tokenHeader(a.Str("token")), "").Status)
+
+	b := e.client.Do(http.MethodPost, "/locks/m.b", nil, acquireBody("w1", 30000))
+	require.Equal(t, http.StatusCreated, b.Status)
+	waiter := startWaiterBody(e.client, "m.b", waitBody("w3", 30000, 10000))
+	eventually(t, 5*time.Second, "the waiter queued", func() bool { return e.waiters(t, "m.b") == 1 })
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/m.b", tokenHeader(b.Str("token")), "").Status)
+	w := <-waiter
+	require.Equal(t, http.StatusCreated, w.Status, string(w.Body))
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/m.b", tokenHeader(w.Str("token")), "").Status)
+	require.Equal(t, http.StatusCreated, e.client.Do(http.MethodPost, "/locks/m.c", nil, acquireBody("w4", 30000)).Status)
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/m.c?force=true", nil, "").Status)
+
+	after := scrape(t, e.gw.URL)
+	lock := `{how="new",kind="lock",mode="exclusive"}`
+	for series, want := range map[string]float64{
+		`leasegate_grants_total` + lock:                                                        3,
+		`leasegate_grants_total{how="reentry",kind="lock",mode="exclusive"}`:                   1,
+		`leasegate_grants_total{how="handoff",kind="lock",mode="exclusive"}`:                   1,
+		`leasegate_releases_total{kind="lock",mode="exclusive"}`:                               3,
+		`leasegate_hold_seconds_count{kind="lock",mode="exclusive"}`:                           3,
+		`leasegate_conflicts_total{kind="lock"}`:                                               1,
+		`leasegate_lost_total{kind="lock"}`:                                                    1,
+		`leasegate_waits_started_total{kind="lock"}`:                                           1,
+		`leasegate_waits_ended_total{kind="lock",outcome="granted"}`:                           1,
+		`leasegate_wait_seconds_count{kind="lock"}`:                                            1,
+		`leasegate_http_requests_total{method="POST",route="/locks/{name}",status="201"}`:      4,
+		`leasegate_http_requests_total{method="POST",route="/locks/{name}",status="409"}`:      1,
+		`leasegate_http_requests_total{method="DELETE",route="/locks/{name}",status="410"}`:    1,
+		`leasegate_http_request_duration_seconds_count{method="DELETE",route="/locks/{name}"}`: 6,
+		`leasegate_redis_script_calls_total{outcome="ok",script="release"}`:                    5,
+		`leasegate_redis_script_duration_seconds_count{script="release"}`:                      5,
+		`leasegate_redis_script_calls_total{outcome="error",script="release"}`:                 0,
+		`leasegate_watchdog_renewals_total{outcome="error"}`:                                   0,
+		`leasegate_forced_releases_total{kind="lock"}`:                                         1,
+		`leasegate_redis_script_calls_total{outcome="ok",script="force"}`:                      1,
+		`leasegate_redis_errors_total`:                                                         0,
+	} {
+		assert.Equal(t, want, delta(before, after, series), series)
+	}
+	assert.Equal(t, 0.0, after["leasegate_parked_requests"])
+	assert.Equal(t, 600.0, after["leasegate_long_hold_threshold_seconds"])
+	assert.Contains(t, after, "go_goroutines")
+	assert.Contains(t, after, "process_resident_memory_bytes")
+	for series := range after {
+		assert.NotContains(t, series, "m.a", "no lock name is a label")
+	}
+}
+
+// TestLongHoldGaugeAndLog holds a watchdog lease and a long-TTL lease past a short
+// LEASEGATE_LONG_HOLD: the gauge turns on (and off after the release), the oldest age grows, and
+// each long hold is logged once.
+func TestLongHoldGaugeAndLog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, map[string]string{"LEASEGATE_LONG_HOLD": "1s"})
+	short := e.client.Do(http.MethodPost, "/locks/lh.short", nil, acquireBody("brief", 30000))
+	require.Equal(t, http.StatusCreated, short.Status)
+	wd := e.client.Do(http.MethodPost, "/locks/lh.watchdog", nil, watchdogBody("hung-worker", 900, ""))
+	require.Equal(t, http.StatusCreated, wd.Status, string(wd.Body))
+	long := e.client.Do(http.MethodPost, "/locks/lh.ttl", nil, acquireBody("slow-job", 60000))
+	require.Equal(t, http.StatusCreated, long.Status)
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/lh.short", tokenHeader(short.Str("token")), "").Status)
+
+	eventually(t, 10*time.Second, "two long holds counted", func() bool {
+		m := scrape(t, e.gw.URL)
+		return m["leasegate_long_holds"] == 2 && m["leasegate_oldest_hold_seconds"] >= 1 && m["leasegate_redis_up"] == 1
+	})
+	top := e.client.Do(http.MethodGet, "/admin/top", nil, "")
+	require.Equal(t, http.StatusOK, top.Status)
+	held := top.JSON()["longest_held"].([]any)
+	require.Len(t, held, 2, string(top.Body))
+	owners := []string{held[0].(map[string]any)["owner"].(string), held[1].(map[string]any)["owner"].(string)}
+	assert.ElementsMatch(t, []string{"hung-worker", "slow-job"}, owners)
+
+	eventually(t, 10*time.Second, "one log line per long hold", func() bool {
+		return strings.Count(e.gw.Logs(), "lock held longer than LEASEGATE_LONG_HOLD") == 2
+	})
+	logs := e.gw.Logs()
+	assert.Contains(t, logs, `"lock":"lh.watchdog","owner":"hung-worker"`)
+	assert.Contains(t, logs, `"lock":"lh.ttl","owner":"slow-job"`)
+	assert.NotContains(t, logs, "lh.short")
+
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/lh.watchdog", tokenHeader(wd.Str("token")), "").Status)
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/lh.ttl", tokenHeader(long.Str("token")), "").Status)
+	eventually(t, 10*time.Second, "no long holds after the releases", func() bool {
+		m := scrape(t, e.gw.URL)
+		return m["leasegate_long_holds"] == 0 && m["leasegate_oldest_hold_seconds"] == 0
+	})
+	// Logged once each, however many sweeps saw them.
+	assert.Equal(t, 2, strings.Count(e.gw.Logs(), "lock held longer than LEASEGATE_LONG_HOLD"))
+}
