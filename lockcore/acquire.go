@@ -137,7 +137,7 @@ func (s *Service) settle(ctx context.Context, req AcquireRequest, g Grant) (Gran
 			return Grant{}, err
 		}
 	}
-	if !g.Watchdog && !g.Reentered && g.TTL >= s.longHold {
+	if !g.Watchdog && s.mayOutlive(g.Lease, g.TTL) { // a long TTL, or a late re-entry (see long_holds.go)
 		s.trackAged(ctx, g.Lease)
 	}
 	if err := ctx.Err(); err != nil {

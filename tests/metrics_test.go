@@ -102,9 +102,9 @@ func TestMetricsCountAScriptedSequence(t *testing.T) {
 	}
 }
 
-// TestLongHoldGaugeAndLog holds a watchdog lease and a long-TTL lease past a short
-// LEASEGATE_LONG_HOLD: the gauge turns on (and off after the release), the oldest age grows, and
-// each long hold is logged once.
+// TestLongHoldGaugeAndLog holds a watchdog lease, a long-TTL lease and a lease re-entered with a
+// long TTL past a short LEASEGATE_LONG_HOLD: the gauge turns on (and off after the releases), the
+// oldest age grows, and each long hold is logged once.
 func TestLongHoldGaugeAndLog(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, map[string]string{"LEASEGATE_LONG_HOLD": "1s"})
@@ -114,21 +114,28 @@ func TestLongHoldGaugeAndLog(t *testing.T) {
 	require.Equal(t, http.StatusCreated, wd.Status, string(wd.Body))
 	long := e.client.Do(http.MethodPost, "/locks/lh.ttl", nil, acquireBody("slow-job", 60000))
 	require.Equal(t, http.StatusCreated, long.Status)
+	// Granted short, then re-entered with a long TTL: the re-entry makes it one that may outlive
+	// the threshold.
+	re := e.client.Do(http.MethodPost, "/locks/lh.reentered", nil, acquireBody("re-entrant", 900))
+	require.Equal(t, http.StatusCreated, re.Status)
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodPost, "/locks/lh.reentered", tokenHeader(re.Str("token")), acquireBody("re-entrant", 60000)).Status)
 	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/lh.short", tokenHeader(short.Str("token")), "").Status)
 
-	eventually(t, 10*time.Second, "two long holds counted", func() bool {
+	eventually(t, 10*time.Second, "three long holds counted", func() bool {
 		m := scrape(t, e.gw.URL)
-		return m["leasegate_long_holds"] == 2 && m["leasegate_oldest_hold_seconds"] >= 1 && m["leasegate_redis_up"] == 1
+		return m["leasegate_long_holds"] == 3 && m["leasegate_oldest_hold_seconds"] >= 1 && m["leasegate_redis_up"] == 1
 	})
 	top := e.client.Do(http.MethodGet, "/admin/top", nil, "")
 	require.Equal(t, http.StatusOK, top.Status)
 	held := top.JSON()["longest_held"].([]any)
-	require.Len(t, held, 2, string(top.Body))
-	owners := []string{held[0].(map[string]any)["owner"].(string), held[1].(map[string]any)["owner"].(string)}
-	assert.ElementsMatch(t, []string{"hung-worker", "slow-job"}, owners)
+	var owners []string
+	for _, h := range held {
+		owners = append(owners, h.(map[string]any)["owner"].(string))
+	}
+	assert.ElementsMatch(t, []string{"hung-worker", "slow-job", "re-entrant"}, owners, string(top.Body))
 
 	eventually(t, 10*time.Second, "one log line per long hold", func() bool {
-		return strings.Count(e.gw.Logs(), "lock held longer than LEASEGATE_LONG_HOLD") == 2
+		return strings.Count(e.gw.Logs(), "lock held longer than LEASEGATE_LONG_HOLD") == 3
 	})
 	logs := e.gw.Logs()
 	assert.Contains(t, logs, `"lock":"lh.watchdog","owner":"hung-worker"`)
@@ -137,10 +144,13 @@ func TestLongHoldGaugeAndLog(t *testing.T) {
 
 	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/lh.watchdog", tokenHeader(wd.Str("token")), "").Status)
 	require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/lh.ttl", tokenHeader(long.Str("token")), "").Status)
+	for range 2 {
+		require.Equal(t, http.StatusOK, e.client.Do(http.MethodDelete, "/locks/lh.reentered", tokenHeader(re.Str("token")), "").Status)
+	}
 	eventually(t, 10*time.Second, "no long holds after the releases", func() bool {
 		m := scrape(t, e.gw.URL)
 		return m["leasegate_long_holds"] == 0 && m["leasegate_oldest_hold_seconds"] == 0
 	})
 	// Logged once each, however many sweeps saw them.
-	assert.Equal(t, 2, strings.Count(e.gw.Logs(), "lock held longer than LEASEGATE_LONG_HOLD"))
+	assert.Equal(t, 3, strings.Count(e.gw.Logs(), "lock held longer than LEASEGATE_LONG_HOLD"))
 }
