@@ -29,6 +29,9 @@ func ValidateLockName(name string) error {
 	if name == "" || len(name) > MaxLockNameLen {
 		return fmt.Errorf("lock name must be 1-%d bytes long, got %d", MaxLockNameLen, len(name))
 	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("lock name %q is refused: path-normalising proxies read it as a path step", name)
+	}
 	for i, c := range name {
 		if !nameChar(c) {
 			return fmt.Errorf("lock name %q may contain only the letters A-Z and a-z, digits and . _ : -; found %q (%U) at byte %d", name, c, c, i)

@@ -25,7 +25,10 @@ func TestValidateLockName(t *testing.T) {
 	}{
 		{"one letter", "a", true},
 		{"every allowed character", "AZaz09._:-", true},
-		{"dots only", "..", true},
+		{"three dots", "...", true},
+		{"a dot", ".", false},
+		{"two dots", "..", false},
+		{"dots inside", "a..b", true},
 		{"200 bytes", strings.Repeat("a", 200), true},
 		{"empty", "", false},
 		{"201 bytes", strings.Repeat("a", 201), false},

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,31 +54,103 @@ func readBody[T any, B validating[T]](w http.ResponseWriter, r *http.Request, li
 }
 
 // decodeBody reads r's JSON body into v strictly: one object, no unknown fields, at most
-// maxBodyBytes. An empty body leaves v as it is when optional is true.
+// maxBodyBytes. An empty body leaves v as it is when optional is true. Field names must match
+// exactly and appear once: encoding/json would take "TTL_MS" for "ttl_ms" and the last of two
+// "ttl_ms", so a proxy or WAF rule on a field could be bypassed (see checkFieldNames).
 func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if errors.Is(err, io.EOF) {
-		if optional {
-			return nil
-		}
-		return invalidRequest("request body must be a JSON object", nil)
-	}
-	if err == nil {
-		if _, extra := dec.Token(); extra != io.EOF {
-			err = errors.New("unexpected data after the JSON object")
-		}
-	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return &requestError{http.StatusRequestEntityTooLarge, api.TypeBodyTooLarge, "Body too large",
 			fmt.Sprintf("request body exceeds %d bytes", maxBodyBytes), nil}
 	}
 	if err != nil {
+		return invalidRequest("request body could not be read: "+err.Error(), nil)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		if optional {
+			return nil
+		}
+		return invalidRequest("request body must be a JSON object", nil)
+	}
+	if err := checkFieldNames(data, v); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err = dec.Decode(v)
+	if err == nil {
+		if _, extra := dec.Token(); extra != io.EOF {
+			err = errors.New("unexpected data after the JSON object")
+		}
+	}
+	if err != nil {
 		return describeJSONError(err)
 	}
 	return nil
+}
+
+// checkFieldNames checks the names of the top-level object in data against v's json tags: each
+// must match a tag exactly (not just up to case, as encoding/json allows), be written without
+// escapes ("ttl\u005fms" is "ttl_ms" to the decoder, not to a proxy rule) and appear once. Other
+// problems (not an object, bad JSON, unknown names) are left to the decoder, which names them.
+// Request bodies are flat objects, so the top level is all there is to check.
+func checkFieldNames(data []byte, v any) error {
+	fields := jsonFields(reflect.TypeOf(v))
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	var seen []string
+	for dec.More() {
+		start := dec.InputOffset()
+		tok, err := dec.Token()
+		name, ok := tok.(string)
+		if err != nil || !ok {
+			return nil
+		}
+		if bytes.IndexByte(data[start:dec.InputOffset()], '\\') >= 0 {
+			reason := "field names must be written plainly, without escapes"
+			return invalidRequest("request body is not valid: "+reason, []api.InvalidParam{{Name: name, Reason: reason}})
+		}
+		if !slices.Contains(fields, name) {
+			if i := slices.IndexFunc(fields, func(f string) bool { return strings.EqualFold(f, name) }); i >= 0 {
+				reason := fmt.Sprintf("field names are case-sensitive: %q, not %q", fields[i], name)
+				return invalidRequest("request body is not valid: "+reason, []api.InvalidParam{{Name: name, Reason: reason}})
+			}
+		}
+		if slices.Contains(seen, name) {
+			return invalidRequest("request body is not valid: field "+strconv.Quote(name)+" appears twice",
+				[]api.InvalidParam{{Name: name, Reason: "appears more than once"}})
+		}
+		seen = append(seen, name)
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// fieldNames caches jsonFields per type.
+var fieldNames sync.Map // reflect.Type -> []string
+
+// jsonFields returns the JSON names of the fields of the struct t points to.
+func jsonFields(t reflect.Type) []string {
+	if names, ok := fieldNames.Load(t); ok {
+		return names.([]string)
+	}
+	var names []string
+	if t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		for f := range t.Elem().Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				names = append(names, name)
+			}
+		}
+	}
+	fieldNames.Store(t, names)
+	return names
 }
 
 // describeJSONError turns a decoding error into a 400, naming the field where it can.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/leasegate/leasegate/api"
 )
 
 // requestKey is the context key of a request's *requestInfo.
@@ -142,6 +144,24 @@ func accessLog(log *slog.Logger, policy AccessLog, m Metrics) func(http.Handler)
 				slog.Int("status", info.rec.status),
 				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 			)
+		})
+	}
+}
+
+// singleHeaders answers 400 to a request that carries one of these headers more than once: which
+// one a proxy in front acts on is anybody's guess (Go's Header.Get takes the first), so the
+// gateway acts on none.
+func singleHeaders(log *slog.Logger, names ...string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for _, name := range names {
+				if len(r.Header.Values(name)) > 1 {
+					writeError(w, r, log, invalidRequest("the "+name+" header appears more than once",
+						[]api.InvalidParam{{Name: name, Reason: "must appear at most once"}}))
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
 		})
 	}
 }

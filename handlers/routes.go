@@ -62,7 +62,8 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger}
 
 	r := chi.NewRouter()
-	r.Use(accessLog(opts.Logger, opts.AccessLog, opts.Metrics), recoverer(opts.Logger))
+	r.Use(accessLog(opts.Logger, opts.AccessLog, opts.Metrics), recoverer(opts.Logger),
+		singleHeaders(opts.Logger, leaseTokenHeader, idempotencyKeyHeader))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string

@@ -149,6 +149,9 @@ func validationCases(s seeded) []badRequest {
 		{"braces", "a%7Bb%7D"},
 		{"NUL", "a%00b"},
 		{"percent", "a%25b"},
+		{"a dot, encoded", "%2E"},
+		{"two dots, encoded", "%2E%2E"},
+		{"two dots, half encoded", ".%2E"},
 	} {
 		p := "/locks/" + n.segment
 		cases = append(cases,
@@ -193,6 +196,13 @@ func validationCases(s seeded) []badRequest {
 		{"wait_ms -1", `{"owner":"w","wait_ms":-1}`, []string{"wait_ms"}},
 		{"wait_ms above max", `{"owner":"w","wait_ms":60001}`, []string{"wait_ms"}},
 		{"every field at once", `{"owner":"","ttl_ms":0,"wait_ms":-1}`, []string{"owner", "ttl_ms", "wait_ms"}},
+		// encoding/json would take these (case-insensitive names, the last duplicate wins): a
+		// proxy rule on "ttl_ms" could be bypassed.
+		{"a name in other case", `{"owner":"w","TTL_MS":1000}`, []string{"TTL_MS"}},
+		{"a name in mixed case", `{"Owner":"w"}`, []string{"Owner"}},
+		{"a name twice", `{"owner":"w","ttl_ms":600000,"ttl_ms":1000}`, []string{"ttl_ms"}},
+		{"owner twice", `{"owner":"w","owner":"x"}`, []string{"owner"}},
+		{"an escaped name", `{"owner":"w","ttl\u005fms":1000}`, []string{"ttl_ms"}},
 	} {
 		// A lock of its own per case, so that a body wrongly accepted fails only its own case.
 		cases = append(cases, badRequest{name: "acquire body " + b.name, method: http.MethodPost,

@@ -214,7 +214,7 @@ type ForceRelease struct {
 	// once; a lease holding the lock both ways twice). 0 when nothing held it.
 	HoldsRemoved int64 `json:"holds_removed"`
 
-	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
 	// Example: orders.42
 	Lock LockName `json:"lock"`
@@ -242,7 +242,7 @@ type Grant struct {
 	// Example: 1
 	Holds int64 `json:"holds"`
 
-	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
 	// Example: orders.42
 	Lock LockName `json:"lock"`
@@ -325,7 +325,7 @@ type ListedLock struct {
 	Fence   int64 `json:"fence"`
 	Holders int64 `json:"holders"`
 
-	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
 	// Example: orders.42
 	Lock LockName `json:"lock"`
@@ -352,7 +352,7 @@ type LockList struct {
 	NextCursor string `json:"next_cursor"`
 }
 
-// LockName A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+// LockName A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 //
 // Example: orders.42
 type LockName = string
@@ -374,7 +374,7 @@ type LockState struct {
 	// Holds The holder's re-entry count. Only while held.
 	Holds *int64 `json:"holds,omitempty"`
 
-	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
 	// Example: orders.42
 	Lock LockName `json:"lock"`
@@ -444,7 +444,7 @@ type MultiLockMember struct {
 	// Fence This member's fence, under the same guarantee as a single grant of that lock.
 	Fence int64 `json:"fence"`
 
-	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
 	// Example: orders.42
 	Lock LockName `json:"lock"`
@@ -499,7 +499,7 @@ type Owner = string
 // | type | status | meaning |
 // | --- | --- | --- |
 // | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
@@ -567,7 +567,7 @@ type Release struct {
 	// Holds Holds of that mode the lease still has after this release.
 	Holds int64 `json:"holds"`
 
-	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
 	// Example: orders.42
 	Lock LockName `json:"lock"`
@@ -636,7 +636,7 @@ type SemaphoreForceRelease struct {
 	// Released Always true.
 	Released bool `json:"released"`
 
-	// Semaphore A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	// Semaphore A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
 	// Example: orders.42
 	Semaphore LockName `json:"semaphore"`
@@ -658,7 +658,7 @@ type SemaphoreGrant struct {
 	// Permits The semaphore's size.
 	Permits int64 `json:"permits"`
 
-	// Semaphore A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	// Semaphore A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
 	// Example: orders.42
 	Semaphore LockName `json:"semaphore"`
@@ -679,7 +679,7 @@ type SemaphoreList struct {
 		// AgeMs Time since the oldest listed permit's grant.
 		AgeMs int64 `json:"age_ms"`
 
-		// Name A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+		// Name A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 		//
 		// Example: orders.42
 		Name    LockName `json:"name"`
@@ -696,7 +696,7 @@ type SemaphoreRelease struct {
 	// Released True when the permit's re-entry count reached zero and the permit is free.
 	Released bool `json:"released"`
 
-	// Semaphore A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	// Semaphore A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
 	// Example: orders.42
 	Semaphore LockName `json:"semaphore"`
@@ -714,7 +714,7 @@ type SemaphoreState struct {
 	// Holders The first 100 holders, soonest to expire first.
 	Holders []Holder `json:"holders"`
 
-	// Name A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+	// Name A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
 	// Example: orders.42
 	Name LockName `json:"name"`
@@ -739,7 +739,7 @@ type Top struct {
 		Fence int64              `json:"fence"`
 		Kind  TopLongestHeldKind `json:"kind"`
 
-		// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+		// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 		//
 		// Example: orders.42
 		Lock      LockName `json:"lock"`
@@ -750,7 +750,7 @@ type Top struct {
 		Count int64                `json:"count"`
 		Kind  TopMostContendedKind `json:"kind"`
 
-		// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+		// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 		//
 		// Example: orders.42
 		Lock LockName `json:"lock"`
@@ -809,7 +809,7 @@ type SemaphoreNameParam = string
 // | type | status | meaning |
 // | --- | --- | --- |
 // | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
@@ -831,7 +831,7 @@ type BackendUnavailable = Problem
 // | type | status | meaning |
 // | --- | --- | --- |
 // | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
@@ -853,7 +853,7 @@ type BadRequest = Problem
 // | type | status | meaning |
 // | --- | --- | --- |
 // | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
@@ -875,7 +875,7 @@ type BodyTooLarge = Problem
 // | type | status | meaning |
 // | --- | --- | --- |
 // | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
@@ -900,7 +900,7 @@ type Healthy = Health
 // | type | status | meaning |
 // | --- | --- | --- |
 // | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
@@ -922,7 +922,7 @@ type Internal = Problem
 // | type | status | meaning |
 // | --- | --- | --- |
 // | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
@@ -944,7 +944,7 @@ type LeaseGone = Problem
 // | type | status | meaning |
 // | --- | --- | --- |
 // | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
@@ -972,7 +972,7 @@ type MultiLockRenewed = MultiLockGrant
 // | type | status | meaning |
 // | --- | --- | --- |
 // | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
@@ -994,7 +994,7 @@ type SemaphoreConflict = Problem
 // | type | status | meaning |
 // | --- | --- | --- |
 // | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |

@@ -10,8 +10,9 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
-                 *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`
+                 *     (path steps to any path-normalising proxy). A name that does not match answers 400
+                 *     `urn:leasegate:problem:invalid-lock-name`.
                  * @example orders.42
                  */
                 name: components["parameters"]["LockNameParam"];
@@ -70,8 +71,9 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
-                 *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`
+                 *     (path steps to any path-normalising proxy). A name that does not match answers 400
+                 *     `urn:leasegate:problem:invalid-lock-name`.
                  * @example orders.42
                  */
                 name: components["parameters"]["LockNameParam"];
@@ -99,8 +101,9 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
-                 *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`
+                 *     (path steps to any path-normalising proxy). A name that does not match answers 400
+                 *     `urn:leasegate:problem:invalid-lock-name`.
                  * @example orders.42
                  */
                 name: components["parameters"]["LockNameParam"];
@@ -514,7 +517,7 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
-         * @description A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`.
+         * @description A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
          * @example orders.42
          */
         LockName: string;
@@ -979,7 +982,7 @@ export interface components {
          *     | type | status | meaning |
          *     | --- | --- | --- |
          *     | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
-         *     | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`. |
+         *     | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
          *     | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
          *     | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
          *     | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
@@ -1191,8 +1194,9 @@ export interface components {
         /** @description The `next_cursor` of the previous page; absent or empty for the first. */
         ListCursor: string;
         /**
-         * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
-         *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+         * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`
+         *     (path steps to any path-normalising proxy). A name that does not match answers 400
+         *     `urn:leasegate:problem:invalid-lock-name`.
          * @example orders.42
          */
         LockNameParam: string;
@@ -1313,8 +1317,9 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
-                 *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`
+                 *     (path steps to any path-normalising proxy). A name that does not match answers 400
+                 *     `urn:leasegate:problem:invalid-lock-name`.
                  * @example orders.42
                  */
                 name: components["parameters"]["LockNameParam"];
@@ -1371,8 +1376,9 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
-                 *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`
+                 *     (path steps to any path-normalising proxy). A name that does not match answers 400
+                 *     `urn:leasegate:problem:invalid-lock-name`.
                  * @example orders.42
                  */
                 name: components["parameters"]["LockNameParam"];
@@ -1448,8 +1454,9 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
-                 *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`
+                 *     (path steps to any path-normalising proxy). A name that does not match answers 400
+                 *     `urn:leasegate:problem:invalid-lock-name`.
                  * @example orders.42
                  */
                 name: components["parameters"]["LockNameParam"];
@@ -1507,8 +1514,9 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
-                 *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`
+                 *     (path steps to any path-normalising proxy). A name that does not match answers 400
+                 *     `urn:leasegate:problem:invalid-lock-name`.
                  * @example orders.42
                  */
                 name: components["parameters"]["LockNameParam"];
@@ -1554,8 +1562,9 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`. A name that does not
-                 *     match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @description The lock's name: 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`
+                 *     (path steps to any path-normalising proxy). A name that does not match answers 400
+                 *     `urn:leasegate:problem:invalid-lock-name`.
                  * @example orders.42
                  */
                 name: components["parameters"]["LockNameParam"];

@@ -1,0 +1,56 @@
+package tests
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRepeatedHeadersAreRefused: a request with two Lease-Token (or Idempotency-Key) headers is a
+// 400 on every route, and changes nothing: which one a proxy in front acted on is unknowable.
+func TestRepeatedHeadersAreRefused(t *testing.T) {
+	t.Parallel()
+	standaloneOnly(t, "counts script calls on one Redis server")
+	e := newEnv(t, nil)
+	held := e.client.Do(http.MethodPost, "/locks/twice", nil, acquireBody("w1", 60000))
+	require.Equal(t, http.StatusCreated, held.Status)
+	other := e.client.Do(http.MethodPost, "/locks/other", nil, acquireBody("w1", 60000))
+	require.Equal(t, http.StatusCreated, other.Status)
+	tok, otherTok := held.Str("token"), other.Str("token")
+
+	for _, tc := range []struct{ method, path, header, body string }{
+		{http.MethodDelete, "/locks/twice", "Lease-Token", ""},
+		{http.MethodPost, "/locks/twice/renew", "Lease-Token", ""},
+		{http.MethodPost, "/locks/twice", "Lease-Token", acquireBody("w1", 1000)},
+		{http.MethodGet, "/locks/twice", "Lease-Token", ""},
+		{http.MethodDelete, "/locks/twice", "Idempotency-Key", ""},
+	} {
+		before := evalCalls(t, e)
+		req, err := http.NewRequest(tc.method, e.gw.URL+tc.path, strings.NewReader(tc.body))
+		require.NoError(t, err)
+		if tc.header == "Lease-Token" {
+			req.Header.Add("Lease-Token", tok)
+			req.Header.Add("Lease-Token", otherTok)
+		} else {
+			req.Header.Set("Lease-Token", tok)
+			req.Header.Add("Idempotency-Key", "k1")
+			req.Header.Add("Idempotency-Key", "k2")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s %s: %s", tc.method, tc.path, body)
+		assert.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+		assert.Contains(t, string(body), probInvalidRequest)
+		assert.Contains(t, string(body), "appears more than once")
+		assert.Equal(t, before, evalCalls(t, e), "%s %s ran a script", tc.method, tc.path)
+	}
+	r := e.client.Do(http.MethodGet, "/locks/twice", tokenHeader(tok), "")
+	assert.Equal(t, true, r.JSON()["yours"], "still held by its lease")
+	assert.Equal(t, held.Int("fence"), r.Int("fence"))
+}
