@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +101,17 @@ func cycle(b *testing.B, h http.Handler) {
 	h.ServeHTTP(w, req)
 	if w.Code != http.StatusOK {
 		b.Fatal(w.Code, w.Body.String())
+	}
+}
+
+// BenchmarkCheckFieldNames is the strict field-name check of an acquire body (see decodeBody).
+func BenchmarkCheckFieldNames(b *testing.B) {
+	body := []byte(`{"owner":"bench","ttl_ms":30000}`)
+	fields := jsonFields(reflect.TypeFor[*api.AcquireRequest]())
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := checkFieldNames(body, fields); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
