@@ -1,0 +1,101 @@
+package tests
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTokensAlteredCharacterByCharacter changes a valid token one character at a time, at every
+// position: each altered token is refused (400 invalid-lease-token) on release, renew and
+// re-entry, no script runs, and the lease still holds.
+func TestTokensAlteredCharacterByCharacter(t *testing.T) {
+	t.Parallel()
+	standaloneOnly(t, "counts script calls on one Redis server")
+	e := newEnv(t, nil)
+	r := e.client.Do(http.MethodPost, "/locks/tamper", nil, acquireBody("w1", 60000))
+	require.Equal(t, http.StatusCreated, r.Status)
+	token := r.Str("token")
+	before := evalCalls(t, e)
+	routes := []struct{ method, suffix, body string }{
+		{http.MethodDelete, "", ""},
+		{http.MethodPost, "/renew", ""},
+		{http.MethodPost, "", acquireBody("w1", 1000)},
+	}
+	for i := range len(token) {
+		altered := []byte(token)
+		altered[i] = flipped(altered[i])
+		rt := routes[i%len(routes)]
+		resp := e.client.Do(rt.method, "/locks/tamper"+rt.suffix, tokenHeader(string(altered)), rt.body)
+		if !assert.Equal(t, http.StatusBadRequest, resp.Status, "position %d: %s", i, resp.Body) {
+			continue
+		}
+		assert.Equal(t, probInvalidToken, resp.Str("type"), "position %d", i)
+	}
+	assert.Equal(t, before, evalCalls(t, e), "an altered token reached Redis")
+	held := e.client.Do(http.MethodGet, "/locks/tamper", tokenHeader(token), "")
+	assert.Equal(t, true, held.JSON()["yours"])
+	assert.Equal(t, r.Int("fence"), held.Int("fence"))
+}
+
+// flipped is another character of the token alphabet (base64url and '.').
+func flipped(c byte) byte {
+	if c == 'A' {
+		return 'B'
+	}
+	return 'A'
+}
+
+// TestOversizedHeadersAndSlowClients: headers over the 64 KB limit are refused (431) without
+// touching Redis, a client that never finishes its headers is cut off after the server's 5 s
+// header timeout, and 500 idle connections do not stop the gateway from serving.
+func TestOversizedHeadersAndSlowClients(t *testing.T) {
+	t.Parallel()
+	standaloneOnly(t, "counts script calls on one Redis server")
+	e := newEnv(t, nil)
+	before := evalCalls(t, e)
+	// net/http answers this itself, in plain text (README says so): a plain client, not the
+	// spec-checking one.
+	req, err := http.NewRequest(http.MethodGet, e.gw.URL+"/locks/big", nil)
+	require.NoError(t, err)
+	req.Header.Set("Lease-Token", strings.Repeat("A", 70<<10))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+	assert.Equal(t, before, evalCalls(t, e))
+
+	addr := strings.TrimPrefix(e.gw.URL, "http://")
+	slow, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer slow.Close()
+	_, err = fmt.Fprintf(slow, "POST /locks/slow HTTP/1.1\r\nHost: x\r\n") // and never the rest
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, slow.SetReadDeadline(time.Now().Add(15*time.Second)))
+	_, err = bufio.NewReader(slow).ReadString('\n')
+	assert.Error(t, err, "the server closed the connection")
+	assert.Less(t, time.Since(start), 12*time.Second, "cut off by the header timeout, not the test's deadline")
+
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range 500 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		idle = append(idle, c)
+	}
+	ok := e.client.Do(http.MethodPost, "/locks/after-the-crowd", nil, acquireBody("w1", 60000))
+	assert.Equal(t, http.StatusCreated, ok.Status, "served beside 500 idle connections")
+	assert.Equal(t, "w1", e.client.Do(http.MethodGet, "/locks/after-the-crowd", nil, "").Str("owner"))
+}
