@@ -13,6 +13,7 @@ COPY --from=build /out/leasegate /leasegate
 USER nonroot:nonroot
 ENV LEASEGATE_LISTEN=0.0.0.0:8080
 EXPOSE 8080
-# "leasegate healthcheck" GETs /healthz on the port of LEASEGATE_LISTEN and exits 0 or 1.
+# "leasegate healthcheck" GETs /healthz on the port of LEASEGATE_LISTEN and exits 0 or 1 (over
+# HTTPS when LEASEGATE_TLS_CERT_FILE is set).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["/leasegate", "healthcheck"]
 ENTRYPOINT ["/leasegate"]

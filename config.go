@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/kelseyhightower/envconfig"
 )
@@ -36,6 +37,9 @@ type Config struct {
 	AccessLog         string        `split_words:"true" default:"errors"`
 	LongHold          time.Duration `split_words:"true" default:"10m"`
 	Metrics           bool          `default:"true"`
+	TLSCertFile       string        `envconfig:"TLS_CERT_FILE"`
+	TLSKeyFile        string        `envconfig:"TLS_KEY_FILE"`
+	TLSClientCAFile   string        `envconfig:"TLS_CLIENT_CA_FILE"`
 }
 
 // loadConfig reads the environment and rejects bad values, naming the variable.
@@ -47,7 +51,8 @@ func loadConfig() (Config, error) {
 	// envconfig lets a set-but-empty variable bypass its default; an empty value is a mistake.
 	for _, name := range []string{"LISTEN", "REDIS_ADDR", "REDIS_URL", "REDIS_USERNAME", "REDIS_PASSWORD", "REDIS_TLS_CA",
 		"REPLICA_ACKS", "REPLICA_ACK_TIMEOUT", "TOKEN_SECRET", "KEY_PREFIX",
-		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL"} {
+		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL",
+		"TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE"} {
 		if v, ok := os.LookupEnv("LEASEGATE_" + name); ok && strings.TrimSpace(v) == "" {
 			return Config{}, fmt.Errorf("LEASEGATE_%s is set but empty; unset it to use the default", name)
 		}
@@ -70,6 +75,8 @@ func loadConfig() (Config, error) {
 		check(cfg.ReplicaAckTimeout > 0, "REPLICA_ACK_TIMEOUT", "must be positive, got %v", cfg.ReplicaAckTimeout),
 		check(cfg.TokenSecret == "" || len(cfg.TokenSecret) >= 16, "TOKEN_SECRET", "must be at least 16 bytes"),
 		check(!strings.ContainsAny(cfg.KeyPrefix, "{}"), "KEY_PREFIX", "%q must not contain '{' or '}'", cfg.KeyPrefix),
+		check(!strings.ContainsFunc(cfg.KeyPrefix, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }),
+			"KEY_PREFIX", "%q must not contain whitespace or control characters (live events would be lost)", cfg.KeyPrefix),
 		check(cfg.MaxTTL > 0, "MAX_TTL", "must be positive, got %v", cfg.MaxTTL),
 		check(cfg.DefaultTTL > 0 && cfg.DefaultTTL <= cfg.MaxTTL, "DEFAULT_TTL", "must be positive and at most LEASEGATE_MAX_TTL (%v), got %v", cfg.MaxTTL, cfg.DefaultTTL),
 		check(cfg.MaxWait > 0, "MAX_WAIT", "must be positive, got %v", cfg.MaxWait),
@@ -80,5 +87,8 @@ func loadConfig() (Config, error) {
 		check(levelErr == nil, "LOG_LEVEL", "%q is not debug, info, warn or error", cfg.LogLevel),
 		check(cfg.LongHold > 0, "LONG_HOLD", "must be positive, got %v", cfg.LongHold),
 		check(slices.Contains([]string{"errors", "all", "off"}, cfg.AccessLog), "ACCESS_LOG", "%q is not errors, all or off", cfg.AccessLog),
+		check(cfg.TLSKeyFile != "" || cfg.TLSCertFile == "", "TLS_CERT_FILE", "is set without LEASEGATE_TLS_KEY_FILE: give both"),
+		check(cfg.TLSCertFile != "" || cfg.TLSKeyFile == "", "TLS_KEY_FILE", "is set without LEASEGATE_TLS_CERT_FILE: give both"),
+		check(cfg.TLSCertFile != "" || cfg.TLSClientCAFile == "", "TLS_CLIENT_CA_FILE", "needs LEASEGATE_TLS_CERT_FILE and LEASEGATE_TLS_KEY_FILE"),
 	)
 }

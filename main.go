@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	_ "embed"
 	"fmt"
 	"io"
@@ -50,7 +51,8 @@ const usage = `leasegate: an HTTP/JSON distributed-lock gateway backed by Redis,
 
 Usage:
   leasegate [serve]          run the gateway (configured by LEASEGATE_* variables; see README)
-  leasegate healthcheck      exit 0 if the gateway on LEASEGATE_LISTEN answers /healthz
+  leasegate healthcheck      exit 0 if the gateway on LEASEGATE_LISTEN answers /healthz (over HTTPS
+                             when LEASEGATE_TLS_CERT_FILE is set)
   leasegate run (--lock NAME [--lock NAME...] [--shared] | --semaphore NAME --permits N) [flags] -- COMMAND [ARGS...]
                              run a command while holding a lock (several --lock: all of them, as
                              one multi-lock; or a semaphore's permit); it is stopped before the
@@ -109,6 +111,18 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 
+	var tlsConfig *tls.Config
+	if cfg.TLSCertFile != "" {
+		reloader, err := newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, log)
+		if err != nil {
+			return err
+		}
+		if tlsConfig, err = serverTLS(cfg, reloader); err != nil {
+			return err
+		}
+		log.Info("serving HTTPS", append(certAttrs(reloader.cert), "client_certificates", cfg.TLSClientCAFile != "")...)
+	}
+
 	opt, deployment, err := redisOption(cfg)
 	if err != nil {
 		return err
@@ -163,11 +177,18 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		TLSConfig:      tlsConfig,
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "redis", deployment, "replica_acks", cfg.ReplicaAcks, "key_prefix", cfg.KeyPrefix)
 
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		if tlsConfig != nil {
+			served <- srv.ServeTLS(ln, "", "") // the pair comes from tlsConfig.GetCertificate
+		} else {
+			served <- srv.Serve(ln)
+		}
+	}()
 	select {
 	case err := <-served:
 		svc.Close()
@@ -212,7 +233,8 @@ func version() string {
 }
 
 // healthcheck GETs /healthz of the gateway listening on cfg.Listen (on loopback when it listens on
-// every address); for container HEALTHCHECKs.
+// every address), over HTTPS when cfg sets a certificate (see healthcheckTLS); for container
+// HEALTHCHECKs.
 func healthcheck(ctx context.Context, cfg Config) error {
 	host, port, _ := net.SplitHostPort(cfg.Listen)
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
@@ -220,11 +242,19 @@ func healthcheck(ctx context.Context, cfg Config) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/healthz", nil)
+	scheme, client := "http", http.DefaultClient
+	if cfg.TLSCertFile != "" {
+		tc, err := healthcheckTLS(cfg)
+		if err != nil {
+			return err
+		}
+		scheme, client = "https", &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+net.JoinHostPort(host, port)+"/healthz", nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

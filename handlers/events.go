@@ -55,6 +55,18 @@ func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockco
 	}
 	defer st.Close()
 	rc := http.NewResponseController(w)
+	// A client that stops reading holds a Write up to eventWriteWindow: when the gateway shuts
+	// down, a write deadline of now makes it return at once, so Shutdown does not wait for it.
+	handlerDone, unblocked := make(chan struct{}), make(chan struct{})
+	defer func() { close(handlerDone); <-unblocked }()
+	go func() {
+		defer close(unblocked)
+		select {
+		case <-st.Done():
+			_ = rc.SetWriteDeadline(time.Now())
+		case <-handlerDone:
+		}
+	}()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
@@ -75,6 +87,11 @@ func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockco
 			return
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(eventWriteWindow))
+		select {
+		case <-st.Done(): // the goroutine above may have set its deadline before this one
+			return
+		default:
+		}
 		if _, err := w.Write(buf.Bytes()); err != nil {
 			return
 		}

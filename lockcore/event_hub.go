@@ -44,8 +44,11 @@ type watchedLock struct {
 	key     string
 	streams map[*Stream]struct{} // guarded by eventHub.mu
 	closing bool                 // guarded by eventHub.mu: the keeper is removing the entry
-	idle    chan struct{}        // cap 1: a stream left, maybe the last
-	gone    chan struct{}        // closed once the keeper has removed the entry and returned
+	// snapshots counts the watch_snapshot calls under way (begun under eventHub.mu while not
+	// closing): the keeper waits for them before it removes the entry, which they would add back.
+	snapshots sync.WaitGroup
+	idle      chan struct{} // cap 1: a stream left, maybe the last
+	gone      chan struct{} // closed once the keeper has removed the entry and returned
 }
 
 func newEventHub(s *Service, ws *waiters) *eventHub {
@@ -56,7 +59,8 @@ func watchKey(lockKey string) string { return lockKey + ":watch" }
 
 // join registers st with its lock, starting the lock's keeper if st is its first stream here, and
 // returns once events for st can arrive (on Redis Cluster, once the subscription of the lock's
-// slot is confirmed, or a second has passed). A keeper still removing the lock's entry is waited
+// slot is confirmed, or a second has passed: st is then marked early, and resyncs when the
+// subscription is confirmed, see resyncEarly). A keeper still removing the lock's entry is waited
 // for first, so that its removal cannot land after st's snapshot adds the entry back. It fails
 // with ErrShuttingDown once the Service closes, or with ctx's error.
 func (h *eventHub) join(ctx context.Context, st *Stream) error {
@@ -88,6 +92,13 @@ func (h *eventHub) join(ctx context.Context, st *Stream) error {
 		st.wl = wl
 		h.mu.Unlock()
 		awaitSubscription(ctx, ready)
+		h.mu.Lock() // ordered with resyncEarly, which runs after ready is closed
+		select {
+		case <-ready:
+		default:
+			st.early = true
+		}
+		h.mu.Unlock()
 		return ctx.Err()
 	}
 }
@@ -107,7 +118,8 @@ func (h *eventHub) leave(st *Stream) {
 }
 
 // keep renews this replica's watch entry of wl every watchKeep until wl has no stream left or the
-// Service closes, then removes it. An entry found missing (it ran out during a Redis stall, or
+// Service closes, then removes it, once the snapshots under way have ended (see
+// Stream.snapshot: none starts after that). An entry found missing (it ran out during a Redis stall, or
 // Redis lost it) makes wl's streams resync: events were not sent here meanwhile.
 func (h *eventHub) keep(wl *watchedLock) {
 	defer h.s.wg.Done()
@@ -117,7 +129,10 @@ func (h *eventHub) keep(wl *watchedLock) {
 	for {
 		select {
 		case <-h.s.ctx.Done():
-			h.drop(wl)
+			h.mu.Lock()
+			wl.closing = true
+			h.mu.Unlock()
+			h.remove(wl)
 			return
 		case <-wl.idle:
 			h.mu.Lock()
@@ -127,12 +142,7 @@ func (h *eventHub) keep(wl *watchedLock) {
 			if !closing {
 				continue
 			}
-			h.drop(wl)
-			h.mu.Lock()
-			if h.locks[wl.key] == wl {
-				delete(h.locks, wl.key)
-			}
-			h.mu.Unlock()
+			h.remove(wl)
 			return
 		case <-t.C:
 			missing, err := h.runWatch(context.Background(), wl, "keep")
@@ -147,6 +157,18 @@ func (h *eventHub) keep(wl *watchedLock) {
 	}
 }
 
+// remove ends wl once its keeper has marked it closing: it waits for the snapshots under way,
+// removes the entry from Redis and forgets wl (a join waiting for wl.gone then starts afresh).
+func (h *eventHub) remove(wl *watchedLock) {
+	wl.snapshots.Wait()
+	h.drop(wl)
+	h.mu.Lock()
+	if h.locks[wl.key] == wl {
+		delete(h.locks, wl.key)
+	}
+	h.mu.Unlock()
+}
+
 // drop removes this replica's watch entry of wl, on a context of its own (the Service may be
 // closing). A failure costs little: the entry runs out within watchTTL.
 func (h *eventHub) drop(wl *watchedLock) {
@@ -155,6 +177,22 @@ func (h *eventHub) drop(wl *watchedLock) {
 	if _, err := h.runWatch(ctx, wl, "drop"); err != nil {
 		h.s.log.Warn("removing a watch of live events failed; it runs out by itself", wl.ref.Kind.String(), wl.ref.Name, "err", err)
 	}
+}
+
+// beginSnapshot counts a watch_snapshot call of st, which must not run once st has left or the
+// Service is closing (it would add back an entry that nobody keeps); call end when it is done.
+func (h *eventHub) beginSnapshot(st *Stream) (end func(), err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, in := st.wl.streams[st]
+	switch {
+	case h.s.ctx.Err() != nil || st.wl.closing:
+		return nil, ErrShuttingDown
+	case !in:
+		return nil, ErrStreamEnded
+	}
+	st.wl.snapshots.Add(1)
+	return st.wl.snapshots.Done, nil
 }
 
 // runWatch runs watch.lua's op ("keep" or "drop") for this replica's entry of wl.
@@ -200,6 +238,25 @@ func (h *eventHub) resync(match func(key string) bool) {
 	}
 }
 
+// resyncEarly makes the streams of slot's locks that joined before its subscription was first
+// confirmed (marked early by join) read their locks again: their state may be older than the
+// subscription, and the messages in between were lost.
+func (h *eventHub) resyncEarly(slot int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for key, wl := range h.locks {
+		if keySlot(key) != slot {
+			continue
+		}
+		for st := range wl.streams {
+			if st.early {
+				st.early = false
+				st.markResync()
+			}
+		}
+	}
+}
+
 // resyncSlot is resync for the locks of one Redis Cluster slot.
 func (h *eventHub) resyncSlot(slot int) {
 	h.resync(func(key string) bool { return keySlot(key) == slot })
@@ -230,7 +287,7 @@ type eventMsg struct {
 	key     string
 	epoch   string
 	seq     int64
-	typ     string // g, h, r, e, f, w
+	typ     string // g, h, r, e, f, w, t
 	waiters int64
 	at      time.Time // Redis time
 	holds   []msgHold
@@ -252,7 +309,7 @@ func parseEventMsg(raw string) (*eventMsg, bool) {
 	seq, err1 := strconv.ParseInt(f[3], 10, 64)
 	waiters, err2 := strconv.ParseInt(f[5], 10, 64)
 	at, err3 := strconv.ParseInt(f[6], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || !strings.Contains("ghrefw", f[4]) || len(f[4]) != 1 {
+	if err1 != nil || err2 != nil || err3 != nil || !strings.Contains("ghrefwt", f[4]) || len(f[4]) != 1 {
 		return nil, false
 	}
 	m := &eventMsg{key: f[1], epoch: f[2], seq: seq, typ: f[4], waiters: waiters, at: time.UnixMilli(at)}

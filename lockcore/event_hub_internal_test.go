@@ -24,6 +24,8 @@ func TestParseEventMsg(t *testing.T) {
 				holds: []msgHold{{fence: 5, mode: Exclusive, owner: "a"}, {fence: 6, mode: Shared, owner: "b"}}}},
 		{"an empty owner", "v k 1 4 r 0 1795455143954\n5 x 0 ", &eventMsg{key: "k", epoch: "1", seq: 4, typ: "r", at: at,
 			holds: []msgHold{{fence: 5, mode: Exclusive}}}},
+		{"a TTL set anew", "v k 1 5 t 0 1795455143954\n5 x 500 a", &eventMsg{key: "k", epoch: "1", seq: 5, typ: "t", at: at,
+			holds: []msgHold{{fence: 5, mode: Exclusive, ttl: 500 * time.Millisecond, owner: "a"}}}},
 		{"unknown type", "v k 1 4 z 0 1795455143954", nil},
 		{"two-letter type", "v k 1 4 gh 0 1795455143954", nil},
 		{"a grant message", "g lease 17", nil},

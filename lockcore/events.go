@@ -56,7 +56,7 @@ type Event struct {
 	Reason string
 }
 
-// ErrStreamEnded: Next was called after a stream's last event (EventLost).
+// ErrStreamEnded: Next was called after a stream's last event (EventLost), or after Close.
 var ErrStreamEnded = errors.New("event stream ended")
 
 const (
@@ -87,12 +87,14 @@ type Stream struct {
 	ref   Ref
 	key   string
 	wl    *watchedLock // set by eventHub.join
+	early bool         // guarded by eventHub.mu: joined before its slot's subscription was confirmed
 	fence int64        // the Lease-Token's fence (see lease)
 
 	msgs      chan *eventMsg
 	flag      atomic.Bool   // set by the hub: messages were dropped, or may have been missed
 	wake      chan struct{} // cap 1: flag was set
 	closeOnce sync.Once
+	closed    atomic.Bool // Close was called
 
 	// What follows belongs to the goroutine calling Next.
 	lease    string          // the Lease-Token's lease; "" without one, or after its own last release
@@ -156,13 +158,19 @@ func (s *Service) Watch(ctx context.Context, ref Ref, token string) (*Stream, er
 }
 
 // Close ends the stream; the replica stops watching the lock once its last stream has closed.
+// Next returns ErrStreamEnded after it.
 func (st *Stream) Close() {
 	st.closeOnce.Do(func() {
+		st.closed.Store(true)
 		if st.wl != nil {
 			st.hub.leave(st)
 		}
 	})
 }
+
+// Done returns a channel closed once the Service closes: from then on Next returns
+// ErrShuttingDown, and whoever writes the stream's events out should stop waiting on its client.
+func (st *Stream) Done() <-chan struct{} { return st.s.ctx.Done() }
 
 // markResync asks the stream to read the lock again. It never blocks.
 func (st *Stream) markResync() {
@@ -175,9 +183,12 @@ func (st *Stream) markResync() {
 
 // Next returns the stream's next event, waiting for one until ctx ends (ctx's error; the stream
 // stays usable). It returns ErrShuttingDown once the Service closes and ErrStreamEnded after
-// EventLost.
+// EventLost or Close.
 func (st *Stream) Next(ctx context.Context) (Event, error) {
 	for {
+		if st.closed.Load() {
+			return Event{}, ErrStreamEnded
+		}
 		if len(st.out) > 0 {
 			ev := st.out[0]
 			st.out = st.out[1:]
@@ -229,11 +240,19 @@ type snapshot struct {
 	seq   int64
 	state State
 	yours bool
-	taken time.Time // when the script was sent: remaining TTLs count from then
+	mine  *knownHold // the token's lease's shared hold, listed or not; nil when it has none
+	taken time.Time  // when the script was sent: remaining TTLs count from then
 }
 
-// snapshot (re)takes this replica's watch of the lock and reads the lock, in one script.
+// snapshot (re)takes this replica's watch of the lock and reads the lock, in one script. It fails
+// with ErrShuttingDown once the Service closes and ErrStreamEnded once st is closed, before
+// touching Redis.
 func (st *Stream) snapshot(ctx context.Context) (snapshot, error) {
+	end, err := st.hub.beginSnapshot(st)
+	if err != nil {
+		return snapshot{}, err
+	}
+	defer end()
 	k := st.s.keys(st.ref)
 	taken := time.Now()
 	reply, err := st.s.exec(ctx, watchSnapshotScript, []string{k.lock, k.q, k.qd, k.sh, k.shm, watchKey(k.lock)},
@@ -242,30 +261,40 @@ func (st *Stream) snapshot(ctx context.Context) (snapshot, error) {
 		return snapshot{}, err
 	}
 	r := replyValues(reply)
-	if len(r) < 5 {
+	if len(r) < 7 {
 		return snapshot{}, unexpectedReply("watch_snapshot", st.ref.Name, r, nil)
 	}
 	epoch, ok1 := r[0].(string)
 	seq, ok2 := r[1].(int64)
-	state, ok3 := readState(st.ref, r[2:])
-	if !ok1 || !ok2 || !ok3 {
+	mine, ok3 := r[2].(int64)
+	mineOwner, ok4 := r[3].(string)
+	state, ok5 := readState(st.ref, r[4:])
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 		return snapshot{}, unexpectedReply("watch_snapshot", st.ref.Name, r, nil)
 	}
-	yours := r[4] == int64(1)
+	yours := r[6] == int64(1)
 	if st.lease != "" {
 		state.Yours = &yours
 	}
-	return snapshot{epoch: epoch, seq: seq, state: state, yours: yours, taken: taken}, nil
+	snap := snapshot{epoch: epoch, seq: seq, state: state, yours: yours, taken: taken}
+	if mine >= 0 {
+		snap.mine = &knownHold{owner: mineOwner, expires: taken.Add(time.Duration(mine) * time.Millisecond)}
+	}
+	return snap, nil
 }
 
-// holdsOf returns the holds a snapshot lists, and whether it lists only some of them.
-func holdsOf(snap snapshot) (map[holdKey]*knownHold, bool) {
+// holdsOf returns the holds a snapshot lists (with the shared hold of the lease with fence, which
+// it always has), and whether it lists only some of the shared holds.
+func holdsOf(snap snapshot, fence int64) (map[holdKey]*knownHold, bool) {
 	holds := map[holdKey]*knownHold{}
 	if x := snap.state.Exclusive; x != nil {
 		holds[holdKey{x.Fence, Exclusive}] = &knownHold{owner: x.Owner, expires: snap.taken.Add(x.TTL)}
 	}
 	for _, h := range snap.state.Shared {
 		holds[holdKey{h.Fence, Shared}] = &knownHold{owner: h.Owner, expires: snap.taken.Add(h.TTL)}
+	}
+	if snap.mine != nil && fence != 0 {
+		holds[holdKey{fence, Shared}] = snap.mine
 	}
 	return holds, snap.state.SharedCount > int64(len(snap.state.Shared))
 }
@@ -282,7 +311,7 @@ func (st *Stream) adopt(snap snapshot) {
 		st.oldEpoch[st.epoch] = true
 	}
 	st.epoch, st.seq, st.waiters = snap.epoch, snap.seq, snap.state.Waiters
-	st.holds, st.partial = holdsOf(snap)
+	st.holds, st.partial = holdsOf(snap, st.fence)
 	st.stale, st.retrying = false, false
 	held := st.held[:0]
 	for _, m := range st.held {
@@ -357,6 +386,14 @@ func (st *Stream) apply(m *eventMsg) {
 		st.emit(ev)
 		if lost {
 			st.lose(LostForced, time.Now())
+		}
+	case "t":
+		// A renewal, re-entry or confirmed hand-off set these holds' TTLs (maybe shorter than
+		// before): only the expiry estimates move; nothing is reported.
+		for _, h := range m.holds {
+			if kh := st.holds[holdKey{h.fence, h.mode}]; kh != nil {
+				kh.expires = time.Now().Add(h.ttl)
+			}
 		}
 	case "w":
 		if m.waiters != st.waiters {
@@ -465,9 +502,18 @@ func (st *Stream) check() {
 		return
 	}
 	now := time.Now()
-	present, partial := holdsOf(snap)
+	present, partial := holdsOf(snap, st.fence)
 	for k, kh := range st.holds {
-		if present[k] == nil && (!partial || k.mode == Exclusive || !now.Before(kh.expires)) {
+		switch {
+		case present[k] != nil:
+		case partial && k.mode == Shared && (st.lease == "" || k.fence != st.fence):
+			// Not among the shared holds the snapshot lists: it may have been renewed past them.
+			// Once its expiry has passed the stream forgets it; if it did run out, reclaim's
+			// message reports it (see apply).
+			if !now.Before(kh.expires) {
+				delete(st.holds, k)
+			}
+		default: // the snapshot shows every hold of this kind (and always the lease's own)
 			st.expire(k, kh.owner, now)
 		}
 	}

@@ -36,7 +36,9 @@ type Forced struct {
 // release, re-entry) and their watchdog duties end; a multi-lock that held ref loses it as a member
 // that ran out (its next renewal gives back the rest). It needs no token: callers must restrict
 // it to operators. It returns ErrUnavailable when Redis does not answer (the outcome is then
-// unknown; forcing again is safe).
+// unknown). Do not simply retry it: if the first call did run, the waiter it let in now holds ref,
+// and a second force release removes that new holder's hold too. Inspect ref first and force again
+// only if the holds to break are still there.
 func (s *Service) ForceRelease(ctx context.Context, ref Ref) (Forced, error) {
 	reply, err := s.runQueued(ctx, forceScript, ref)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
@@ -29,7 +30,8 @@ import (
 // Options configure a Service. Zero values mean the documented defaults.
 type Options struct {
 	// KeyPrefix starts every Redis key and channel. Default "leasegate:". It must not contain
-	// '{' or '}', which would break the per-lock hash tag.
+	// '{' or '}', which would break the per-lock hash tag, nor whitespace or control characters,
+	// which would break the pub/sub messages that carry lock keys (see notify in lib.lua).
 	KeyPrefix string
 	// PingTimeout bounds Ping. Default 2s.
 	PingTimeout time.Duration
@@ -121,6 +123,9 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 	}
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q must not contain '{' or '}'", ErrInvalid, opts.KeyPrefix)
+	}
+	if strings.ContainsFunc(opts.KeyPrefix, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return nil, fmt.Errorf("%w: key prefix %q must not contain whitespace or control characters", ErrInvalid, opts.KeyPrefix)
 	}
 	opts.PingTimeout = cmp.Or(opts.PingTimeout, 2*time.Second)
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())

@@ -76,12 +76,7 @@ func (ws *waiters) subscribeSlot(slot int, sub *slotSub) {
 	for ws.s.ctx.Err() == nil {
 		ctx := rueidis.WithOnSubscriptionHook(ws.s.ctx, func(s rueidis.PubSubSubscription) {
 			if s.Kind == "ssubscribe" {
-				first := false
-				sub.once.Do(func() { close(sub.ready); first = true })
-				ws.checkAll()
-				if !first {
-					ws.events.resyncSlot(slot)
-				}
+				ws.slotSubscribed(slot, sub)
 			}
 		})
 		_ = ws.s.client.Receive(ctx, ws.s.client.B().Ssubscribe().Channel(channel).Build(), ws.onMessage)
@@ -89,6 +84,22 @@ func (ws *waiters) subscribeSlot(slot int, sub *slotSub) {
 		case <-ws.s.ctx.Done():
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// slotSubscribed runs on each confirmation of the subscription of slot: every heartbeat checks
+// its lock at once, and the slot's event streams read their locks again, since messages published
+// before it were lost. On the first confirmation that concerns only the streams that took their
+// state before it (their join stopped waiting for it, see eventHub.join): the others read their
+// state after it.
+func (ws *waiters) slotSubscribed(slot int, sub *slotSub) {
+	first := false
+	sub.once.Do(func() { close(sub.ready); first = true })
+	ws.checkAll()
+	if first {
+		ws.events.resyncEarly(slot)
+	} else {
+		ws.events.resyncSlot(slot)
 	}
 }
 

@@ -68,8 +68,8 @@ if redis.call('EXISTS', lock, sh, q) == 0 then
   return granted(new_grant())
 end
 
--- confirm turns lease's hold (a claim promote gave it, or a retried grant) into one of ttl ms.
--- A lease is only ever granted the mode it asks for.
+-- confirm turns lease's hold (a claim promote gave it, or a retried grant) into one of ttl ms,
+-- and tells the lock's watchers its new TTL. A lease is only ever granted the mode it asks for.
 local function confirm()
   local fence, _, held = held_by(lease, want)
   if not fence then
@@ -82,6 +82,7 @@ local function confirm()
   else
     set_shared_ttl(lease, shared_hold(lease), tonumber(ttl))
   end
+  notify('t', {{fence, held, tonumber(ttl), owner}})
   return fence
 end
 

@@ -97,7 +97,9 @@ end
 
 -- notify sends event typ about holds to every replica watching the lock, on its grants channel
 -- (see publish): typ is 'g' (granted), 'h' (handed to a waiter), 'r' (released), 'e' (expired),
--- 'f' (forced) or 'w' (the waiters changed); each hold is {fence, mode ('x'|'s'), ttl_ms, owner}.
+-- 'f' (forced), 'w' (the waiters changed) or 't' (the holds' TTLs were set anew: a renewal, a
+-- re-entry, a confirmed hand-off; streams only move their expiry estimates, see lockcore/events.go);
+-- each hold is {fence, mode ('x'|'s'), ttl_ms, owner}.
 -- The message is "v <lock key> <epoch> <seq> <typ> <live waiters> <now_ms>", then a line
 -- "<fence> <mode> <ttl_ms> <owner>" per hold (owners are printable: no newline). Entries of
 -- replicas that stopped watching are dropped on the way.

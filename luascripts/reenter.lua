@@ -9,7 +9,8 @@
 --    | {-2, size}                      a semaphore of size permits, not the request's
 -- An exclusive holder asking for shared takes a shared hold beside its exclusive one, under the
 -- same fence (its release later keeps the shared hold: a downgrade). With others waiting, the
--- first one's replica is told when the holds now run out. A retry of a re-entry that was applied
+-- first one's replica is told when the holds now run out. A re-entry of a hold tells the lock's
+-- watchers its new TTL (notify 't'; unwatched, that costs one EXISTS). A retry of a re-entry that was applied
 -- (same Idempotency-Key) adds no hold: while the lease holds it gets the first answer with the
 -- remaining pttl (not the TTL the first answer set, which has partly run); once it is gone, {0}.
 local lease, ttl, idem_ms, want, permits, latch = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10]), KEYS[8]
@@ -50,11 +51,13 @@ if want == 'x' then
   local holds = redis.call('HINCRBY', lock, lease, 1)
   redis.call('HSET', lock, ':ttl', ttl)
   redis.call('PEXPIRE', lock, ttl)
-  local meta = redis.call('HMGET', lock, ':fence', ':wd')
+  local meta = redis.call('HMGET', lock, ':fence', ':wd', ':owner')
   reply = {holds, tonumber(meta[1]), tonumber(meta[2]), tonumber(ttl), used}
+  notify('t', {{tonumber(meta[1]), 'x', tonumber(ttl), meta[3]}})
 elseif shared then
   set_shared_ttl(lease, shared, tonumber(ttl), shared.holds + 1)
   reply = {shared.holds + 1, shared.fence, tonumber(shared.wd), tonumber(ttl), used}
+  notify('t', {{shared.fence, 's', tonumber(ttl), shared.owner}})
 else -- the exclusive holder takes a shared hold too
   local meta = redis.call('HMGET', lock, ':fence', ':wd', ':until', ':owner')
   redis.call('ZADD', sh, now_ms() + tonumber(ttl), lease)

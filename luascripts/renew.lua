@@ -7,12 +7,14 @@
 --                                        (0 for a lock)
 --    | {0}                               lease holds nothing; nothing changed (never resurrects)
 -- Also confirms a hold handed to a waiter. With others waiting, the first one's replica is told
--- when the holds now run out. A renewal is idempotent by nature (a retry sets the same TTL, from a
+-- when the holds now run out. While the lock is watched, its watchers are told the new TTLs
+-- (notify 't'; unwatched, that costs one EXISTS). A renewal is idempotent by nature (a retry sets the same TTL, from a
 -- little later, and never revives a lease), so it keeps no Idempotency-Key latch: a retry after the
 -- lease is gone answers {0}, the truth.
 local lease, ttl = ARGV[6], tonumber(ARGV[7])
 
 local reply
+local ttls = {} -- the holds renewed, for notify
 local holds = kind == 'l' and tonumber(redis.call('HGET', lock, lease))
 if holds then
   local x_ttl = ttl
@@ -22,8 +24,9 @@ if holds then
     redis.call('HSET', lock, ':ttl', ARGV[7])
   end
   redis.call('PEXPIRE', lock, x_ttl)
-  local meta = redis.call('HMGET', lock, ':fence', ':wd')
+  local meta = redis.call('HMGET', lock, ':fence', ':wd', ':owner')
   reply = {holds, tonumber(meta[1]), x_ttl, tonumber(meta[2]), 0, 0, 0}
+  ttls = {{tonumber(meta[1]), 'x', x_ttl, meta[3]}}
 end
 local m = redis.call('EXISTS', sh) == 1 and shared_hold(lease)
 if m then
@@ -33,10 +36,12 @@ if m then
   end
   set_shared_ttl(lease, m, s_ttl)
   reply = reply or {m.holds, m.fence, s_ttl, tonumber(m.wd), 1, 0, 0}
+  ttls[#ttls + 1] = {m.fence, 's', s_ttl, m.owner}
 end
 if not reply then
   return {0}
 end
+notify('t', ttls)
 if kind == 's' then
   reply[6] = redis.call('ZCARD', sh)
   reply[7] = size() or 0

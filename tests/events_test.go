@@ -394,6 +394,9 @@ func TestEventsUnwatchedLockPublishesNothing(t *testing.T) {
 	})
 	e.redis.MustDo(t, "CONFIG", "RESETSTAT")
 	cycle()
+	a := e.hold(t, e.client, "quiet", "a", 60000) // renewals and re-entries tell watchers their TTLs
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodPost, "/locks/quiet/renew", tokenHeader(a.Str("token")), `{"ttl_ms":500}`).Status)
+	require.Equal(t, http.StatusOK, e.client.Do(http.MethodPost, "/locks/quiet", tokenHeader(a.Str("token")), `{"owner":"a","ttl_ms":60000}`).Status)
 	assert.Equal(t, int64(0), publishes(t, e), "nobody watches any more")
 }
 

@@ -3,6 +3,8 @@ package harness
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -77,12 +79,39 @@ type GatewayOptions struct {
 	// Binary is the gateway executable; default this module's, built by GatewayBinary. The
 	// benchmarks set it to compare against another build.
 	Binary string
+	// TLS, when set, makes the gateway serve HTTPS with these files: URL is https://..., and
+	// readiness is polled over TLS.
+	TLS *GatewayTLS
+}
+
+// GatewayTLS is a TLS gateway's certificates (e.g. from WriteServerCertificates).
+type GatewayTLS struct {
+	// CertFile and KeyFile are the server's pair (LEASEGATE_TLS_CERT_FILE, LEASEGATE_TLS_KEY_FILE).
+	CertFile, KeyFile string
+	// RootCAs is what clients trust the server's certificate by (CA.Pool).
+	RootCAs *x509.CertPool
+	// ClientCAFile, when set, makes the gateway require client certificates signed by it
+	// (LEASEGATE_TLS_CLIENT_CA_FILE); ClientCert is then the one the harness presents.
+	ClientCAFile string
+	ClientCert   *tls.Certificate
+}
+
+// ClientConfig is the TLS configuration of a client of the gateway: trusting RootCAs, presenting
+// ClientCert when set.
+func (o *GatewayTLS) ClientConfig() *tls.Config {
+	cfg := &tls.Config{RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12}
+	if o.ClientCert != nil {
+		cfg.Certificates = []tls.Certificate{*o.ClientCert}
+	}
+	return cfg
 }
 
 // Gateway is one leasegate process listening on a loopback port.
 type Gateway struct {
 	URL       string
 	KeyPrefix string
+	// TLS is GatewayOptions.TLS: nil for a plain HTTP gateway.
+	TLS *GatewayTLS
 
 	logPath string
 	mu      sync.Mutex
@@ -129,12 +158,20 @@ func StartGateway(dir string, opts GatewayOptions) (*Gateway, error) {
 		g := &Gateway{
 			URL:       "http://127.0.0.1:" + strconv.Itoa(port),
 			KeyPrefix: opts.KeyPrefix,
+			TLS:       opts.TLS,
 			logPath:   filepath.Join(dir, "gateway-"+strconv.Itoa(port)+".log"),
 		}
 		env := map[string]string{
 			"LEASEGATE_LISTEN":       "127.0.0.1:" + strconv.Itoa(port),
 			"LEASEGATE_TOKEN_SECRET": TestTokenSecret,
 			"LEASEGATE_KEY_PREFIX":   opts.KeyPrefix,
+		}
+		if opts.TLS != nil {
+			g.URL = "https://127.0.0.1:" + strconv.Itoa(port)
+			env["LEASEGATE_TLS_CERT_FILE"], env["LEASEGATE_TLS_KEY_FILE"] = opts.TLS.CertFile, opts.TLS.KeyFile
+			if opts.TLS.ClientCAFile != "" {
+				env["LEASEGATE_TLS_CLIENT_CA_FILE"] = opts.TLS.ClientCAFile
+			}
 		}
 		if opts.RedisURL != "" {
 			env["LEASEGATE_REDIS_URL"] = opts.RedisURL
@@ -178,8 +215,14 @@ func (g *Gateway) start(bin string, env map[string]string) error {
 	g.mu.Lock()
 	g.cmd, g.done = cmd, done
 	g.mu.Unlock()
+	probe := http.DefaultClient
+	if g.TLS != nil {
+		tr := &http.Transport{TLSClientConfig: g.TLS.ClientConfig()}
+		defer tr.CloseIdleConnections()
+		probe = &http.Client{Transport: tr}
+	}
 	err = waitFor(30*time.Second, done, func() bool {
-		resp, err := http.Get(g.URL + "/healthz")
+		resp, err := probe.Get(g.URL + "/healthz")
 		if err != nil {
 			return false
 		}

@@ -1,22 +1,12 @@
 package harness
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
-	"fmt"
-	"math/big"
-	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 )
 
 // TLSOptions configure a TLSRedis. The zero value is ACL user "gate" with a random password.
@@ -95,66 +85,13 @@ func (r *TLSRedis) URL() string {
 // certificate it signed for 127.0.0.1, ::1 and localhost, usable by a server and as a client
 // (Redis presents it on replication links too). It returns the paths and a pool holding the CA.
 func writeCertificates(dir string) (caFile, certFile, keyFile string, pool *x509.CertPool, err error) {
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := NewCA(dir)
 	if err != nil {
 		return "", "", "", nil, err
 	}
-	caTemplate := &x509.Certificate{
-		SerialNumber:          serialNumber(),
-		Subject:               pkix.Name{CommonName: "leasegate test CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
+	pair, err := ca.Issue(dir, "redis", "127.0.0.1")
 	if err != nil {
 		return "", "", "", nil, err
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	template := &x509.Certificate{
-		SerialNumber: serialNumber(),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		DNSNames:     []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, template, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	caFile, certFile, keyFile = filepath.Join(dir, "ca.crt"), filepath.Join(dir, "redis.crt"), filepath.Join(dir, "redis.key")
-	for _, f := range []struct {
-		path, kind string
-		der        []byte
-	}{{caFile, "CERTIFICATE", caDER}, {certFile, "CERTIFICATE", der}, {keyFile, "PRIVATE KEY", keyDER}} {
-		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der}), 0o600); err != nil {
-			return "", "", "", nil, fmt.Errorf("write %s: %w", f.path, err)
-		}
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(ca)
-	return caFile, certFile, keyFile, pool, nil
-}
-
-// serialNumber returns a random 128-bit certificate serial number.
-func serialNumber() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
-	return n
+	return ca.File, pair.CertFile, pair.KeyFile, ca.Pool, nil
 }

@@ -133,7 +133,9 @@ export interface paths {
          *     state, in the order Redis made them (per lock, across every gateway replica). Expiry
          *     publishes nothing in Redis: the gateway reads the lock when its earliest hold should run
          *     out (a few ms after) and reports a hold gone without a release as `expired`, or, when a
-         *     newer grant shows it gone first, just before that grant. Renewals send no event.
+         *     newer grant shows it gone first, just before that grant. Renewals send no event, but a
+         *     renewal or re-entry that changes a hold's TTL (shortens it too) moves the time the
+         *     gateway reads the lock, so `expired` and `lost` follow the new TTL.
          *     Delivery is at most once: a stream that may have missed events (its client reads too
          *     slowly, the gateway's pub/sub connection was re-made, Redis was restarted) sends a fresh
          *     `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.

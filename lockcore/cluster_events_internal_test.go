@@ -1,0 +1,72 @@
+package lockcore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+// gatedClient holds back the sharded subscriptions of a real client until gate is closed: a slot
+// subscription that is slow to be confirmed.
+type gatedClient struct {
+	rueidis.Client
+	gate chan struct{}
+}
+
+func (c *gatedClient) Receive(ctx context.Context, subscribe rueidis.Completed, fn func(rueidis.PubSubMessage)) error {
+	if cmd := subscribe.Commands(); len(cmd) > 0 && cmd[0] == "SSUBSCRIBE" {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return c.Client.Receive(ctx, subscribe, fn)
+}
+
+// TestStreamResyncsWhenItsSlotSubscriptionCameLate: on Redis Cluster a stream whose slot's first
+// subscription is not confirmed within subscriptionWait takes its state anyway; the events
+// published before the subscription are lost, so its first confirmation must make it resync.
+func TestStreamResyncsWhenItsSlotSubscriptionCameLate(t *testing.T) {
+	rig := harness.NewClusterRig(t, harness.ClusterOptions{})
+	client, err := rueidis.NewClient(Tune(rueidis.ClientOption{InitAddress: rig.SeedAddrs()}))
+	require.NoError(t, err)
+	gated := &gatedClient{Client: client, gate: make(chan struct{})}
+	tokens, err := NewTokens([]byte("0123456789abcdef0123"))
+	require.NoError(t, err)
+	s, err := New(gated, tokens, Options{KeyPrefix: harness.RandomPrefix()})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close(); client.Close() })
+	require.True(t, s.cluster)
+
+	ctx := context.Background()
+	ref := LockRef("late")
+	st, err := s.Watch(ctx, ref, "") // waits subscriptionWait for the held-back subscription
+	require.NoError(t, err)
+	defer st.Close()
+	next := func() (Event, error) {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return st.Next(c)
+	}
+	ev, err := next()
+	require.NoError(t, err)
+	require.Equal(t, EventState, ev.Type)
+	require.Nil(t, ev.State.Exclusive)
+
+	// Granted while nobody here is subscribed: its event is lost on the way.
+	g, err := s.Acquire(ctx, AcquireRequest{Lock: "late", Owner: "o", TTL: time.Minute})
+	require.NoError(t, err)
+	close(gated.gate)
+
+	ev, err = next()
+	require.NoError(t, err, "the stream learns of the grant")
+	require.Equal(t, EventState, ev.Type, "a resync")
+	require.NotNil(t, ev.State.Exclusive)
+	require.Equal(t, g.Fence, ev.State.Exclusive.Fence)
+}
