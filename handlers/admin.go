@@ -80,7 +80,7 @@ func (h *adminHandlers) listLocks(w http.ResponseWriter, r *http.Request) {
 		}
 		l.Owner, l.Fence, l.TTLms, l.Watchdog = first.Owner, first.Fence, first.TTL.Milliseconds(), first.Watchdog
 		l.Multilock = lockcore.GroupOf(first.Lease)
-		l.AgeMs = oldestAge(st, now).Milliseconds()
+		l.AgeMs = st.OldestHold(now).Milliseconds()
 		body.Locks = append(body.Locks, l)
 	}
 	writeJSON(w, http.StatusOK, body)
@@ -102,30 +102,9 @@ func (h *adminHandlers) listSemaphores(w http.ResponseWriter, r *http.Request) {
 	body := api.SemaphoreList{Semaphores: make([]api.ListedSemaphore, 0, len(states)), NextCursor: next}
 	for _, st := range states {
 		body.Semaphores = append(body.Semaphores, api.ListedSemaphore{Name: st.Ref.Name, Permits: st.Permits,
-			Used: st.SharedCount, Waiters: st.Waiters, AgeMs: oldestAge(st, now).Milliseconds()})
+			Used: st.SharedCount, Waiters: st.Waiters, AgeMs: st.OldestHold(now).Milliseconds()})
 	}
 	writeJSON(w, http.StatusOK, body)
-}
-
-// oldestAge is the age of st's oldest hold (of those inspect lists), from its fence.
-func oldestAge(st lockcore.State, now time.Time) time.Duration {
-	var oldest int64
-	for _, h := range append(st.Shared, derefSlice(st.Exclusive)...) {
-		if oldest == 0 || h.Fence < oldest {
-			oldest = h.Fence
-		}
-	}
-	if oldest == 0 {
-		return 0
-	}
-	return max(now.Sub(time.UnixMicro(oldest)), 0)
-}
-
-func derefSlice[T any](p *T) []T {
-	if p == nil {
-		return nil
-	}
-	return []T{*p}
 }
 
 // top handles GET /admin/top: the longest-held holds (all replicas) and the most contended names

@@ -25,6 +25,25 @@ type State struct {
 // Held reports whether anyone holds it.
 func (st State) Held() bool { return st.Exclusive != nil || st.SharedCount > 0 }
 
+// holders returns every hold st lists: the exclusive one, if any, then the shared ones.
+func (st State) holders() []Holder {
+	out := make([]Holder, 0, len(st.Shared)+1)
+	if st.Exclusive != nil {
+		out = append(out, *st.Exclusive)
+	}
+	return append(out, st.Shared...)
+}
+
+// OldestHold is how long ago the oldest hold st lists was granted (0 when none), from its fence
+// (see heldSince).
+func (st State) OldestHold(now time.Time) time.Duration {
+	var oldest time.Duration
+	for _, h := range st.holders() {
+		oldest = max(oldest, heldSince(h.Fence, now))
+	}
+	return oldest
+}
+
 // Holder is one lease's hold as Inspect saw it.
 type Holder struct {
 	Lease    string

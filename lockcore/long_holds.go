@@ -191,17 +191,10 @@ func (s *Service) stillHeld(ctx context.Context, e rueidis.ZScore) ([]LongHold, 
 	}
 	age := time.Duration(e.Score) * time.Millisecond
 	var out []LongHold
-	for _, h := range append(st.Shared, ptrSlice(st.Exclusive)...) {
+	for _, h := range st.holders() {
 		if h.Lease == lease {
 			out = append(out, LongHold{Ref: ref, Owner: h.Owner, Fence: h.Fence, Age: age, Multilock: group})
 		}
 	}
 	return out, nil
-}
-
-func ptrSlice[T any](p *T) []T {
-	if p == nil {
-		return nil
-	}
-	return []T{*p}
 }

@@ -1,7 +1,6 @@
 package lockcore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -240,14 +239,8 @@ func (s *Service) releaseGroup(ctx context.Context, m MultiLease) (lost []string
 		lost, watchdog = append(lost, gone...), watchdog || r[0] == 1
 	}
 	if watchdog {
-		shard, c := s.shardOf(m.ID), s.client
-		var err error
-		for _, r := range c.DoMulti(context.WithoutCancel(ctx),
-			c.B().Zrem().Key(shard.groups).Member(groupScheduleMember(m)).Build(),
-			c.B().Zrem().Key(shard.aged).Member(agedGroupMember(m)).Build()) {
-			err = cmp.Or(err, r.Error())
-		}
-		if err != nil {
+		shard := s.shardOf(m.ID)
+		if err := s.dropDuty(ctx, shard.groups, groupScheduleMember(m), shard.aged, agedGroupMember(m)); err != nil {
 			s.log.Warn("taking a multi-lock off the watchdog schedule failed; the next sweep does it", "multilock", m.ID, "err", err)
 		}
 	}

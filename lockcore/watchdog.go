@@ -79,16 +79,23 @@ func (s *Service) reschedule(ctx context.Context, g Grant) {
 // unschedule takes a released lease off the watchdog schedule and the aged holds. A failure is
 // harmless: the next sweeps find the lease gone and drop it then.
 func (s *Service) unschedule(ctx context.Context, l Lease) {
-	shard, c := s.shardOf(l.Lock), s.client
-	var err error
-	for _, r := range c.DoMulti(context.WithoutCancel(ctx),
-		c.B().Zrem().Key(shard.leases).Member(scheduleMember(l)).Build(),
-		c.B().Zrem().Key(shard.aged).Member(agedMember(l)).Build()) {
-		err = cmp.Or(err, r.Error())
-	}
-	if err != nil {
+	shard := s.shardOf(l.Lock)
+	if err := s.dropDuty(ctx, shard.leases, scheduleMember(l), shard.aged, agedMember(l)); err != nil {
 		s.log.Warn("taking a lease off the watchdog schedule failed; the next sweep does it", l.Kind.String(), l.Lock, "err", err)
 	}
+}
+
+// dropDuty takes member off the watchdog schedule key and aged off the shard's aged holds (see
+// long_holds.go), in one round trip; both keys are in one shard, so one Cluster slot.
+func (s *Service) dropDuty(ctx context.Context, schedule, member, agedKey, aged string) error {
+	c := s.client
+	var err error
+	for _, r := range c.DoMulti(context.WithoutCancel(ctx),
+		c.B().Zrem().Key(schedule).Member(member).Build(),
+		c.B().Zrem().Key(agedKey).Member(aged).Build()) {
+		err = cmp.Or(err, r.Error())
+	}
+	return err
 }
 
 func scheduleMember(l Lease) string {

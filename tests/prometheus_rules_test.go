@@ -22,10 +22,7 @@ const promtoolTimeout = time.Minute
 
 func TestPrometheusRules(t *testing.T) {
 	t.Parallel()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found on PATH (%v): install Debian's prometheus package (./scripts/test does)", err)
-	}
+	promtool := debianTool(t, "prometheus", "promtool")
 	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatalf("module root: %v", err)

@@ -24,10 +24,7 @@ const pythonTimeout = 2 * time.Minute
 
 func TestPythonSDK(t *testing.T) {
 	t.Parallel()
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 not found on PATH (%v): install Debian's python3 (./scripts/test does)", err)
-	}
+	python := debianTool(t, "python3", "python3")
 	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatalf("module root: %v", err)

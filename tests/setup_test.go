@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/leasegate/leasegate/tests/harness"
@@ -93,3 +94,16 @@ func acquireBody(owner string, ttlMs int64) string {
 }
 
 func tokenHeader(token string) harness.Headers { return harness.Headers{"Lease-Token": token} }
+
+// debianTool returns the path of the first of names on PATH, failing t (never skipping) when none
+// is there, with the Debian package that provides it: ./scripts/test installs those.
+func debianTool(t *testing.T, pkg string, names ...string) string {
+	t.Helper()
+	for _, name := range names {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("%s not found on PATH: install Debian's %s package (./scripts/test does)", names[0], pkg)
+	return ""
+}

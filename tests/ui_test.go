@@ -40,7 +40,7 @@ const uiLongHold = 2 * time.Second
 // budget would never run out and --dump-dom would never dump.
 func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	t.Parallel()
-	chromium := chromiumBinary(t)
+	chromium := debianTool(t, "chromium", "chromium", "chromium-browser")
 	e := newEnv(t, map[string]string{"LEASEGATE_LONG_HOLD": uiLongHold.String()})
 
 	// The page itself: the threshold rendered into it, and the headers that keep it to itself.
@@ -170,19 +170,6 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, st.Size(), int64(20000), "a page with a table, not a blank one")
 	t.Logf("screenshot: %s (%d bytes)", shot, st.Size())
-}
-
-// chromiumBinary finds Debian's chromium, failing (not skipping) when it is missing.
-func chromiumBinary(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("chromium not found on PATH: the dashboard test needs Debian's chromium " +
-		"(./scripts/test installs it; or run: sudo apt-get install chromium)")
-	return ""
 }
 
 // runChromium runs headless chromium once on a fresh profile in dir, with args after the common
