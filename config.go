@@ -22,6 +22,7 @@ type Config struct {
 	RedisUsername     string        `split_words:"true"`
 	RedisPassword     string        `split_words:"true"`
 	RedisTLSCA        string        `envconfig:"REDIS_TLS_CA"`
+	RedlockURLs       []string      `envconfig:"REDLOCK_URLS"`
 	ReplicaAcks       int           `split_words:"true" default:"0"`
 	ReplicaAckTimeout time.Duration `split_words:"true" default:"500ms"`
 	TokenSecret       string        `split_words:"true"`
@@ -50,7 +51,7 @@ func loadConfig() (Config, error) {
 	}
 	// envconfig lets a set-but-empty variable bypass its default; an empty value is a mistake.
 	for _, name := range []string{"LISTEN", "REDIS_ADDR", "REDIS_URL", "REDIS_USERNAME", "REDIS_PASSWORD", "REDIS_TLS_CA",
-		"REPLICA_ACKS", "REPLICA_ACK_TIMEOUT", "TOKEN_SECRET", "KEY_PREFIX",
+		"REDLOCK_URLS", "REPLICA_ACKS", "REPLICA_ACK_TIMEOUT", "TOKEN_SECRET", "KEY_PREFIX",
 		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL",
 		"TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE"} {
 		if v, ok := os.LookupEnv("LEASEGATE_" + name); ok && strings.TrimSpace(v) == "" {
@@ -72,6 +73,12 @@ func loadConfig() (Config, error) {
 		check(redisErr == nil, "REDIS_ADDR", "%q is not host:port", cfg.RedisAddr),
 		check(cfg.RedisURL == "" || os.Getenv("LEASEGATE_REDIS_ADDR") == "", "REDIS_URL", "and LEASEGATE_REDIS_ADDR are both set: give one"),
 		check(cfg.ReplicaAcks >= 0, "REPLICA_ACKS", "must not be negative, got %d", cfg.ReplicaAcks),
+		check(len(cfg.RedlockURLs) == 0 || slices.Contains([]int{3, 5, 7}, len(cfg.RedlockURLs)), "REDLOCK_URLS",
+			"takes 3, 5 or 7 comma-separated Redis URLs, got %d", len(cfg.RedlockURLs)),
+		check(len(cfg.RedlockURLs) == 0 || (cfg.RedisURL == "" && os.Getenv("LEASEGATE_REDIS_ADDR") == ""), "REDLOCK_URLS",
+			"and LEASEGATE_REDIS_URL or LEASEGATE_REDIS_ADDR are both set: give one deployment"),
+		check(len(cfg.RedlockURLs) == 0 || cfg.ReplicaAcks == 0, "REPLICA_ACKS",
+			"does not apply to RedLock's independent masters (LEASEGATE_REDLOCK_URLS)"),
 		check(cfg.ReplicaAckTimeout > 0, "REPLICA_ACK_TIMEOUT", "must be positive, got %v", cfg.ReplicaAckTimeout),
 		check(cfg.TokenSecret == "" || len(cfg.TokenSecret) >= 16, "TOKEN_SECRET", "must be at least 16 bytes"),
 		check(!strings.ContainsAny(cfg.KeyPrefix, "{}"), "KEY_PREFIX", "%q must not contain '{' or '}'", cfg.KeyPrefix),

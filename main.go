@@ -93,6 +93,41 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 }
 
+// newService connects to the deployment cfg names: one Redis, Sentinel or Cluster
+// (LEASEGATE_REDIS_*), or RedLock's independent masters (LEASEGATE_REDLOCK_URLS). It returns the
+// deployment's name for the logs, and what closes the Redis client once the Service is closed
+// (a RedLock Service closes its masters' clients itself).
+func newService(ctx context.Context, cfg Config, tokens *lockcore.Tokens, opts lockcore.Options, log *slog.Logger) (*lockcore.Service, string, func(), error) {
+	if len(cfg.RedlockURLs) > 0 {
+		masters, deployment, err := redlockOptions(cfg)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		svc, err := lockcore.NewRedLock(masters, tokens, opts)
+		return svc, deployment, func() {}, err
+	}
+	opt, deployment, err := redisOption(cfg)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	client, err := rueidis.NewClient(opt)
+	if client == nil {
+		return nil, "", nil, fmt.Errorf("redis client for %s: %w", deployment, err)
+	}
+	if err != nil {
+		log.Warn("redis is unreachable at start; lock calls answer 503 until it is back", "redis", deployment, "err", err)
+	} else if err := refuseCluster(ctx, client, deployment); err != nil {
+		client.Close()
+		return nil, "", nil, err
+	}
+	svc, err := lockcore.New(client, tokens, opts)
+	if err != nil {
+		client.Close()
+		return nil, "", nil, err
+	}
+	return svc, deployment, client.Close, nil
+}
+
 // serve runs the gateway until ctx ends, then shuts down gracefully: it stops accepting, lets
 // in-flight requests finish, and releases nobody's lease.
 func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
@@ -123,21 +158,6 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		log.Info("serving HTTPS", append(certAttrs(reloader.cert), "client_certificates", cfg.TLSClientCAFile != "")...)
 	}
 
-	opt, deployment, err := redisOption(cfg)
-	if err != nil {
-		return err
-	}
-	client, err := rueidis.NewClient(opt)
-	if client == nil {
-		return fmt.Errorf("redis client for %s: %w", deployment, err)
-	}
-	defer client.Close()
-	if err != nil {
-		log.Warn("redis is unreachable at start; lock calls answer 503 until it is back", "redis", deployment, "err", err)
-	} else if err := refuseCluster(ctx, client, deployment); err != nil {
-		return err
-	}
-
 	m := metrics.New(cfg.LongHold)
 	var (
 		observer      lockcore.Observer = m
@@ -146,14 +166,19 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if !cfg.Metrics {
 		observer, routerMetrics = nil, nil
 	}
-	svc, err := lockcore.New(client, tokens, lockcore.Options{
+	opts := lockcore.Options{
 		KeyPrefix: cfg.KeyPrefix, Logger: log, MaxWaiters: cfg.MaxWaiters, FenceTTL: cfg.FenceTTL,
 		ReplicaAcks: cfg.ReplicaAcks, ReplicaAckTimeout: cfg.ReplicaAckTimeout,
 		Observer: observer, LongHold: cfg.LongHold, OnLongHoldSweep: m.SetLongHolds, OnRedisCheck: m.SetRedisUp,
-	})
+		// A restarted RedLock master counts again once every lease it may have held has run
+		// out or been renewed without it (see lockcore/redlock.go).
+		RestartGuard: cfg.MaxTTL + time.Second,
+	}
+	svc, deployment, closeRedis, err := newService(ctx, cfg, tokens, opts, log)
 	if err != nil {
 		return err
 	}
+	defer closeRedis()
 	m.Parked(svc.Parked)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

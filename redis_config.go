@@ -74,6 +74,28 @@ func redisOption(cfg Config) (rueidis.ClientOption, string, error) {
 	return lockcore.Tune(o), deployment, nil
 }
 
+// redlockOptions turns LEASEGATE_REDLOCK_URLS into one rueidis option per master: each a single
+// Redis (redis:// or rediss://), with the credentials and CA the other LEASEGATE_REDIS_* settings
+// give when its URL carries none.
+func redlockOptions(cfg Config) ([]rueidis.ClientOption, string, error) {
+	var out []rueidis.ClientOption
+	var addrs []string
+	for i, u := range cfg.RedlockURLs {
+		one := cfg
+		one.RedisURL, one.RedlockURLs = strings.TrimSpace(u), nil
+		o, _, err := redisOption(one)
+		if err != nil {
+			return nil, "", fmt.Errorf("LEASEGATE_REDLOCK_URLS, URL %d: %s", i+1, strings.TrimPrefix(err.Error(), "LEASEGATE_REDIS_URL: "))
+		}
+		if o.Sentinel.MasterSet != "" || len(o.InitAddress) != 1 {
+			return nil, "", fmt.Errorf("LEASEGATE_REDLOCK_URLS, URL %d: each RedLock master is one Redis address", i+1)
+		}
+		out = append(out, o)
+		addrs = append(addrs, o.InitAddress[0])
+	}
+	return out, fmt.Sprintf("redlock of %d masters %s", len(out), strings.Join(addrs, ",")), nil
+}
+
 // refuseCluster reports a Redis given as one address that turns out to be a Cluster node (asked
 // when it answers at start): a single client would only half work with it (keys of other slots
 // answer MOVED). A Cluster is given by its seeds.

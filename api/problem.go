@@ -20,6 +20,7 @@ const (
 	TypePermitsMismatch    = "urn:leasegate:problem:permits-mismatch"
 	TypeSemaphoreFull      = "urn:leasegate:problem:semaphore-full"
 	TypeInternal           = "urn:leasegate:problem:internal"
+	TypeNotSupported       = "urn:leasegate:problem:not-supported"
 )
 
 // Problem is an RFC 9457 problem details body, with leasegate's extension members.

@@ -103,6 +103,9 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		p.Status, p.Type, p.Title = http.StatusServiceUnavailable, api.TypeTooManyWaiters, "Too many waiting requests"
 		w.Header().Set("Retry-After", "1")
 		log.Warn("waiting request refused: too many waiting requests", "request_id", p.RequestID)
+	case errors.Is(err, lockcore.ErrNotSupported):
+		p.Status, p.Type, p.Title = http.StatusNotImplemented, api.TypeNotSupported, "Not supported"
+		log.Info("operation not supported on this deployment", "request_id", p.RequestID, "err", err)
 	case errors.Is(err, lockcore.ErrUnavailable):
 		p.Status, p.Type, p.Title = http.StatusServiceUnavailable, api.TypeBackendUnavailable, "Backend unavailable"
 		p.Detail = "redis is unavailable; retry later"

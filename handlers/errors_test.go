@@ -91,6 +91,7 @@ func TestWriteError(t *testing.T) {
 		{name: "invalid", err: lockcore.ErrInvalid, status: 400, typ: api.TypeInvalidRequest},
 		{name: "unavailable", err: fmt.Errorf("%w: %s", lockcore.ErrUnavailable, secretText),
 			status: 503, typ: api.TypeBackendUnavailable, retryAfter: "1", detail: "redis is unavailable; retry later"},
+		{name: "not supported", err: fmt.Errorf("%w: semaphores on RedLock", lockcore.ErrNotSupported), status: 501, typ: api.TypeNotSupported},
 		{name: "bare unavailable", err: lockcore.ErrUnavailable, status: 503, typ: api.TypeBackendUnavailable, retryAfter: "1"},
 		{name: "unknown error", err: errors.New(secretText), status: 500, typ: api.TypeInternal, detail: "internal error"},
 		{name: "panic", err: errPanic, status: 500, typ: api.TypeInternal, detail: "internal error"},

@@ -1,6 +1,7 @@
 package lockcore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,6 +93,9 @@ func (req AcquireRequest) mode() Mode {
 // client that went away holds nothing, unless the request carries an IdempotencyKey: then the
 // grant is kept for the retry that collects it.
 func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+	if err := s.notOnRedLock(req.ref()); err != nil {
+		return Grant{}, err
+	}
 	g, err := s.acquireAny(ctx, req)
 	kind := req.Kind.String()
 	switch {
@@ -177,8 +181,11 @@ func (s *Service) rememberGrant(ctx context.Context, req AcquireRequest, g Grant
 	}
 	k := s.keys(req.ref())
 	window := max(s.idemWindow, g.TTL)
-	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Set().Key(k.latch("acquire", "", req.IdempotencyKey)).
-		Value(g.ID+" "+req.Owner).Px(window).Build()).Error()
+	var err error
+	for _, c := range s.clients() {
+		err = cmp.Or(err, c.Do(context.WithoutCancel(ctx), c.B().Set().Key(k.latch("acquire", "", req.IdempotencyKey)).
+			Value(g.ID+" "+req.Owner).Px(window).Build()).Error())
+	}
 	if err != nil {
 		s.log.Warn("remembering a grant for its idempotent retries failed", req.Kind.String(), req.Lock, "err", err)
 	}
@@ -186,7 +193,7 @@ func (s *Service) rememberGrant(ctx context.Context, req AcquireRequest, g Grant
 
 func (s *Service) newGrant(req AcquireRequest, lease string, r acquireReply, start time.Time) Grant {
 	l := Lease{Lock: req.Lock, Kind: req.Kind, Owner: req.Owner, ID: lease, Fence: r.fence}
-	g := Grant{Lease: l, Mode: req.mode(), Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(req.TTL), Holds: 1,
+	g := Grant{Lease: l, Mode: req.mode(), Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(s.validity(req.TTL)), Holds: 1,
 		Watchdog: req.Watchdog, Used: r.used}
 	if req.Kind == KindSemaphore {
 		g.Permits = req.Permits
@@ -293,7 +300,7 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 		return Grant{}, unexpectedReply("reenter", req.Lock, r, nil)
 	}
 	ttl := time.Duration(r[3]) * time.Millisecond // a replayed answer's: what the lease has left
-	g := Grant{Lease: l, Mode: req.mode(), Token: req.Token, TTL: ttl, ExpiresAt: start.Add(ttl), Holds: r[0],
+	g := Grant{Lease: l, Mode: req.mode(), Token: req.Token, TTL: ttl, ExpiresAt: start.Add(s.validity(ttl)), Holds: r[0],
 		Watchdog: r[2] == 1, Reentered: true, Used: r[4]}
 	if req.Kind == KindSemaphore {
 		g.Permits = req.Permits

@@ -30,6 +30,9 @@ var (
 	// ErrPermitsMismatch: a request named another size than the semaphore's. The error is a
 	// *PermitsMismatchError.
 	ErrPermitsMismatch = errors.New("the semaphore has another number of permits")
+	// ErrNotSupported: the operation cannot be offered on this deployment (RedLock: see
+	// redlock_quorum.go).
+	ErrNotSupported = errors.New("not supported on this deployment")
 )
 
 // PermitsMismatchError reports a semaphore whose size, set by whoever acquired it first while

@@ -122,6 +122,9 @@ type Stream struct {
 // ErrLeaseLost when the token's lease no longer holds ref, ErrShuttingDown once the Service closes
 // and ErrUnavailable when Redis does not answer.
 func (s *Service) Watch(ctx context.Context, ref Ref, token string) (*Stream, error) {
+	if err := s.notOnRedLockFeature("live events"); err != nil {
+		return nil, err
+	}
 	st := &Stream{s: s, hub: s.waiters.events, ref: ref, key: s.keys(ref).lock, msgs: make(chan *eventMsg, streamBuffer),
 		wake: make(chan struct{}, 1), oldEpoch: map[string]bool{}, expired: map[holdKey]bool{}}
 	if token != "" {

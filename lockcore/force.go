@@ -40,6 +40,9 @@ type Forced struct {
 // and a second force release removes that new holder's hold too. Inspect ref first and force again
 // only if the holds to break are still there.
 func (s *Service) ForceRelease(ctx context.Context, ref Ref) (Forced, error) {
+	if err := s.notOnRedLock(ref); err != nil {
+		return Forced{}, err
+	}
 	reply, err := s.runQueued(ctx, forceScript, ref)
 	if err != nil {
 		return Forced{}, err

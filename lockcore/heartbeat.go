@@ -91,7 +91,36 @@ func (ws *waiters) leasesOf(hb *heartbeat) ([]string, bool) {
 // runHeartbeat runs the heartbeat script for ref and acts on its reply; it returns when to beat
 // again.
 func (ws *waiters) runHeartbeat(ref Ref, leases []string) time.Duration {
+	if ws.s.rl != nil {
+		return ws.runHeartbeatRedLock(ref, leases)
+	}
 	reply, err := ws.s.runQueued(context.Background(), ws.s.heartbeatScript, ref, leases...)
+	return ws.actOnHeartbeat(ref, reply, err)
+}
+
+// runHeartbeatRedLock runs the heartbeat on every RedLock master and acts on each reply: a hold
+// any master handed a waiter makes it confirm, which a majority must agree to (see
+// redlock_quorum.go), and an entry any master lost makes it queue again there.
+func (ws *waiters) runHeartbeatRedLock(ref Ref, leases []string) time.Duration {
+	k := ws.s.keys(ref)
+	args := ws.s.scriptArgs(k.lock, ref.Kind, leases)
+	next := ws.s.heartbeat
+	var mu sync.Mutex
+	ws.s.rl.each(func(_ int, m *master) {
+		reply, err := ws.s.runOn(context.Background(), m.client, ws.s.heartbeatScript, k.all(), args).ToArray()
+		if err != nil {
+			return // the masters that answer keep the waiters in line
+		}
+		d := ws.actOnHeartbeat(ref, reply, nil)
+		mu.Lock()
+		next = min(next, d)
+		mu.Unlock()
+	})
+	return next
+}
+
+// actOnHeartbeat acts on a heartbeat's reply; it returns when to beat again.
+func (ws *waiters) actOnHeartbeat(ref Ref, reply []rueidis.RedisMessage, err error) time.Duration {
 	var wait, granted int64
 	if err == nil {
 		wait, err = heartbeatInt(reply, 0)

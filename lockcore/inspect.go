@@ -59,6 +59,9 @@ type Holder struct {
 // ErrInvalidToken for a bad token (before touching Redis) and ErrUnavailable when Redis does not
 // answer.
 func (s *Service) Inspect(ctx context.Context, ref Ref, token string) (State, error) {
+	if err := s.notOnRedLock(ref); err != nil {
+		return State{}, err
+	}
 	lease := ""
 	if token != "" {
 		l, err := s.tokens.Parse(token, ref)

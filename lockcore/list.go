@@ -23,6 +23,9 @@ import (
 // whole hash buckets) or fewer. On Redis Cluster the walk goes master by master; the cursor
 // carries the master's position, so a resharding during a listing may skip or repeat names.
 func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, limit int) ([]State, string, error) {
+	if err := s.notOnRedLockFeature("listing"); err != nil {
+		return nil, "", err
+	}
 	masters, err := s.masters(ctx)
 	if err != nil {
 		return nil, "", err

@@ -34,6 +34,9 @@ func agedGroupMember(m MultiLease) string { return "g\n" + groupScheduleMember(m
 // trackAged enters l, granted at fence, into the aged zset: a hold that may outlive LongHold. A
 // failure costs only the long-hold report of that lease.
 func (s *Service) trackAged(ctx context.Context, l Lease) {
+	if s.rl != nil {
+		return // no long-hold report on RedLock (see redlock.go)
+	}
 	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zadd().Key(s.shardOf(l.Lock).aged).Nx().
 		ScoreMember().ScoreMember(float64(l.Fence/1000), agedMember(l)).Build()).Error()
 	if err != nil {
@@ -68,6 +71,10 @@ func (s *Service) longHoldSweep() {
 		case <-s.ctx.Done():
 			return
 		case <-tick.C:
+		}
+		if s.rl != nil { // no long-hold report on RedLock: only whether a quorum answers
+			s.onRedisCheck(s.Ping(s.ctx) == nil)
+			continue
 		}
 		holds, err := s.LongHolds(s.ctx, 1000)
 		if s.ctx.Err() != nil {
@@ -116,6 +123,9 @@ func (s *Service) LongestHeld(ctx context.Context, limit int) ([]LongHold, error
 
 func (s *Service) oldestHolds(ctx context.Context, minAge time.Duration, limit int) ([]LongHold, error) {
 	var out []LongHold
+	if s.rl != nil {
+		return out, nil // not tracked on RedLock (see redlock.go)
+	}
 	for _, shard := range s.shards {
 		found, err := s.agedBefore(ctx, shard.aged, minAge, limit)
 		if err != nil {

@@ -56,6 +56,9 @@ type MultiReleased struct {
 // caller holds none of the members and is in no line; if ctx ends after the grant, the grant is
 // given back before ctx's error is returned.
 func (s *Service) AcquireAll(ctx context.Context, req MultiRequest) (MultiGrant, error) {
+	if err := s.notOnRedLockFeature("multi-locks"); err != nil {
+		return MultiGrant{}, err
+	}
 	start := time.Now()
 	g, err := s.acquireAll(ctx, req)
 	if err != nil {
@@ -200,6 +203,9 @@ func members(names []string, index []int64) ([]string, error) {
 // back all the same), ErrInvalidToken for a bad token, and ErrUnavailable when Redis does not
 // answer.
 func (s *Service) ReleaseAll(ctx context.Context, token, id string) (MultiReleased, error) {
+	if err := s.notOnRedLockFeature("multi-locks"); err != nil {
+		return MultiReleased{}, err
+	}
 	m, err := s.tokens.ParseMulti(token, id)
 	if err != nil {
 		return MultiReleased{}, err
@@ -251,6 +257,9 @@ func (s *Service) releaseGroup(ctx context.Context, m MultiLease) (lost []string
 // If any member is no longer held it gives back the others and returns a *GroupLostError; it also
 // returns ErrInvalidToken and ErrUnavailable as ReleaseAll does.
 func (s *Service) RenewAll(ctx context.Context, token, id string, ttl time.Duration) (MultiGrant, error) {
+	if err := s.notOnRedLockFeature("multi-locks"); err != nil {
+		return MultiGrant{}, err
+	}
 	m, err := s.tokens.ParseMulti(token, id)
 	if err != nil {
 		return MultiGrant{}, err

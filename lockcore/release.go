@@ -29,6 +29,9 @@ type Released struct {
 // token, ErrLeaseLost when the lease no longer holds (that way), and ErrUnavailable when Redis does
 // not answer.
 func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, error) {
+	if err := s.notOnRedLock(req.Ref); err != nil {
+		return Released{}, err
+	}
 	l, err := s.tokens.Parse(req.Token, req.Ref)
 	if err != nil {
 		return Released{}, err

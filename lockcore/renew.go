@@ -2,6 +2,7 @@ package lockcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -13,12 +14,18 @@ import (
 // idempotent by nature: a retry sets the same TTL again (from a little later) and never revives a
 // lease.
 func (s *Service) Renew(ctx context.Context, ref Ref, token string, ttl time.Duration) (Grant, error) {
+	if err := s.notOnRedLock(ref); err != nil {
+		return Grant{}, err
+	}
 	l, err := s.tokens.Parse(token, ref)
 	if err != nil {
 		return Grant{}, err
 	}
 	g, err := s.renewLease(ctx, l, ttl, time.Now())
 	if err != nil {
+		if s.rl != nil && errors.Is(err, ErrLeaseLost) {
+			s.giveBackEverywhere(ctx, l) // what a minority still holds: see renewDueRedLock
+		}
 		s.observeRefusal(l.Kind.String(), err)
 		return Grant{}, err
 	}
@@ -46,7 +53,7 @@ func (s *Service) renewLease(ctx context.Context, l Lease, ttl time.Duration, st
 		return Grant{}, fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, l.Kind, l.Lock, l.ID)
 	}
 	l.Fence, ttl = r[1], time.Duration(r[2])*time.Millisecond
-	g := Grant{Lease: l, Mode: Exclusive, TTL: ttl, ExpiresAt: start.Add(ttl), Holds: r[0], Watchdog: r[3] == 1,
+	g := Grant{Lease: l, Mode: Exclusive, TTL: ttl, ExpiresAt: start.Add(s.validity(ttl)), Holds: r[0], Watchdog: r[3] == 1,
 		Used: r[5], Permits: r[6]}
 	if r[4] == 1 {
 		g.Mode = Shared

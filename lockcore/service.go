@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,9 @@ type Options struct {
 	// LongHold/4, at most 10 s) reports the long holds' count and the oldest one's age to
 	// OnLongHoldSweep, logs each long hold once, and reports whether Redis answered to
 	// OnRedisCheck (see long_holds.go).
+	// RestartGuard is, on RedLock (NewRedLock), how long a master that restarted is not counted
+	// toward any quorum: at least the largest TTL a lease can have (see redlock.go).
+	RestartGuard    time.Duration
 	LongHold        time.Duration
 	OnLongHoldSweep func(n int, oldest time.Duration)
 	OnRedisCheck    func(up bool)
@@ -108,6 +112,10 @@ type Service struct {
 	shards          []scheduleShard // the watchdog's schedules (see watchdog.go)
 	failures        atomic.Int64
 
+	// rl is the RedLock deployment when the Service runs on several independent masters
+	// (NewRedLock); nil on one Redis, Sentinel or Cluster.
+	rl *redlock
+
 	acquire, reenter, release, renew, inspect, dequeue, heartbeatScript, watchdogRenew, watchdogSchedule *rueidis.Lua
 	watchdogDue                                                                                          *rueidis.Lua
 	multiAcquire, multiRelease, multiRenew                                                               *rueidis.Lua
@@ -118,6 +126,11 @@ type Service struct {
 // New returns a Service that stores locks through client and mints tokens with tokens. It starts
 // the process's pub/sub subscription for waiters and the watchdog's sweep; call Close when done.
 func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) {
+	return newService(client, nil, tokens, opts)
+}
+
+// newService is New, or NewRedLock when rl is set (client is then its first master's).
+func newService(client rueidis.Client, rl *redlock, tokens *Tokens, opts Options) (*Service, error) {
 	if opts.KeyPrefix == "" {
 		opts.KeyPrefix = "leasegate:"
 	}
@@ -200,6 +213,13 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 		s.multiRenew: newAckedScript(luascripts.MultiRenew),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if rl != nil {
+		if opts.ReplicaAcks > 0 {
+			return nil, fmt.Errorf("%w: replica acks do not apply to RedLock's independent masters", ErrInvalid)
+		}
+		s.rl = rl
+		rl.start(s)
+	}
 	s.waiters = newWaiters(s, uuid.NewString(), opts.MaxWaiters)
 	s.wg.Add(2)
 	go s.sweep()
@@ -216,6 +236,9 @@ func (s *Service) Close() {
 	s.cancel()
 	s.waiters.mu.Unlock()
 	s.wg.Wait()
+	if s.rl != nil {
+		s.rl.close()
+	}
 }
 
 // RenewalFailures counts watchdog renewals that failed (Redis unreachable or erroring) since start.
@@ -247,6 +270,9 @@ func (s *Service) Tokens() *Tokens { return s.tokens }
 func (s *Service) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.pingTimeout)
 	defer cancel()
+	if s.rl != nil {
+		return s.rl.ping(ctx)
+	}
 	return s.classify(s.client.Do(ctx, s.client.B().Ping().Build()).Error())
 }
 
@@ -258,6 +284,9 @@ func (s *Service) Ping(ctx context.Context) error {
 // With replica acks on, a script that grants is followed by WAIT (see execAcked), and a grant the
 // replicas did not acknowledge returns its reply with a *notAckedError.
 func (s *Service) exec(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, error) {
+	if s.rl != nil {
+		return s.rl.exec(ctx, script, keys, args)
+	}
 	if s.acks > 0 {
 		if a, ok := s.acked[script]; ok {
 			return s.execAcked(ctx, a, keys, args)
@@ -272,8 +301,13 @@ func (s *Service) exec(ctx context.Context, script *rueidis.Lua, keys, args []st
 
 // run runs script once and tells the observer its name, outcome and latency.
 func (s *Service) run(ctx context.Context, script *rueidis.Lua, keys, args []string) rueidis.RedisResult {
+	return s.runOn(ctx, s.client, script, keys, args)
+}
+
+// runOn is run on client c: one RedLock master (see redlock.go).
+func (s *Service) runOn(ctx context.Context, c rueidis.Client, script *rueidis.Lua, keys, args []string) rueidis.RedisResult {
 	start := time.Now()
-	res := script.Exec(ctx, s.client, keys, args)
+	res := script.Exec(ctx, c, keys, args)
 	err := res.Error()
 	failed := err != nil && !rueidis.IsRedisNil(err)
 	name := s.scriptNames[script]
@@ -324,6 +358,9 @@ func (s *Service) scriptArgs(lockKey string, kind Kind, own []string) []string {
 	args := append(append(slices.Clip(s.queueArgs), kindArg(kind)), own...)
 	if s.cluster {
 		args[0] = s.chanPrefixFor(lockKey)
+	}
+	if s.rl != nil { // the gateway's clock, the same for every master (see core.lua)
+		args[3] += " " + strconv.FormatInt(time.Now().UnixMicro(), 10)
 	}
 	return args
 }

@@ -60,8 +60,10 @@ func newWaiters(s *Service, replica string, max int) *waiters {
 	}
 	ws.events = newEventHub(s, ws)
 	if !s.cluster {
-		s.wg.Add(1)
-		go ws.subscribe()
+		for _, c := range s.clients() { // RedLock: every master hands on locks
+			s.wg.Add(1)
+			go ws.subscribe(c)
+		}
 	}
 	return ws
 }
@@ -107,7 +109,7 @@ func (ws *waiters) slotSubscribed(slot int, sub *slotSub) {
 // by itself after a lost connection; messages published during the gap are lost, so every
 // (re)subscription makes each heartbeat check its lock at once, and every event stream read its
 // lock again.
-func (ws *waiters) subscribe() {
+func (ws *waiters) subscribe(c rueidis.Client) {
 	defer ws.s.wg.Done()
 	first := true
 	for ws.s.ctx.Err() == nil {
@@ -121,7 +123,7 @@ func (ws *waiters) subscribe() {
 				ws.events.resyncAll()
 			}
 		})
-		_ = ws.s.client.Receive(ctx, ws.s.client.B().Subscribe().Channel(ws.channel).Build(), ws.onMessage)
+		_ = c.Receive(ctx, c.B().Subscribe().Channel(ws.channel).Build(), ws.onMessage)
 		select { // Receive returned: Redis unreachable, or unsubscribed; try again shortly
 		case <-ws.s.ctx.Done():
 		case <-time.After(100 * time.Millisecond):

@@ -4,11 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // The watchdog's schedule lives in Redis, not in the process that granted the lease: a zset maps
@@ -57,10 +60,24 @@ const (
 // enroll schedules the first renewal of a new watchdog grant, a third of its TTL from now.
 func (s *Service) enroll(ctx context.Context, g Grant) error {
 	shard := s.shardOf(g.Lock)
-	_, err := s.run(context.WithoutCancel(ctx), s.watchdogSchedule, []string{shard.leases, shard.aged},
-		[]string{"enroll", scheduleMember(g.Lease), ms(g.TTL / 3), agedMember(g.Lease), strconv.FormatInt(g.Fence/1000, 10)}).ToInt64()
-	if err != nil {
-		return s.classify(err)
+	return s.runSchedule(ctx, []string{shard.leases, shard.aged},
+		"enroll", scheduleMember(g.Lease), ms(g.TTL/3), agedMember(g.Lease), strconv.FormatInt(g.Fence/1000, 10))
+}
+
+// runSchedule runs watchdog_schedule.lua (not 'claim'): on RedLock, on every master, a majority
+// of which must take it (each master keeps a copy of the schedule, so that losing a minority of
+// them loses no renewal).
+func (s *Service) runSchedule(ctx context.Context, keys []string, args ...string) error {
+	ctx = context.WithoutCancel(ctx)
+	if s.rl == nil {
+		return s.classify(s.run(ctx, s.watchdogSchedule, keys, args).Error())
+	}
+	f := s.rl.send(ctx, s.watchdogSchedule, keys, args)
+	took := func(r masterReply) bool { return r.res.Error() == nil }
+	got := f.collect(time.Time{}, s.rl.until(took))
+	f.rest(nil)
+	if count(got, took) < s.rl.quorum {
+		return fmt.Errorf("%w: fewer than a majority of RedLock masters took the watchdog schedule", ErrUnavailable)
 	}
 	return nil
 }
@@ -69,8 +86,7 @@ func (s *Service) enroll(ctx context.Context, g Grant) error {
 // renewal or re-entry that may have shortened it (a renewal due at the old TTL's third would come
 // too late). A failure is logged: the lease then keeps its old schedule.
 func (s *Service) reschedule(ctx context.Context, g Grant) {
-	err := s.run(context.WithoutCancel(ctx), s.watchdogSchedule, []string{s.shardOf(g.Lock).leases},
-		[]string{"reschedule", scheduleMember(g.Lease), ms(g.TTL / 3)}).Error()
+	err := s.runSchedule(ctx, []string{s.shardOf(g.Lock).leases}, "reschedule", scheduleMember(g.Lease), ms(g.TTL/3))
 	if err != nil {
 		s.log.Warn("rescheduling a watchdog renewal failed", g.Kind.String(), g.Lock, "err", err)
 	}
@@ -88,12 +104,13 @@ func (s *Service) unschedule(ctx context.Context, l Lease) {
 // dropDuty takes member off the watchdog schedule key and aged off the shard's aged holds (see
 // long_holds.go), in one round trip; both keys are in one shard, so one Cluster slot.
 func (s *Service) dropDuty(ctx context.Context, schedule, member, agedKey, aged string) error {
-	c := s.client
 	var err error
-	for _, r := range c.DoMulti(context.WithoutCancel(ctx),
-		c.B().Zrem().Key(schedule).Member(member).Build(),
-		c.B().Zrem().Key(agedKey).Member(aged).Build()) {
-		err = cmp.Or(err, r.Error())
+	for _, c := range s.clients() {
+		for _, r := range c.DoMulti(context.WithoutCancel(ctx),
+			c.B().Zrem().Key(schedule).Member(member).Build(),
+			c.B().Zrem().Key(agedKey).Member(aged).Build()) {
+			err = cmp.Or(err, r.Error())
+		}
 	}
 	return err
 }
@@ -116,11 +133,13 @@ func (s *Service) sweep() {
 			return
 		case <-tick.C:
 		}
-		for _, shard := range s.shards {
-			due := s.anyDue(s.ctx, shard)
-			for due[0] && s.ctx.Err() == nil && s.sweepOnce(shard.leases, s.renewDue) == sweepBatch {
-			}
-			for due[1] && s.ctx.Err() == nil && s.sweepOnce(shard.groups, s.renewGroupDue) == sweepBatch {
+		for _, c := range s.clients() { // RedLock: each master's copy of the schedule in turn
+			for _, shard := range s.shards {
+				due := s.anyDue(s.ctx, c, shard)
+				for due[0] && s.ctx.Err() == nil && s.sweepOnce(c, shard.leases, s.renewDue) == sweepBatch {
+				}
+				for due[1] && s.ctx.Err() == nil && s.sweepOnce(c, shard.groups, s.renewGroupDue) == sweepBatch {
+				}
 			}
 		}
 	}
@@ -129,9 +148,9 @@ func (s *Service) sweep() {
 // sweepOnce claims a batch of due renewals from schedule, renews them concurrently with renew
 // (rueidis pipelines the calls) and records the outcome in one script. It returns how many it
 // claimed.
-func (s *Service) sweepOnce(schedule string, renew func(context.Context, string) int64) int {
+func (s *Service) sweepOnce(c rueidis.Client, schedule string, renew func(context.Context, string) int64) int {
 	ctx := s.ctx
-	claimed, err := s.run(ctx, s.watchdogSchedule, []string{schedule},
+	claimed, err := s.runOn(ctx, c, s.watchdogSchedule, []string{schedule},
 		[]string{"claim", ms(claimHold), strconv.Itoa(sweepBatch)}).AsStrSlice()
 	if err == nil && len(claimed) == 0 {
 		err = unexpectedReply("watchdog claim", "", claimed, nil)
@@ -164,7 +183,7 @@ func (s *Service) sweepOnce(schedule string, renew func(context.Context, string)
 		}
 	}
 	if len(args) > 2 {
-		err := s.run(ctx, s.watchdogSchedule, []string{schedule}, args).Error()
+		err := s.runSchedule(ctx, []string{schedule}, args...)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("watchdog schedule update failed; the renewals are retried", "err", err)
 		}
@@ -177,7 +196,7 @@ func (s *Service) sweepOnce(schedule string, renew func(context.Context, string)
 // script (on Redis Cluster, one small script on the shard's node). Due times are compared with the
 // Redis clock (read in the same round trip), never this host's, so a skewed gateway clock delays
 // nothing.
-func (s *Service) anyDue(ctx context.Context, shard scheduleShard) [2]bool {
+func (s *Service) anyDue(ctx context.Context, c rueidis.Client, shard scheduleShard) [2]bool {
 	var due [2]bool
 	if s.cluster { // TIME has no slot: it would be read on another node than the schedule's
 		r, err := s.run(ctx, s.watchdogDue, []string{shard.leases, shard.groups}, nil).AsIntSlice()
@@ -186,10 +205,10 @@ func (s *Service) anyDue(ctx context.Context, shard scheduleShard) [2]bool {
 		}
 		return [2]bool{r[0] == 1, r[1] == 1}
 	}
-	res := s.client.DoMulti(ctx,
-		s.client.B().Zrange().Key(shard.leases).Min("0").Max("0").Withscores().Build(),
-		s.client.B().Zrange().Key(shard.groups).Min("0").Max("0").Withscores().Build(),
-		s.client.B().Time().Build())
+	res := c.DoMulti(ctx,
+		c.B().Zrange().Key(shard.leases).Min("0").Max("0").Withscores().Build(),
+		c.B().Zrange().Key(shard.groups).Min("0").Max("0").Withscores().Build(),
+		c.B().Time().Build())
 	now, err := res[2].AsStrSlice()
 	nowMs := int64(-1)
 	if err == nil && len(now) == 2 {
@@ -223,6 +242,9 @@ func (s *Service) renewDue(ctx context.Context, member string) int64 {
 	}
 	lock := ref.Name
 	k := s.keys(ref)
+	if s.rl != nil {
+		return s.renewDueRedLock(ctx, ref, lease)
+	}
 	r, err := s.run(ctx, s.watchdogRenew, []string{k.lock, k.sh, k.shm}, []string{lease}).AsIntSlice()
 	if err == nil && (len(r) == 0 || (r[0] == 1 && len(r) != 2)) {
 		err = unexpectedReply("watchdog renew", lock, r, nil)

@@ -41,14 +41,14 @@ func TestSweepComparesDueTimesWithTheRedisClock(t *testing.T) {
 		usec, _ := strconv.ParseInt(v[1], 10, 64)
 		return sec*1000 + usec/1000
 	}
-	assert.Equal(t, [2]bool{}, s.anyDue(ctx, s.shards[0]), "empty schedules have nothing due")
+	assert.Equal(t, [2]bool{}, s.anyDue(ctx, s.client, s.shards[0]), "empty schedules have nothing due")
 	r.MustDo(t, "ZADD", s.shards[0].leases, strconv.FormatInt(redisNowMs()+60000, 10), "later\nlease")
 	r.MustDo(t, "ZADD", s.shards[0].groups, strconv.FormatInt(redisNowMs()+60000, 10), "m-later\nx\na\nb")
-	assert.Equal(t, [2]bool{}, s.anyDue(ctx, s.shards[0]), "a renewal a minute ahead of Redis time is not due")
+	assert.Equal(t, [2]bool{}, s.anyDue(ctx, s.client, s.shards[0]), "a renewal a minute ahead of Redis time is not due")
 	r.MustDo(t, "ZADD", s.shards[0].leases, strconv.FormatInt(redisNowMs()-1, 10), "now\nlease")
-	assert.Equal(t, [2]bool{true, false}, s.anyDue(ctx, s.shards[0]), "a renewal due by Redis time is due")
+	assert.Equal(t, [2]bool{true, false}, s.anyDue(ctx, s.client, s.shards[0]), "a renewal due by Redis time is due")
 	r.MustDo(t, "ZADD", s.shards[0].groups, strconv.FormatInt(redisNowMs()-1, 10), "m-now\nx\na\nb")
-	assert.Equal(t, [2]bool{true, true}, s.anyDue(ctx, s.shards[0]), "a multi-lock's renewal due by Redis time is due")
+	assert.Equal(t, [2]bool{true, true}, s.anyDue(ctx, s.client, s.shards[0]), "a multi-lock's renewal due by Redis time is due")
 }
 
 // TestSweepKeepsARenewalBroughtForward replays the race of a sweep with a renew that shortens a

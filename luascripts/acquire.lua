@@ -117,7 +117,7 @@ end
 -- place is considered with everyone else; then hand out what fits, which may be this waiter's.
 local now = now_us()
 if arrival == 0 then
-  arrival = tonumber(redis.call('GETDEL', KEYS[8]) or now)
+  arrival = tonumber(redis.call('GETDEL', KEYS[8]) or gw_us or now) -- gw_us: see core.lua
 end
 local meta = {r = replica, o = owner, t = ttl, w = wd, h = hold}
 if want == 's' then

@@ -139,3 +139,13 @@ var WatchSnapshot = "local function snapshot()\n" + Inspect + "\nend\n" + watchS
 //
 //go:embed aged.lua
 var Aged string
+
+// RedlockFence raises a master's last fence of a lock to the fence a majority granted (RedLock).
+//
+//go:embed redlock_fence.lua
+var RedlockFence string
+
+// RedlockGuard records a master's Redis process and starts its restart guard when it changed.
+//
+//go:embed redlock_guard.lua
+var RedlockGuard string

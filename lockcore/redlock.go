@@ -1,0 +1,411 @@
+package lockcore
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/leasegate/leasegate/luascripts"
+)
+
+// RedLock mode: the Service runs on N (3, 5 or 7) independent Redis masters, and a lock is held
+// when a majority of them hold it. Every master runs the very scripts a single Redis runs, with
+// the same arguments (a new lease's ID, the gateway's clock for fences and queue places: see
+// core.lua), so masters that saw the same calls hold the same state; redlock_quorum.go turns their
+// replies into one, by majority. This file holds the masters: reaching all of them at once, and
+// the restart guard.
+//
+// A master that restarted lost its locks (without persistence, or with an AOF whose tail was
+// lost), and with them the majority some lease had. Every new connection to a master therefore
+// leaves it uncounted until the gateway has asked which Redis process it is (INFO's run_id): a
+// process other than the one recorded on the master (or no record: it came back empty) is not
+// counted toward any quorum for RestartGuard, which must be at least the largest lease TTL. Any
+// lease alive when the master restarted is then gone, or was renewed since by a majority of the
+// other masters (renewals made while it is uncounted cannot lean on it), before its vote counts
+// again: antirez's "delayed restart", enforced by the gateway rather than left to operators. The
+// guard runs on the master's own clock (a key with a TTL), so every gateway replica, including
+// one started during it, keeps it alike.
+
+// redlock is the deployment: its masters and what counting their votes needs.
+type redlock struct {
+	s       *Service
+	masters []*master
+	quorum  int
+	guard   time.Duration
+
+	guardScript, fenceScript *rueidis.Lua
+	runIDKey, guardKey       string
+
+	// late counts calls still out on some master after their caller moved on; close waits for them.
+	late sync.WaitGroup
+}
+
+// master is one of the deployment's Redis masters.
+type master struct {
+	addr   string
+	client rueidis.Client
+	dials  atomic.Int64 // connections rueidis opened to it, ever
+
+	mu         sync.Mutex
+	vouched    int64     // the dial count when the last check of its process began
+	runID      string    // its process, as last checked ("": never checked)
+	guardUntil time.Time // not counted before then: it restarted (see above)
+	checking   bool
+}
+
+// counts reports whether the master's replies count toward a quorum now: every connection to it
+// was opened before a check that found it the process it was, and its guard has run out.
+func (m *master) counts(now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runID != "" && m.vouched == m.dials.Load() && !now.Before(m.guardUntil)
+}
+
+// NewRedLock returns a Service whose locks live on a majority of the independent Redis masters
+// that masters describe (3, 5 or 7 of them; each a single Redis, see ClientOption). A restarted
+// master is not counted for opts.RestartGuard, which must be at least the largest TTL a lease can
+// have. It checks every master that answers before it returns; the others are checked when they do.
+func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*Service, error) {
+	if n := len(masters); n != 3 && n != 5 && n != 7 {
+		return nil, fmt.Errorf("%w: RedLock takes 3, 5 or 7 masters, got %d", ErrInvalid, n)
+	}
+	if opts.RestartGuard <= 0 {
+		return nil, fmt.Errorf("%w: RedLock needs a restart guard (at least the largest lease TTL)", ErrInvalid)
+	}
+	rl := &redlock{quorum: len(masters)/2 + 1, guard: opts.RestartGuard,
+		guardScript: rueidis.NewLuaScript(luascripts.RedlockGuard), fenceScript: rueidis.NewLuaScript(luascripts.RedlockFence)}
+	for _, o := range masters {
+		m := &master{addr: strings.Join(o.InitAddress, ",")}
+		o.DialCtxFn = countDials(m, o.DialCtxFn)
+		c, err := rueidis.NewClient(o)
+		if err != nil {
+			rl.closeClients()
+			return nil, fmt.Errorf("redlock master %s: %w", m.addr, err)
+		}
+		m.client = c
+		rl.masters = append(rl.masters, m)
+	}
+	s, err := newService(rl.masters[0].client, rl, tokens, opts)
+	if err != nil {
+		rl.closeClients()
+		return nil, err
+	}
+	return s, nil
+}
+
+// countDials wraps a rueidis dialer so that every connection opened to m counts.
+func countDials(m *master, dial func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	return func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		m.dials.Add(1)
+		switch {
+		case dial != nil:
+			return dial(ctx, dst, d, cfg)
+		case cfg != nil:
+			return (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, "tcp", dst)
+		}
+		return d.DialContext(ctx, "tcp", dst)
+	}
+}
+
+// start checks every master (a new deployment, where no master carries a record yet, starts
+// without guards) and keeps checking those that are not counted, until the Service closes.
+func (rl *redlock) start(s *Service) {
+	rl.s = s
+	rl.runIDKey, rl.guardKey = s.prefix+"redlock:run_id", s.prefix+"redlock:guard"
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+	defer cancel()
+	recorded, answered := make([]bool, len(rl.masters)), make([]bool, len(rl.masters))
+	rl.each(func(i int, m *master) {
+		n, err := m.client.Do(ctx, m.client.B().Exists().Key(rl.runIDKey).Build()).AsInt64()
+		answered[i], recorded[i] = err == nil, n == 1
+	})
+	fresh := countTrue(answered) >= rl.quorum && countTrue(recorded) == 0
+	rl.each(func(i int, m *master) {
+		if answered[i] {
+			if err := rl.check(ctx, m, fresh); err != nil {
+				s.log.Warn("redlock master not checked yet; it counts once it is", "master", m.addr, "err", err)
+			}
+		}
+	})
+	s.wg.Add(1)
+	go rl.recheck()
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+// each runs f for every master at once and waits for all.
+func (rl *redlock) each(f func(i int, m *master)) {
+	var wg sync.WaitGroup
+	for i, m := range rl.masters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(i, m)
+		}()
+	}
+	wg.Wait()
+}
+
+// recheck checks, twice a second, the masters that do not count for want of a check (new
+// connections after an outage).
+func (rl *redlock) recheck() {
+	defer rl.s.wg.Done()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-rl.s.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, m := range rl.masters {
+			m.mu.Lock()
+			stale := m.runID == "" || m.vouched != m.dials.Load()
+			m.mu.Unlock()
+			if stale {
+				rl.checkSoon(m)
+			}
+		}
+	}
+}
+
+// checkSoon checks m on a goroutine of its own, unless a check is under way.
+func (rl *redlock) checkSoon(m *master) {
+	m.mu.Lock()
+	if m.checking || rl.s.ctx.Err() != nil {
+		m.mu.Unlock()
+		return
+	}
+	m.checking = true
+	m.mu.Unlock()
+	rl.late.Add(1)
+	go func() {
+		defer rl.late.Done()
+		ctx, cancel := context.WithTimeout(rl.s.ctx, 2*time.Second)
+		defer cancel()
+		_ = rl.check(ctx, m, false)
+		m.mu.Lock()
+		m.checking = false
+		m.mu.Unlock()
+	}()
+}
+
+// check asks m which Redis process it is and records the answer on m (redlock_guard.lua): a
+// process other than the recorded one, or no record unless fresh, starts its restart guard. The
+// check vouches for the connections opened before it began; it runs again (up to three times)
+// while new ones open meanwhile.
+func (rl *redlock) check(ctx context.Context, m *master, fresh bool) error {
+	for range 3 {
+		gen := m.dials.Load()
+		info, err := m.client.Do(ctx, m.client.B().Info().Section("server").Build()).ToString()
+		if err != nil {
+			return err
+		}
+		runID := infoField(info, "run_id")
+		if runID == "" {
+			return errors.New("INFO server carries no run_id")
+		}
+		left, err := rl.s.runOn(ctx, m.client, rl.guardScript, []string{rl.runIDKey, rl.guardKey},
+			[]string{runID, ms(rl.guard), flag(fresh)}).AsInt64()
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		was, wasGuarded := m.runID, time.Now().Before(m.guardUntil)
+		m.runID, m.vouched = runID, gen
+		m.guardUntil = time.Now().Add(time.Duration(max(left, 0)) * time.Millisecond)
+		m.mu.Unlock()
+		if left > 0 && (!wasGuarded || was != runID) {
+			rl.s.log.Warn("redlock master restarted: not counted toward any quorum until its guard runs out",
+				"master", m.addr, "run_id", runID, "guard_s", (time.Duration(left) * time.Millisecond).Seconds())
+		}
+		if m.dials.Load() == gen {
+			return nil
+		}
+	}
+	return nil
+}
+
+// infoField reads field from an INFO reply.
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// close waits for the calls still out and closes the masters' clients.
+func (rl *redlock) close() {
+	rl.closeClients()
+	rl.late.Wait()
+}
+
+func (rl *redlock) closeClients() {
+	for _, m := range rl.masters {
+		if m.client != nil {
+			m.client.Close()
+		}
+	}
+}
+
+// ping reports whether a majority of counted masters answer.
+func (rl *redlock) ping(ctx context.Context) error {
+	up := atomic.Int64{}
+	rl.each(func(_ int, m *master) {
+		if m.client.Do(ctx, m.client.B().Ping().Build()).Error() == nil && m.counts(time.Now()) {
+			up.Add(1)
+		}
+	})
+	if n := up.Load(); int(n) < rl.quorum {
+		return fmt.Errorf("%w: %d of %d RedLock masters answer and count, %d needed", ErrUnavailable, n, len(rl.masters), rl.quorum)
+	}
+	return nil
+}
+
+// Masters reports, on RedLock, each master's address and whether its votes count now (false while
+// it is down, unchecked or within its restart guard); nil otherwise.
+func (s *Service) Masters() []MasterState {
+	if s.rl == nil {
+		return nil
+	}
+	out := make([]MasterState, len(s.rl.masters))
+	now := time.Now()
+	for i, m := range s.rl.masters {
+		m.mu.Lock()
+		guard := max(m.guardUntil.Sub(now), 0)
+		m.mu.Unlock()
+		out[i] = MasterState{Addr: m.addr, Counts: m.counts(now), GuardLeft: guard}
+	}
+	return out
+}
+
+// MasterState is one RedLock master as Masters saw it.
+type MasterState struct {
+	Addr      string
+	Counts    bool
+	GuardLeft time.Duration
+}
+
+// clients returns the Redis clients the Service writes through: every RedLock master, or its one
+// client.
+func (s *Service) clients() []rueidis.Client {
+	if s.rl == nil {
+		return []rueidis.Client{s.client}
+	}
+	out := make([]rueidis.Client, len(s.rl.masters))
+	for i, m := range s.rl.masters {
+		out[i] = m.client
+	}
+	return out
+}
+
+// masterReply is one master's answer to a call sent to all of them.
+type masterReply struct {
+	m       *master
+	res     rueidis.RedisResult
+	counted bool // it answered without error and counts (see master.counts)
+}
+
+// fanout is one call sent to every master; replies come in as they arrive.
+type fanout struct {
+	rl      *redlock
+	ch      chan masterReply
+	pending int
+}
+
+// send runs script on every master at once. The calls are detached from ctx's cancellation (see
+// Service.exec); each is bounded by its client's write timeout.
+func (rl *redlock) send(ctx context.Context, script *rueidis.Lua, keys, args []string) *fanout {
+	f := &fanout{rl: rl, ch: make(chan masterReply, len(rl.masters)), pending: len(rl.masters)}
+	ctx = context.WithoutCancel(ctx)
+	for _, m := range rl.masters {
+		rl.late.Add(1)
+		go func() {
+			defer rl.late.Done()
+			f.ch <- masterReply{m: m, res: rl.s.runOn(ctx, m.client, script, keys, args)}
+		}()
+	}
+	return f
+}
+
+// collect gathers replies until done says they are enough, every master answered, or deadline
+// passes (zero: no deadline). A reply counts if its master counts when it arrives; a master that
+// answers but does not count is checked.
+func (f *fanout) collect(deadline time.Time, done func(got []masterReply, pending int) bool) []masterReply {
+	var got []masterReply
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	for f.pending > 0 && !done(got, f.pending) {
+		select {
+		case r := <-f.ch:
+			f.pending--
+			if r.res.Error() == nil {
+				if r.counted = r.m.counts(time.Now()); !r.counted {
+					f.rl.checkSoon(r.m)
+				}
+			} else if !rueidis.IsRedisNil(r.res.Error()) {
+				f.rl.checkSoon(r.m) // a new connection may open: have it checked as soon as possible
+			}
+			got = append(got, r)
+		case <-timeout:
+			return got
+		}
+	}
+	return got
+}
+
+// rest hands the replies still to come to handle (nil: drop them), on a goroutine of its own.
+func (f *fanout) rest(handle func(masterReply)) {
+	n := f.pending
+	f.pending = 0
+	if n == 0 {
+		return
+	}
+	f.rl.late.Add(1)
+	go func() {
+		defer f.rl.late.Done()
+		for range n {
+			r := <-f.ch
+			if handle != nil && r.res.Error() == nil {
+				handle(r)
+			}
+		}
+	}()
+}
+
+var zeroTime time.Time
+
+// drift is the clock-drift allowance RedLock takes off a lease's validity: 1% of its TTL plus
+// 2 ms (the RedLock description's, and redsync's, figures).
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// validity is how long a lease of ttl granted at start is valid for its holder: all of it on one
+// Redis; on RedLock, less the drift allowance (the time the grant took is counted from start).
+func (s *Service) validity(ttl time.Duration) time.Duration {
+	if s.rl == nil {
+		return ttl
+	}
+	return ttl - drift(ttl)
+}

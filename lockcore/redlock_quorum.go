@@ -1,0 +1,388 @@
+package lockcore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// How the masters' replies become one on RedLock (see redlock.go). Every call goes to every
+// master at once and returns as soon as its outcome is settled, so a slow or stalled master slows
+// nothing; replies that come later are dealt with as they come.
+//
+//   - A grant (acquire, a waiter's confirmation, re-entry, renewal) holds when a majority of
+//     counted masters made it within its validity: TTL less the time the call took less the drift
+//     allowance. Whatever a minority granted to a request that is not waiting is given back at
+//     once (late grants too, as they arrive); a waiter keeps what a minority handed it and waits
+//     for the rest (see wait.go): the holds its turn brings, master by master.
+//   - A refusal (held, lease gone, ...) is answered only when the successes can no longer reach a
+//     majority even if every master that did not answer, or does not count, said yes; otherwise
+//     the answer is ErrUnavailable. So losing a minority of masters changes no answer, and losing
+//     a majority answers ErrUnavailable and never grants.
+//   - Fences: every master computes max(its last fence + 1, the gateway's clock), so masters that
+//     saw the same grants give the same fence. The fence returned is the greatest a majority
+//     gave; when fewer than a majority gave that very fence, it is first written back
+//     (redlock_fence.lua) until a majority's last fence is at least it. Any later majority
+//     shares a master with that one, which gives a greater fence: fences increase as long as a
+//     majority of masters keeps its data.
+//
+// What RedLock cannot offer: semaphores (a permit granted by a majority does not bound holders by
+// the permits: with 5 masters and 2 permits, three leases can each hold a majority, every master
+// holding at most two of them), multi-locks, live events and listings. They answer
+// ErrNotSupported.
+
+// notOnRedLock returns ErrNotSupported for a semaphore on RedLock, nil otherwise.
+func (s *Service) notOnRedLock(ref Ref) error {
+	if s.rl != nil && ref.Kind == KindSemaphore {
+		return fmt.Errorf("%w: semaphores on RedLock (a majority per permit does not bound the holders by the permits)", ErrNotSupported)
+	}
+	return nil
+}
+
+// notOnRedLockFeature returns ErrNotSupported for feature on RedLock, nil otherwise.
+func (s *Service) notOnRedLockFeature(feature string) error {
+	if s.rl != nil {
+		return fmt.Errorf("%w: %s on RedLock", ErrNotSupported, feature)
+	}
+	return nil
+}
+
+// exec runs one of the lock scripts on every master and turns the replies into one.
+func (rl *redlock) exec(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, error) {
+	s := rl.s
+	switch script {
+	case s.acquire:
+		return rl.acquire(ctx, keys, args)
+	case s.reenter:
+		return rl.reenter(ctx, keys, args)
+	case s.renew:
+		return rl.renew(ctx, keys, args)
+	case s.release:
+		return rl.release(ctx, keys, args)
+	case s.inspect:
+		return rl.inspect(ctx, keys, args)
+	case s.dequeue, forceScript:
+		return rl.any(ctx, script, keys, args)
+	}
+	return nil, fmt.Errorf("%w: %s on RedLock", ErrNotSupported, s.scriptNames[script])
+}
+
+// acquire: acquire.lua's reply (see acquireReply); args as runAcquire gives them.
+func (rl *redlock) acquire(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
+	lease, waiting, want := args[5], args[9] == "wait", args[14]
+	ttl := msArg(args[6])
+	validUntil := time.Now().Add(ttl - drift(ttl))
+	granted := func(r masterReply) bool {
+		st := status(r)
+		return r.counted && (st == acquireGranted || st == acquireReplayed)
+	}
+	f := rl.send(ctx, rl.s.acquire, keys, args)
+	got := f.collect(validUntil, rl.until(granted))
+	if count(got, granted) >= rl.quorum && time.Now().Before(validUntil) {
+		if rep, err := rl.agreeOnFence(ctx, keys, lease, filter(got, granted), validUntil); err == nil {
+			f.rest(nil)
+			return rep, nil
+		}
+	}
+	if waiting {
+		f.rest(nil)
+		queued := func(r masterReply) bool { return r.counted && status(r) == acquireQueued }
+		if count(got, queued) > 0 && countCounted(got) >= rl.quorum {
+			return mostCommon(got, queued), nil
+		}
+		return nil, rl.unavailable(got)
+	}
+	giveBack := func(r masterReply) {
+		if status(r) == acquireGranted {
+			rl.giveBack(r.m, keys, args, lease, want)
+		}
+	}
+	for _, r := range got {
+		if r.res.Error() == nil {
+			giveBack(r)
+		}
+	}
+	f.rest(giveBack)
+	return rl.refusal(got, granted)
+}
+
+// reenter: reenter.lua's reply {holds, fence, wd, ttl, used} | a refusal.
+func (rl *redlock) reenter(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
+	lease, want := args[5], args[8]
+	ttl := msArg(args[6])
+	validUntil := time.Now().Add(ttl - drift(ttl))
+	entered := func(r masterReply) bool { return r.counted && arrayLen(r) >= 4 }
+	f := rl.send(ctx, rl.s.reenter, keys, args)
+	got := f.collect(validUntil, rl.until(entered))
+	if count(got, entered) >= rl.quorum && time.Now().Before(validUntil) {
+		f.rest(nil)
+		return greatest(got, entered, 1), nil
+	}
+	undo := func(r masterReply) { // the hold this call added, where it did
+		if arrayLen(r) >= 4 {
+			rl.giveBack(r.m, keys, args, lease, want)
+		}
+	}
+	for _, r := range got {
+		if r.res.Error() == nil {
+			undo(r)
+		}
+	}
+	f.rest(undo)
+	return rl.refusal(got, entered)
+}
+
+// renew: renew.lua's reply {holds, fence, ttl, wd, shared, used, size} | {0}. A waiter's
+// confirmation is a renewal too: its fence is agreed on as a new grant's.
+func (rl *redlock) renew(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
+	start, lease, ttl := time.Now(), args[5], msArg(args[6])
+	deadline := start.Add(3 * time.Second) // TTL unknown before the reply (0: keep the lease's)
+	if ttl > 0 {
+		deadline = start.Add(ttl - drift(ttl))
+	}
+	renewed := func(r masterReply) bool { return r.counted && arrayLen(r) == 7 }
+	f := rl.send(ctx, rl.s.renew, keys, args)
+	got := f.collect(deadline, rl.until(renewed))
+	f.rest(nil)
+	if count(got, renewed) >= rl.quorum {
+		rep, err := rl.agreeOnFence(ctx, keys, lease, filter(got, renewed), deadline)
+		if err != nil {
+			return nil, err
+		}
+		if left, _ := rep[2].AsInt64(); time.Since(start) >= time.Duration(left)*time.Millisecond-drift(time.Duration(left)*time.Millisecond) {
+			return nil, fmt.Errorf("%w: the RedLock masters renewed too late to leave the lease any validity", ErrUnavailable)
+		}
+		return rep, nil
+	}
+	return rl.refusal(got, renewed)
+}
+
+// release: release.lua's reply {holds, shared} | {0, watchdog, shared} | {-1}: the most common
+// count left among a majority.
+func (rl *redlock) release(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
+	released := func(r masterReply) bool { return r.counted && status(r) >= 0 }
+	f := rl.send(ctx, rl.s.release, keys, args)
+	got := f.collect(time.Time{}, rl.until(released))
+	f.rest(nil)
+	if count(got, released) >= rl.quorum {
+		return mostCommon(got, released), nil
+	}
+	return rl.refusal(got, released)
+}
+
+// inspect: the state the most counted masters agree on (the same holders), with the shortest
+// TTL among them; a majority must answer.
+func (rl *redlock) inspect(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
+	answered := func(r masterReply) bool { return r.counted }
+	f := rl.send(ctx, rl.s.inspect, keys, args)
+	got := f.collect(time.Time{}, rl.until(answered))
+	f.rest(nil)
+	if countCounted(got) < rl.quorum {
+		return nil, rl.unavailable(got)
+	}
+	groups := map[string][]masterReply{}
+	var order []string
+	for _, r := range got {
+		arr, err := r.res.ToArray()
+		if !r.counted || err != nil {
+			continue
+		}
+		st, ok := readState(Ref{}, replyValues(arr))
+		if !ok {
+			return arr, nil // the caller reports it
+		}
+		id := ""
+		for _, h := range st.holders() {
+			id += h.Lease + " "
+		}
+		if groups[id] == nil {
+			order = append(order, id)
+		}
+		groups[id] = append(groups[id], r)
+	}
+	var best []masterReply
+	for _, id := range order {
+		if len(groups[id]) > len(best) {
+			best = groups[id]
+		}
+	}
+	rep, shortest := []rueidis.RedisMessage(nil), time.Duration(-1)
+	for _, r := range best {
+		arr, _ := r.res.ToArray()
+		st, _ := readState(Ref{}, replyValues(arr))
+		ttl := time.Duration(0)
+		if st.Exclusive != nil {
+			ttl = st.Exclusive.TTL
+		}
+		if shortest < 0 || ttl < shortest {
+			rep, shortest = arr, ttl
+		}
+	}
+	return rep, nil
+}
+
+// any: the reply of the dequeue and force scripts, which every master runs; a majority must
+// answer, and the reply that removed most stands for all.
+func (rl *redlock) any(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, error) {
+	answered := func(r masterReply) bool { return r.counted }
+	f := rl.send(ctx, script, keys, args)
+	got := f.collect(time.Time{}, rl.until(answered))
+	f.rest(nil)
+	if count(got, answered) < rl.quorum {
+		return nil, rl.unavailable(got)
+	}
+	return greatest(got, answered, 1), nil
+}
+
+// agreeOnFence returns, of the replies wins (a majority's grants, the fence at index 1), the one
+// with the greatest fence; when fewer than a majority gave that fence, it is first written back to
+// every master, and a majority must take it before deadline.
+func (rl *redlock) agreeOnFence(ctx context.Context, keys []string, lease string, wins []masterReply, deadline time.Time) ([]rueidis.RedisMessage, error) {
+	rep := greatest(wins, func(masterReply) bool { return true }, 1)
+	top, _ := rep[1].AsInt64()
+	at := count(wins, func(r masterReply) bool { return intAt(r, 1) == top })
+	if at >= rl.quorum {
+		return rep, nil
+	}
+	f := rl.send(ctx, rl.fenceScript, []string{keys[0], keys[1], keys[6]},
+		[]string{lease, strconv.FormatInt(top, 10), rl.s.queueArgs[3]})
+	raised := func(r masterReply) bool { return r.counted }
+	got := f.collect(deadline, rl.until(raised))
+	f.rest(nil)
+	if count(got, raised) < rl.quorum || !time.Now().Before(deadline) {
+		return nil, fmt.Errorf("%w: a majority of RedLock masters did not take the grant's fence in time", ErrUnavailable)
+	}
+	return rep, nil
+}
+
+// giveBack gives back, on master m, one hold of mode ('x' or 's') that lease got from a call
+// whose lib.lua arguments start args: a grant a majority did not make.
+func (rl *redlock) giveBack(m *master, keys, args []string, lease, mode string) {
+	k := append(slices.Clip(keys[:7]), keys[0]+":idem:")
+	a := append(slices.Clip(args[:5]), lease, "0", mode)
+	if err := rl.s.runOn(context.Background(), m.client, rl.s.release, k, a).Error(); err != nil {
+		rl.s.log.Warn("giving back a grant a majority did not make failed; it runs out with its TTL", "master", m.addr, "err", err)
+	}
+}
+
+// until says a collection is settled: ok holds for a majority, or no longer can.
+func (rl *redlock) until(ok func(masterReply) bool) func([]masterReply, int) bool {
+	return func(got []masterReply, pending int) bool {
+		n := count(got, ok)
+		return n >= rl.quorum || n+pending < rl.quorum
+	}
+}
+
+// refusal answers a call whose successes (ok) fell short of a majority: the most common counted
+// reply when the successes could not reach a majority even with every master that did not count,
+// else ErrUnavailable.
+func (rl *redlock) refusal(got []masterReply, ok func(masterReply) bool) ([]rueidis.RedisMessage, error) {
+	if count(got, ok)+len(rl.masters)-countCounted(got) >= rl.quorum {
+		return nil, rl.unavailable(got)
+	}
+	return mostCommon(got, func(r masterReply) bool { return r.counted && !ok(r) }), nil
+}
+
+func (rl *redlock) unavailable(got []masterReply) error {
+	return fmt.Errorf("%w: %d of %d RedLock masters answered and count, %d needed", ErrUnavailable,
+		countCounted(got), len(rl.masters), rl.quorum)
+}
+
+func count(got []masterReply, ok func(masterReply) bool) int {
+	n := 0
+	for _, r := range got {
+		if ok(r) {
+			n++
+		}
+	}
+	return n
+}
+
+func countCounted(got []masterReply) int {
+	return count(got, func(r masterReply) bool { return r.counted })
+}
+
+func filter(got []masterReply, ok func(masterReply) bool) []masterReply {
+	var out []masterReply
+	for _, r := range got {
+		if ok(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// mostCommon returns, of the replies that satisfy ok, one whose first element is the most common
+// (the earliest such group on a tie).
+func mostCommon(got []masterReply, ok func(masterReply) bool) []rueidis.RedisMessage {
+	counts := map[int64]int{}
+	var rep []rueidis.RedisMessage
+	best, bestN := int64(0), 0
+	for _, r := range got {
+		if !ok(r) {
+			continue
+		}
+		st := status(r)
+		counts[st]++
+		if counts[st] > bestN {
+			best, bestN = st, counts[st]
+		}
+	}
+	for _, r := range got {
+		if ok(r) && status(r) == best {
+			rep, _ = r.res.ToArray()
+			break
+		}
+	}
+	return rep
+}
+
+// greatest returns, of the replies that satisfy ok, the one with the greatest integer at index i.
+func greatest(got []masterReply, ok func(masterReply) bool, i int) []rueidis.RedisMessage {
+	var rep []rueidis.RedisMessage
+	top := int64(0)
+	for _, r := range got {
+		if !ok(r) {
+			continue
+		}
+		if v := intAt(r, i); rep == nil || v > top {
+			rep, top = must(r.res.ToArray()), v
+		}
+	}
+	return rep
+}
+
+func must(arr []rueidis.RedisMessage, _ error) []rueidis.RedisMessage { return arr }
+
+// status is a reply's first integer (-1000 when it has none).
+func status(r masterReply) int64 { return intAt(r, 0) }
+
+func intAt(r masterReply, i int) int64 {
+	arr, err := r.res.ToArray()
+	if err != nil || len(arr) <= i {
+		return -1000
+	}
+	v, err := arr[i].AsInt64()
+	if err != nil {
+		return -1000
+	}
+	return v
+}
+
+func arrayLen(r masterReply) int {
+	arr, err := r.res.ToArray()
+	if err != nil {
+		return 0
+	}
+	return len(arr)
+}
+
+// msArg reads a script's millisecond argument.
+func msArg(v string) time.Duration {
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return time.Duration(n) * time.Millisecond
+}
