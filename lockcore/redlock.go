@@ -41,7 +41,7 @@ type redlock struct {
 	quorum  int
 	guard   time.Duration
 
-	guardScript, fenceScript *rueidis.Lua
+	guardScript, fenceScript, yieldScript *rueidis.Lua
 	runIDKey, guardKey       string
 
 	// late counts calls still out on some master after their caller moved on; close waits for them.
@@ -57,8 +57,8 @@ type master struct {
 	mu         sync.Mutex
 	vouched    int64     // the dial count when the last check of its process began
 	runID      string    // its process, as last checked ("": never checked)
-	guardUntil time.Time // not counted before then: it restarted (see above)
-	checking   bool
+	guardUntil time.Time     // not counted before then: it restarted (see above)
+	checking   chan struct{} // closed when the check under way ends (nil: none)
 }
 
 // counts reports whether the master's replies count toward a quorum now: every connection to it
@@ -81,7 +81,8 @@ func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*
 		return nil, fmt.Errorf("%w: RedLock needs a restart guard (at least the largest lease TTL)", ErrInvalid)
 	}
 	rl := &redlock{quorum: len(masters)/2 + 1, guard: opts.RestartGuard,
-		guardScript: rueidis.NewLuaScript(luascripts.RedlockGuard), fenceScript: rueidis.NewLuaScript(luascripts.RedlockFence)}
+		guardScript: rueidis.NewLuaScript(luascripts.RedlockGuard), fenceScript: rueidis.NewLuaScript(luascripts.RedlockFence),
+		yieldScript: rueidis.NewLuaScript(luascripts.RedlockYield)}
 	for _, o := range masters {
 		m := &master{addr: strings.Join(o.InitAddress, ",")}
 		o.DialCtxFn = countDials(m, o.DialCtxFn)
@@ -187,23 +188,51 @@ func (rl *redlock) recheck() {
 
 // checkSoon checks m on a goroutine of its own, unless a check is under way.
 func (rl *redlock) checkSoon(m *master) {
-	m.mu.Lock()
-	if m.checking || rl.s.ctx.Err() != nil {
-		m.mu.Unlock()
+	if rl.s.ctx.Err() != nil {
 		return
 	}
-	m.checking = true
-	m.mu.Unlock()
 	rl.late.Add(1)
 	go func() {
 		defer rl.late.Done()
-		ctx, cancel := context.WithTimeout(rl.s.ctx, 2*time.Second)
-		defer cancel()
-		_ = rl.check(ctx, m, false)
-		m.mu.Lock()
-		m.checking = false
-		m.mu.Unlock()
+		rl.checkOnce(m)
 	}()
+}
+
+// checkOnce checks m, or waits for the check under way to end.
+func (rl *redlock) checkOnce(m *master) {
+	m.mu.Lock()
+	if ch := m.checking; ch != nil {
+		m.mu.Unlock()
+		<-ch
+		return
+	}
+	ch := make(chan struct{})
+	m.checking = ch
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rl.s.ctx), 2*time.Second)
+	_ = rl.check(ctx, m, false)
+	cancel()
+	m.mu.Lock()
+	m.checking = nil
+	m.mu.Unlock()
+	close(ch)
+}
+
+// counts reports whether m's reply, just received, counts toward a quorum: a reply on a
+// connection opened since m's last check waits for a check first (rare: rueidis keeps its
+// connections), so that a new connection costs a round trip, not a vote.
+func (rl *redlock) counts(m *master) bool {
+	if m.counts(time.Now()) {
+		return true
+	}
+	m.mu.Lock()
+	unvouched := m.runID == "" || m.vouched != m.dials.Load()
+	m.mu.Unlock()
+	if !unvouched {
+		return false // within its restart guard
+	}
+	rl.checkOnce(m)
+	return m.counts(time.Now())
 }
 
 // check asks m which Redis process it is and records the answer on m (redlock_guard.lua): a
@@ -270,7 +299,7 @@ func (rl *redlock) closeClients() {
 func (rl *redlock) ping(ctx context.Context) error {
 	up := atomic.Int64{}
 	rl.each(func(_ int, m *master) {
-		if m.client.Do(ctx, m.client.B().Ping().Build()).Error() == nil && m.counts(time.Now()) {
+		if m.client.Do(ctx, m.client.B().Ping().Build()).Error() == nil && rl.counts(m) {
 			up.Add(1)
 		}
 	})
@@ -340,15 +369,21 @@ func (rl *redlock) send(ctx context.Context, script *rueidis.Lua, keys, args []s
 		rl.late.Add(1)
 		go func() {
 			defer rl.late.Done()
-			f.ch <- masterReply{m: m, res: rl.s.runOn(ctx, m.client, script, keys, args)}
+			r := masterReply{m: m, res: rl.s.runOn(ctx, m.client, script, keys, args)}
+			switch err := r.res.Error(); {
+			case err == nil:
+				r.counted = rl.counts(m)
+			case !rueidis.IsRedisNil(err):
+				rl.checkSoon(m) // a new connection will open: check it as soon as it does
+			}
+			f.ch <- r
 		}()
 	}
 	return f
 }
 
 // collect gathers replies until done says they are enough, every master answered, or deadline
-// passes (zero: no deadline). A reply counts if its master counts when it arrives; a master that
-// answers but does not count is checked.
+// passes (zero: no deadline). A reply counts if its master counts when it arrives (see counts).
 func (f *fanout) collect(deadline time.Time, done func(got []masterReply, pending int) bool) []masterReply {
 	var got []masterReply
 	var timeout <-chan time.Time
@@ -361,13 +396,6 @@ func (f *fanout) collect(deadline time.Time, done func(got []masterReply, pendin
 		select {
 		case r := <-f.ch:
 			f.pending--
-			if r.res.Error() == nil {
-				if r.counted = r.m.counts(time.Now()); !r.counted {
-					f.rl.checkSoon(r.m)
-				}
-			} else if !rueidis.IsRedisNil(r.res.Error()) {
-				f.rl.checkSoon(r.m) // a new connection may open: have it checked as soon as possible
-			}
 			got = append(got, r)
 		case <-timeout:
 			return got

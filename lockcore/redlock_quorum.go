@@ -91,10 +91,17 @@ func (rl *redlock) acquire(ctx context.Context, keys, args []string) ([]rueidis.
 	if waiting {
 		f.rest(nil)
 		queued := func(r masterReply) bool { return r.counted && status(r) == acquireQueued }
-		if count(got, queued) > 0 && countCounted(got) >= rl.quorum {
-			return mostCommon(got, queued), nil
+		if count(got, queued) == 0 || countCounted(got) < rl.quorum {
+			return nil, rl.unavailable(got)
 		}
-		return nil, rl.unavailable(got)
+		rep := mostCommon(got, queued)
+		arrival, _ := rep[2].AsInt64()
+		for _, r := range got {
+			if r.res.Error() == nil && status(r) == acquireGranted {
+				rl.yield(r.m, keys, args, lease, strconv.FormatInt(arrival, 10))
+			}
+		}
+		return rep, nil
 	}
 	giveBack := func(r masterReply) {
 		if status(r) == acquireGranted {
@@ -267,6 +274,17 @@ func (rl *redlock) giveBack(m *master, keys, args []string, lease, mode string) 
 	if err := rl.s.runOn(context.Background(), m.client, rl.s.release, k, a).Error(); err != nil {
 		rl.s.log.Warn("giving back a grant a majority did not make failed; it runs out with its TTL", "master", m.addr, "err", err)
 	}
+}
+
+// yield gives back, on master m, the hold a waiter (lease, queued at arrival) got from a minority,
+// if an earlier waiter is in line there (redlock_yield.lua), on a goroutine of its own.
+func (rl *redlock) yield(m *master, keys, args []string, lease, arrival string) {
+	a := append(slices.Clip(args[:5]), lease, arrival)
+	rl.late.Add(1)
+	go func() {
+		defer rl.late.Done()
+		_ = rl.s.runOn(context.Background(), m.client, rl.yieldScript, keys[:7], a).Error()
+	}()
 }
 
 // until says a collection is settled: ok holds for a majority, or no longer can.

@@ -226,6 +226,11 @@ func (wt *wait) confirm(waitCtx context.Context) (g Grant, lost bool, err error)
 			return g, false, nil
 		case errors.Is(err, ErrLeaseLost):
 			return Grant{}, true, nil
+		case wt.s.rl != nil && errors.Is(err, ErrUnavailable):
+			// RedLock: fewer than a majority confirmed (the others hold it for someone else, or
+			// do not answer). Queue again: that keeps what the majority-to-be handed over, and
+			// gives back holds that an earlier waiter should have (see redlock_quorum.go).
+			return Grant{}, true, nil
 		case !errors.Is(err, ErrUnavailable) || !pause(waitCtx):
 			return Grant{}, false, err
 		}

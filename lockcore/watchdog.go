@@ -133,7 +133,7 @@ func (s *Service) sweep() {
 			return
 		case <-tick.C:
 		}
-		for _, c := range s.clients() { // RedLock: each master's copy of the schedule in turn
+		for _, c := range s.sweepClients() {
 			for _, shard := range s.shards {
 				due := s.anyDue(s.ctx, c, shard)
 				for due[0] && s.ctx.Err() == nil && s.sweepOnce(c, shard.leases, s.renewDue) == sweepBatch {
@@ -143,6 +143,23 @@ func (s *Service) sweep() {
 			}
 		}
 	}
+}
+
+// sweepClients are the clients whose schedule the sweep reads: the one, or on RedLock each
+// master's copy in turn, skipping those that do not count now (down, or restarted: their copy may
+// be empty, and the others have it).
+func (s *Service) sweepClients() []rueidis.Client {
+	if s.rl == nil {
+		return []rueidis.Client{s.client}
+	}
+	var out []rueidis.Client
+	now := time.Now()
+	for _, m := range s.rl.masters {
+		if m.counts(now) {
+			out = append(out, m.client)
+		}
+	}
+	return out
 }
 
 // sweepOnce claims a batch of due renewals from schedule, renews them concurrently with renew

@@ -149,3 +149,9 @@ var RedlockFence string
 //
 //go:embed redlock_guard.lua
 var RedlockGuard string
+
+//go:embed redlock_yield.lua
+var redlockYield string
+
+// RedlockYield gives a waiter's minority hold back to an earlier waiter in line (RedLock).
+var RedlockYield = lib + redlockYield
