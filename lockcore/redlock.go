@@ -42,7 +42,7 @@ type redlock struct {
 	guard   time.Duration
 
 	guardScript, fenceScript, yieldScript *rueidis.Lua
-	runIDKey, guardKey       string
+	runIDKey, guardKey                    string
 
 	// late counts calls still out on some master after their caller moved on; close waits for them.
 	late sync.WaitGroup
@@ -55,8 +55,8 @@ type master struct {
 	dials  atomic.Int64 // connections rueidis opened to it, ever
 
 	mu         sync.Mutex
-	vouched    int64     // the dial count when the last check of its process began
-	runID      string    // its process, as last checked ("": never checked)
+	vouched    int64         // the dial count when the last check of its process began
+	runID      string        // its process, as last checked ("": never checked)
 	guardUntil time.Time     // not counted before then: it restarted (see above)
 	checking   chan struct{} // closed when the check under way ends (nil: none)
 }
