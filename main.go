@@ -180,6 +180,9 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	defer closeRedis()
 	m.Parked(svc.Parked)
+	if svc.Masters() != nil {
+		m.RedLockMasters(svc.Masters)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err

@@ -203,3 +203,38 @@ func (f factory) histograms(name, help string, buckets []float64, labels ...stri
 }
 
 var _ lockcore.Observer = (*Metrics)(nil)
+
+// RedLockMasters exports, read at each scrape, each RedLock master's state:
+// leasegate_redlock_master_counted{master} (1 while its votes count: up, checked and past its
+// restart guard) and leasegate_redlock_master_guard_seconds{master} (what its restart guard has
+// left).
+func (m *Metrics) RedLockMasters(masters func() []lockcore.MasterState) {
+	m.reg.MustRegister(mastersCollector{
+		masters: masters,
+		counted: prometheus.NewDesc("leasegate_redlock_master_counted",
+			"1 while the RedLock master's votes count toward quorums (it answers, was checked, and is past its restart guard), else 0.", []string{"master"}, nil),
+		guard: prometheus.NewDesc("leasegate_redlock_master_guard_seconds",
+			"What the RedLock master's restart guard has left (0: none).", []string{"master"}, nil),
+	})
+}
+
+type mastersCollector struct {
+	masters        func() []lockcore.MasterState
+	counted, guard *prometheus.Desc
+}
+
+func (c mastersCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.counted
+	ch <- c.guard
+}
+
+func (c mastersCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.masters() {
+		counted := 0.0
+		if st.Counts {
+			counted = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.counted, prometheus.GaugeValue, counted, st.Addr)
+		ch <- prometheus.MustNewConstMetric(c.guard, prometheus.GaugeValue, st.GuardLeft.Seconds(), st.Addr)
+	}
+}
