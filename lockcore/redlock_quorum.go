@@ -1,6 +1,7 @@
 package lockcore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -181,17 +182,22 @@ func (rl *redlock) release(ctx context.Context, keys, args []string) ([]rueidis.
 	return rl.refusal(got, released)
 }
 
-// inspect: the state the most counted masters agree on (the same holders), with the shortest
-// TTL among them; a majority must answer.
+// inspect: the state a majority of counted masters agree on (the same holders), else the one most
+// of them agree on, waiting up to inspectWait for every master to answer; the TTL shown is the
+// longest that a majority of the group still has (so an unconfirmed hand-off on one master does not
+// shorten it). A majority must answer.
 func (rl *redlock) inspect(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
-	answered := func(r masterReply) bool { return r.counted }
 	f := rl.send(ctx, rl.s.inspect, keys, args)
-	got := f.collect(time.Time{}, rl.until(answered))
+	got := f.collect(time.Now().Add(inspectWait), func([]masterReply, int) bool { return false })
 	f.rest(nil)
 	if countCounted(got) < rl.quorum {
 		return nil, rl.unavailable(got)
 	}
-	groups := map[string][]masterReply{}
+	type view struct {
+		reply []rueidis.RedisMessage
+		ttl   time.Duration
+	}
+	groups := map[string][]view{}
 	var order []string
 	for _, r := range got {
 		arr, err := r.res.ToArray()
@@ -202,35 +208,31 @@ func (rl *redlock) inspect(ctx context.Context, keys, args []string) ([]rueidis.
 		if !ok {
 			return arr, nil // the caller reports it
 		}
-		id := ""
+		id, ttl := "", time.Duration(0)
 		for _, h := range st.holders() {
 			id += h.Lease + " "
+		}
+		if st.Exclusive != nil {
+			ttl = st.Exclusive.TTL
 		}
 		if groups[id] == nil {
 			order = append(order, id)
 		}
-		groups[id] = append(groups[id], r)
+		groups[id] = append(groups[id], view{arr, ttl})
 	}
-	var best []masterReply
+	var best []view
 	for _, id := range order {
 		if len(groups[id]) > len(best) {
 			best = groups[id]
 		}
 	}
-	rep, shortest := []rueidis.RedisMessage(nil), time.Duration(-1)
-	for _, r := range best {
-		arr, _ := r.res.ToArray()
-		st, _ := readState(Ref{}, replyValues(arr))
-		ttl := time.Duration(0)
-		if st.Exclusive != nil {
-			ttl = st.Exclusive.TTL
-		}
-		if shortest < 0 || ttl < shortest {
-			rep, shortest = arr, ttl
-		}
-	}
-	return rep, nil
+	slices.SortFunc(best, func(a, b view) int { return cmp.Compare(b.ttl, a.ttl) })
+	return best[min(rl.quorum, len(best))-1].reply, nil
 }
+
+// inspectWait bounds how long an inspection waits for every master, past which it reads those that
+// answered (a stalled master delays it no longer).
+const inspectWait = 250 * time.Millisecond
 
 // any: the reply of the dequeue and force scripts, which every master runs; a majority must
 // answer, and the reply that removed most stands for all.
@@ -287,19 +289,23 @@ func (rl *redlock) yield(m *master, keys, args []string, lease, arrival string) 
 	}()
 }
 
-// until says a collection is settled: ok holds for a majority, or no longer can.
+// until says a collection is settled: ok holds for a majority, or no longer can and enough
+// masters answered to tell a refusal from an outage (a majority counted, or the rest cannot make
+// one).
 func (rl *redlock) until(ok func(masterReply) bool) func([]masterReply, int) bool {
 	return func(got []masterReply, pending int) bool {
-		n := count(got, ok)
-		return n >= rl.quorum || n+pending < rl.quorum
+		n, answered := count(got, ok), countCounted(got)
+		return n >= rl.quorum || (n+pending < rl.quorum && (answered >= rl.quorum || answered+pending < rl.quorum))
 	}
 }
 
-// refusal answers a call whose successes (ok) fell short of a majority: the most common counted
-// reply when the successes could not reach a majority even with every master that did not count,
-// else ErrUnavailable.
+// refusal answers a call whose successes (ok) fell short of a majority: ErrUnavailable when fewer
+// than a majority of masters answered and count (a majority lost), or when masters still to answer
+// could make a majority (the validity ran out first); else the most common counted refusal. A
+// master that answered with an error, or does not count, is no yes.
 func (rl *redlock) refusal(got []masterReply, ok func(masterReply) bool) ([]rueidis.RedisMessage, error) {
-	if count(got, ok)+len(rl.masters)-countCounted(got) >= rl.quorum {
+	pending := len(rl.masters) - len(got)
+	if countCounted(got) < rl.quorum || count(got, ok)+pending >= rl.quorum {
 		return nil, rl.unavailable(got)
 	}
 	return mostCommon(got, func(r masterReply) bool { return r.counted && !ok(r) }), nil
