@@ -120,6 +120,7 @@ func countDials(m *master, dial func(context.Context, string, *net.Dialer, *tls.
 // without guards) and keeps checking those that are not counted, until the Service closes.
 func (rl *redlock) start(s *Service) {
 	rl.s = s
+	s.scriptNames[rl.guardScript], s.scriptNames[rl.fenceScript], s.scriptNames[rl.yieldScript] = "redlock_guard", "redlock_fence", "redlock_yield"
 	rl.runIDKey, rl.guardKey = s.prefix+"redlock:run_id", s.prefix+"redlock:guard"
 	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
 	defer cancel()
