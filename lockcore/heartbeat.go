@@ -95,7 +95,7 @@ func (ws *waiters) runHeartbeat(ref Ref, leases []string) time.Duration {
 		return ws.runHeartbeatRedLock(ref, leases)
 	}
 	reply, err := ws.s.runQueued(context.Background(), ws.s.heartbeatScript, ref, leases...)
-	return ws.actOnHeartbeat(ref, reply, err)
+	return ws.actOnHeartbeat(ref, reply, err, 0)
 }
 
 // runHeartbeatRedLock runs the heartbeat on every RedLock master and acts on each reply: a hold
@@ -106,12 +106,12 @@ func (ws *waiters) runHeartbeatRedLock(ref Ref, leases []string) time.Duration {
 	args := ws.s.scriptArgs(k.lock, ref.Kind, leases)
 	next := ws.s.heartbeat
 	var mu sync.Mutex
-	ws.s.rl.each(func(_ int, m *master) {
+	ws.s.rl.each(func(i int, m *master) {
 		reply, err := ws.s.runOn(context.Background(), m.client, ws.s.heartbeatScript, k.all(), args).ToArray()
 		if err != nil {
 			return // the masters that answer keep the waiters in line
 		}
-		d := ws.actOnHeartbeat(ref, reply, nil)
+		d := ws.actOnHeartbeat(ref, reply, nil, i+1)
 		mu.Lock()
 		next = min(next, d)
 		mu.Unlock()
@@ -119,8 +119,8 @@ func (ws *waiters) runHeartbeatRedLock(ref Ref, leases []string) time.Duration {
 	return next
 }
 
-// actOnHeartbeat acts on a heartbeat's reply; it returns when to beat again.
-func (ws *waiters) actOnHeartbeat(ref Ref, reply []rueidis.RedisMessage, err error) time.Duration {
+// actOnHeartbeat acts on a heartbeat's reply (from: see event); it returns when to beat again.
+func (ws *waiters) actOnHeartbeat(ref Ref, reply []rueidis.RedisMessage, err error, from int) time.Duration {
 	var wait, granted int64
 	if err == nil {
 		wait, err = heartbeatInt(reply, 0)
@@ -138,7 +138,7 @@ func (ws *waiters) actOnHeartbeat(ref Ref, reply []rueidis.RedisMessage, err err
 	for i := int64(0); i < granted; i++ { // grants whose message may have been lost
 		lease, _ := reply[2+2*i].ToString()
 		fence, _ := reply[3+2*i].AsInt64()
-		ws.deliver(lease, event{fence: fence})
+		ws.deliver(lease, event{fence: fence, from: from})
 	}
 	for _, m := range reply[2+2*granted:] {
 		lease, _ := m.ToString()

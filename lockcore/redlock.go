@@ -41,8 +41,8 @@ type redlock struct {
 	quorum  int
 	guard   time.Duration
 
-	guardScript, fenceScript, yieldScript *rueidis.Lua
-	runIDKey, guardKey                    string
+	guardScript, fenceScript, yieldScript, settleScript *rueidis.Lua
+	runIDKey, guardKey                                  string
 
 	// late counts calls still out on some master after their caller moved on; close waits for them.
 	late sync.WaitGroup
@@ -82,7 +82,7 @@ func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*
 	}
 	rl := &redlock{quorum: len(masters)/2 + 1, guard: opts.RestartGuard,
 		guardScript: rueidis.NewLuaScript(luascripts.RedlockGuard), fenceScript: rueidis.NewLuaScript(luascripts.RedlockFence),
-		yieldScript: rueidis.NewLuaScript(luascripts.RedlockYield)}
+		yieldScript: rueidis.NewLuaScript(luascripts.RedlockYield), settleScript: rueidis.NewLuaScript(luascripts.RedlockSettle)}
 	for _, o := range masters {
 		m := &master{addr: strings.Join(o.InitAddress, ",")}
 		o.DialCtxFn = countDials(m, o.DialCtxFn)
@@ -121,6 +121,7 @@ func countDials(m *master, dial func(context.Context, string, *net.Dialer, *tls.
 func (rl *redlock) start(s *Service) {
 	rl.s = s
 	s.scriptNames[rl.guardScript], s.scriptNames[rl.fenceScript], s.scriptNames[rl.yieldScript] = "redlock_guard", "redlock_fence", "redlock_yield"
+	s.scriptNames[rl.settleScript] = "redlock_settle"
 	rl.runIDKey, rl.guardKey = s.prefix+"redlock:run_id", s.prefix+"redlock:guard"
 	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
 	defer cancel()

@@ -85,7 +85,7 @@ func (rl *redlock) acquire(ctx context.Context, keys, args []string) ([]rueidis.
 	got := f.collect(validUntil, rl.until(granted))
 	if count(got, granted) >= rl.quorum && time.Now().Before(validUntil) {
 		if rep, err := rl.agreeOnFence(ctx, keys, lease, filter(got, granted), validUntil); err == nil {
-			f.rest(nil)
+			rl.settleElsewhere(f, got, keys, args, lease, args[6], func(r masterReply) bool { return status(r) == acquireQueued })
 			return rep, nil
 		}
 	}
@@ -155,27 +155,47 @@ func (rl *redlock) renew(ctx context.Context, keys, args []string) ([]rueidis.Re
 	renewed := func(r masterReply) bool { return r.counted && arrayLen(r) == 7 }
 	f := rl.send(ctx, rl.s.renew, keys, args)
 	got := f.collect(deadline, rl.until(renewed))
-	f.rest(nil)
 	if count(got, renewed) >= rl.quorum {
 		rep, err := rl.agreeOnFence(ctx, keys, lease, filter(got, renewed), deadline)
 		if err != nil {
+			f.rest(nil)
 			return nil, err
 		}
+		ttlMs, _ := rep[2].AsInt64()
+		rl.settleElsewhere(f, got, keys, args, lease, strconv.FormatInt(ttlMs, 10), func(r masterReply) bool { return status(r) == 0 })
 		if left, _ := rep[2].AsInt64(); time.Since(start) >= time.Duration(left)*time.Millisecond-drift(time.Duration(left)*time.Millisecond) {
 			return nil, fmt.Errorf("%w: the RedLock masters renewed too late to leave the lease any validity", ErrUnavailable)
 		}
 		return rep, nil
 	}
+	f.rest(nil)
 	return rl.refusal(got, renewed)
 }
 
 // release: release.lua's reply {holds, shared} | {0, watchdog, shared} | {-1}: the most common
-// count left among a majority.
+// count left among a majority. A master where the lease holds nothing may still have it in line
+// (a waiter a majority granted before this master handed it the lock): there the lease leaves the
+// line (dequeue.lua, which also gives back a hand-off that lands meanwhile).
 func (rl *redlock) release(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
 	released := func(r masterReply) bool { return r.counted && status(r) >= 0 }
 	f := rl.send(ctx, rl.s.release, keys, args)
 	got := f.collect(time.Time{}, rl.until(released))
-	f.rest(nil)
+	leave := func(r masterReply) {
+		if status(r) == -1 {
+			a := append(slices.Clip(args[:5]), args[5], "0", "0")
+			_ = rl.s.runOn(context.Background(), r.m.client, rl.s.dequeue, append(slices.Clip(keys[:7]), keys[0]+":ticket:"), a).Error()
+		}
+	}
+	for _, r := range got {
+		if r.res.Error() == nil && status(r) == -1 {
+			rl.late.Add(1)
+			go func() {
+				defer rl.late.Done()
+				leave(r)
+			}()
+		}
+	}
+	f.rest(leave)
 	if count(got, released) >= rl.quorum {
 		return mostCommon(got, released), nil
 	}
@@ -276,6 +296,31 @@ func (rl *redlock) giveBack(m *master, keys, args []string, lease, mode string) 
 	if err := rl.s.runOn(context.Background(), m.client, rl.s.release, k, a).Error(); err != nil {
 		rl.s.log.Warn("giving back a grant a majority did not make failed; it runs out with its TTL", "master", m.addr, "err", err)
 	}
+}
+
+// settleElsewhere runs redlock_settle.lua on the masters whose reply (now, or when it comes) says
+// they did not grant lease, a waiter a majority just granted (missed: their reply says so): a
+// hold handed to it there meanwhile becomes its own, for ttlMs. It takes over f's replies still
+// to come.
+func (rl *redlock) settleElsewhere(f *fanout, got []masterReply, keys, args []string, lease, ttlMs string, missed func(masterReply) bool) {
+	a := append(slices.Clip(args[:5]), lease, ttlMs)
+	settle := func(r masterReply) {
+		if missed(r) {
+			if err := rl.s.runOn(context.Background(), r.m.client, rl.settleScript, keys[:7], a).Error(); err != nil {
+				rl.s.log.Warn("taking a granted waiter out of a master's line failed; its entry ages out", "master", r.m.addr, "err", err)
+			}
+		}
+	}
+	for _, r := range got {
+		if r.res.Error() == nil && missed(r) {
+			rl.late.Add(1)
+			go func() {
+				defer rl.late.Done()
+				settle(r)
+			}()
+		}
+	}
+	f.rest(settle)
 }
 
 // yield gives back, on master m, the hold a waiter (lease, queued at arrival) got from a minority,

@@ -75,6 +75,8 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 
 	wt := &wait{s: s, req: req, lease: lease, start: start, ticketID: ticketID}
 	queue := true
+	var handed gathering // RedLock: the masters that handed it the lock since the last confirmation
+	defer handed.reset()
 	for {
 		if queue {
 			g, inLine, err := wt.enqueue(waitCtx)
@@ -94,6 +96,8 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 		var ev event
 		select {
 		case ev = <-w.events:
+		case <-handed.timeout():
+			ev = event{fence: 1} // confirm what was handed over so far
 		case <-waitCtx.Done():
 			select { // an event that is in wins: a lock that reached us as the wait ran out is ours
 			case ev = <-w.events:
@@ -105,6 +109,10 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 			queue = true
 			continue
 		}
+		if s.rl != nil && !handed.enough(ev.from, s.rl.quorum) {
+			continue
+		}
+		handed.reset()
 		g, lost, err := wt.confirm(waitCtx)
 		switch {
 		case err != nil:
@@ -115,6 +123,48 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 			return g, nil
 		}
 	}
+}
+
+// gathering is, on RedLock, the masters that handed a waiter the lock since its last
+// confirmation: it confirms once a majority did, or gatherFor after the first one did, so that a
+// confirmation sent at the first master's hand-off does not reach masters that have yet to see the
+// release (they would refuse it, and the waiter would queue again). One Redis: every hand-off is
+// confirmed at once.
+type gathering struct {
+	masters map[int]bool
+	timer   *time.Timer
+}
+
+// gatherFor bounds how long a waiter waits for a majority's hand-offs after the first (the
+// releases reach the masters together: they usually all arrive within a millisecond).
+const gatherFor = 20 * time.Millisecond
+
+// enough records that master from (0: unknown, e.g. the timer's) handed the lock over and says
+// whether to confirm now.
+func (g *gathering) enough(from, quorum int) bool {
+	if from == 0 {
+		return true
+	}
+	if g.masters == nil {
+		g.masters = map[int]bool{}
+		g.timer = time.NewTimer(gatherFor)
+	}
+	g.masters[from] = true
+	return len(g.masters) >= quorum
+}
+
+func (g *gathering) timeout() <-chan time.Time {
+	if g.timer == nil {
+		return nil
+	}
+	return g.timer.C
+}
+
+func (g *gathering) reset() {
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	*g = gathering{}
 }
 
 // waitOutcome is how a wait that stood in the queue ended, by what it returned.

@@ -50,6 +50,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 type event struct {
 	fence   int64 // > 0: the lock was handed to this waiter with this fence
 	requeue bool  // Redis lost this waiter's queue entry: queue again at the original arrival
+	from    int   // RedLock: 1 + the index of the master that said so (0: one Redis)
 }
 
 // newWaiters starts the process's subscriber; it and the heartbeats stop when s.ctx ends.
@@ -60,9 +61,9 @@ func newWaiters(s *Service, replica string, max int) *waiters {
 	}
 	ws.events = newEventHub(s, ws)
 	if !s.cluster {
-		for _, c := range s.clients() { // RedLock: every master hands on locks
+		for i, c := range s.clients() { // RedLock: every master hands on locks
 			s.wg.Add(1)
-			go ws.subscribe(c)
+			go ws.subscribe(c, masterTag(s, i))
 		}
 	}
 	return ws
@@ -81,7 +82,7 @@ func (ws *waiters) subscribeSlot(slot int, sub *slotSub) {
 				ws.slotSubscribed(slot, sub)
 			}
 		})
-		_ = ws.s.client.Receive(ctx, ws.s.client.B().Ssubscribe().Channel(channel).Build(), ws.onMessage)
+		_ = ws.s.client.Receive(ctx, ws.s.client.B().Ssubscribe().Channel(channel).Build(), func(m rueidis.PubSubMessage) { ws.onMessage(m, 0) })
 		select { // Receive returned: the slot moved (sunsubscribe), or Redis unreachable; again shortly
 		case <-ws.s.ctx.Done():
 		case <-time.After(100 * time.Millisecond):
@@ -109,7 +110,7 @@ func (ws *waiters) slotSubscribed(slot int, sub *slotSub) {
 // by itself after a lost connection; messages published during the gap are lost, so every
 // (re)subscription makes each heartbeat check its lock at once, and every event stream read its
 // lock again.
-func (ws *waiters) subscribe(c rueidis.Client) {
+func (ws *waiters) subscribe(c rueidis.Client, from int) {
 	defer ws.s.wg.Done()
 	first := true
 	for ws.s.ctx.Err() == nil {
@@ -123,7 +124,7 @@ func (ws *waiters) subscribe(c rueidis.Client) {
 				ws.events.resyncAll()
 			}
 		})
-		_ = c.Receive(ctx, c.B().Subscribe().Channel(ws.channel).Build(), ws.onMessage)
+		_ = c.Receive(ctx, c.B().Subscribe().Channel(ws.channel).Build(), func(m rueidis.PubSubMessage) { ws.onMessage(m, from) })
 		select { // Receive returned: Redis unreachable, or unsubscribed; try again shortly
 		case <-ws.s.ctx.Done():
 		case <-time.After(100 * time.Millisecond):
@@ -135,7 +136,7 @@ func (ws *waiters) subscribe(c rueidis.Client) {
 // "g <lease> <fence>" (a hold was handed to that waiter), "e <lock key> <ms>" (the lock's, or
 // semaphore's, earliest hold runs out in ms; this process has its first waiter) and "v <lock
 // key> ..." (a live event of a lock this process streams, see event_hub.go).
-func (ws *waiters) onMessage(m rueidis.PubSubMessage) {
+func (ws *waiters) onMessage(m rueidis.PubSubMessage, from int) {
 	if strings.HasPrefix(m.Message, "v ") {
 		ws.events.deliver(m.Message)
 		return
@@ -150,7 +151,7 @@ func (ws *waiters) onMessage(m rueidis.PubSubMessage) {
 	}
 	switch f[0] {
 	case "g":
-		ws.deliver(f[1], event{fence: n})
+		ws.deliver(f[1], event{fence: n, from: from})
 	case "e":
 		if n >= 0 {
 			ws.checkBy(f[1], time.Now().Add(time.Duration(n)*time.Millisecond+time.Millisecond))
@@ -184,7 +185,8 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 		return nil, ErrTooManyWaiters
 	}
 	key := ws.s.keys(ref).lock
-	w := &waiter{key: key, lease: lease, events: make(chan event, 1), ready: ws.subscription(key)}
+	// Room for one event per master: on RedLock a waiter gathers a majority's hand-offs.
+	w := &waiter{key: key, lease: lease, events: make(chan event, len(ws.s.clients())), ready: ws.subscription(key)}
 	ws.s.wg.Add(1)
 	ws.byLease[lease] = w
 	hb := ws.heartbeats[key]
@@ -245,6 +247,14 @@ func (ws *waiters) checkAll() {
 	for _, hb := range ws.heartbeats {
 		hb.checkBy(now)
 	}
+}
+
+// masterTag is what events from master i say they come from: 1 + i on RedLock, 0 on one Redis.
+func masterTag(s *Service, i int) int {
+	if s.rl == nil {
+		return 0
+	}
+	return i + 1
 }
 
 // Parked returns how many waiting acquires this Service holds now.

@@ -155,3 +155,9 @@ var redlockYield string
 
 // RedlockYield gives a waiter's minority hold back to an earlier waiter in line (RedLock).
 var RedlockYield = lib + redlockYield
+
+//go:embed redlock_settle.lua
+var redlockSettle string
+
+// RedlockSettle takes a waiter a majority granted out of the other masters' lines (RedLock).
+var RedlockSettle = lib + redlockSettle
