@@ -109,13 +109,23 @@ func (rl *redlock) acquire(ctx context.Context, keys, args []string) ([]rueidis.
 			rl.giveBack(r.m, keys, args, lease, want)
 		}
 	}
-	for _, r := range got {
-		if r.res.Error() == nil {
-			giveBack(r)
-		}
-	}
+	rl.onEach(got, giveBack)
 	f.rest(giveBack)
 	return rl.refusal(got, granted)
+}
+
+// onEach runs handle on each reply in got that is no error, each on a goroutine of its own, and
+// does not wait for them: for what the answer need not wait for.
+func (rl *redlock) onEach(got []masterReply, handle func(masterReply)) {
+	for _, r := range got {
+		if r.res.Error() == nil {
+			rl.late.Add(1)
+			go func() {
+				defer rl.late.Done()
+				handle(r)
+			}()
+		}
+	}
 }
 
 // reenter: reenter.lua's reply {holds, fence, wd, ttl, used} | a refusal.
@@ -135,11 +145,7 @@ func (rl *redlock) reenter(ctx context.Context, keys, args []string) ([]rueidis.
 			rl.giveBack(r.m, keys, args, lease, want)
 		}
 	}
-	for _, r := range got {
-		if r.res.Error() == nil {
-			undo(r)
-		}
-	}
+	rl.onEach(got, undo)
 	f.rest(undo)
 	return rl.refusal(got, entered)
 }
@@ -186,15 +192,7 @@ func (rl *redlock) release(ctx context.Context, keys, args []string) ([]rueidis.
 			_ = rl.s.runOn(context.Background(), r.m.client, rl.s.dequeue, append(slices.Clip(keys[:7]), keys[0]+":ticket:"), a).Error()
 		}
 	}
-	for _, r := range got {
-		if r.res.Error() == nil && status(r) == -1 {
-			rl.late.Add(1)
-			go func() {
-				defer rl.late.Done()
-				leave(r)
-			}()
-		}
-	}
+	rl.onEach(got, leave)
 	f.rest(leave)
 	if count(got, released) >= rl.quorum {
 		return mostCommon(got, released), nil
@@ -311,15 +309,7 @@ func (rl *redlock) settleElsewhere(f *fanout, got []masterReply, keys, args []st
 			}
 		}
 	}
-	for _, r := range got {
-		if r.res.Error() == nil && missed(r) {
-			rl.late.Add(1)
-			go func() {
-				defer rl.late.Done()
-				settle(r)
-			}()
-		}
-	}
+	rl.onEach(got, settle)
 	f.rest(settle)
 }
 
