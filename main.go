@@ -24,6 +24,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/auth"
 	"github.com/leasegate/leasegate/cli"
 	"github.com/leasegate/leasegate/handlers"
 	"github.com/leasegate/leasegate/lockcore"
@@ -32,6 +33,9 @@ import (
 
 //go:embed openapi.yaml
 var openapiSpec []byte
+
+// authCheckInterval is how often the auth file's stamp is looked at for a change.
+const authCheckInterval = time.Second
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -59,6 +63,8 @@ Usage:
                              lease can lapse
   leasegate acquire|release|renew|inspect (--lock NAME | --semaphore NAME | --multilock ID) [flags]
                              one call, printing the gateway's JSON answer
+  leasegate auth-key         print a new random API key, and the hash line to put in the auth
+                             file (LEASEGATE_AUTH_FILE; see docs/auth.md)
   leasegate version          print the version
   leasegate COMMAND --help   a command's flags
 
@@ -78,6 +84,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	case slices.Contains([]string{"version", "-version", "--version"}, cmd):
 		_, err := fmt.Fprintln(stdout, "leasegate", version())
 		return err
+	case cmd == "auth-key":
+		key, hash := auth.NewKey()
+		_, err := fmt.Fprintf(stdout, "key:  %s\nhash: %q\n\nGive the key to its client (Authorization: Bearer <key>); it is not stored anywhere.\n"+
+			"Add the hash to the principal's \"keys\" in the auth file; the gateway picks it up within a second.\n", key, hash)
+		return err
 	}
 	cfg, err := loadConfig()
 	if err != nil {
@@ -89,7 +100,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	case "healthcheck":
 		return healthcheck(ctx, cfg)
 	default:
-		return fmt.Errorf("unknown command %q (want serve, healthcheck, %s)", cmd, strings.Join(cli.Commands, ", "))
+		return fmt.Errorf("unknown command %q (want serve, healthcheck, auth-key, %s)", cmd, strings.Join(cli.Commands, ", "))
 	}
 }
 
@@ -158,6 +169,27 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		log.Info("serving HTTPS", append(certAttrs(reloader.cert), "client_certificates", cfg.TLSClientCAFile != "")...)
 	}
 
+	var authn handlers.Authenticator
+	if cfg.AuthFile != "" {
+		store, err := auth.Open(cfg.AuthFile, log)
+		if err != nil {
+			return err
+		}
+		// The file is re-read on SIGHUP and when it changes; requests in flight, parked ones
+		// included, and leases are untouched by a reload.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); store.Watch(watchCtx, authCheckInterval, hup) }()
+		defer func() { stopWatch(); <-watched }()
+		authn = store
+		log.Info("authentication on", "auth_file", cfg.AuthFile, "principals", len(store.Config().Principals), "metrics_auth", cfg.MetricsAuth)
+	} else {
+		log.Warn("LEASEGATE_AUTH_FILE is unset: authentication is off, and anyone who can reach the gateway may take, inspect, list and force-release every lock")
+	}
+
 	m := metrics.New(cfg.LongHold)
 	var (
 		observer      lockcore.Observer = m
@@ -188,13 +220,15 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		return err
 	}
 	router := handlers.NewRouter(svc, handlers.Options{
-		Limits:    api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
-		Logger:    log,
-		AccessLog: handlers.AccessLog(cfg.AccessLog),
-		Metrics:   routerMetrics,
-		Admin:     svc,
-		LongHold:  cfg.LongHold,
-		Spec:      openapiSpec,
+		Limits:      api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
+		Logger:      log,
+		AccessLog:   handlers.AccessLog(cfg.AccessLog),
+		Metrics:     routerMetrics,
+		Admin:       svc,
+		LongHold:    cfg.LongHold,
+		Spec:        openapiSpec,
+		Auth:        authn,
+		MetricsAuth: cfg.MetricsAuth == "admin",
 	})
 	srv := &http.Server{
 		Handler:           router,

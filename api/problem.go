@@ -21,6 +21,8 @@ const (
 	TypeSemaphoreFull      = "urn:leasegate:problem:semaphore-full"
 	TypeInternal           = "urn:leasegate:problem:internal"
 	TypeNotSupported       = "urn:leasegate:problem:not-supported"
+	TypeUnauthenticated    = "urn:leasegate:problem:unauthenticated"
+	TypeForbidden          = "urn:leasegate:problem:forbidden"
 )
 
 // Problem is an RFC 9457 problem details body, with leasegate's extension members.
@@ -37,7 +39,11 @@ type Problem struct {
 	Waitedms     *int64 `json:"waited_ms,omitempty"`
 	QueueTicket  string `json:"queue_ticket,omitempty"`
 	// Locks, for a multi-lock: the members held (lock-held) or no longer held (lease-gone).
-	Locks         []string       `json:"locks,omitempty"`
+	Locks []string `json:"locks,omitempty"`
+	// Permission, with forbidden: the permission the principal lacks; Name: the lock or semaphore
+	// name outside its prefixes.
+	Permission    string         `json:"permission,omitempty"`
+	Name          string         `json:"name,omitempty"`
 	InvalidParams []InvalidParam `json:"invalid_params,omitempty"`
 }
 

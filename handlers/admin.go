@@ -19,7 +19,7 @@ type Admin interface {
 }
 
 // adminHandlers serve the admin API: listings of held locks and semaphores, and the top lists.
-// Until authentication exists they are as open as the rest of the API (see README).
+// With authentication they need the admin permission (routes.go), else they are open.
 type adminHandlers struct {
 	admin    Admin
 	longHold time.Duration

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/auth"
 	"github.com/leasegate/leasegate/lockcore"
 )
 
@@ -51,10 +52,17 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		shutdownErr *lockcore.ShutdownError
 		sizeErr     *lockcore.PermitsMismatchError
 		lostErr     *lockcore.GroupLostError
+		deniedErr   *auth.ForbiddenError
 	)
 	switch {
 	case errors.As(err, &reqErr):
 		p.Status, p.Type, p.Title, p.InvalidParams = reqErr.status, reqErr.typ, reqErr.title, reqErr.params
+	case errors.Is(err, auth.ErrUnauthenticated):
+		p.Status, p.Type, p.Title = http.StatusUnauthorized, api.TypeUnauthenticated, "Unauthenticated"
+		w.Header().Set("WWW-Authenticate", `Bearer realm="leasegate"`)
+	case errors.As(err, &deniedErr):
+		p.Status, p.Type, p.Title = http.StatusForbidden, api.TypeForbidden, "Forbidden"
+		p.Permission, p.Name = string(deniedErr.Permission), deniedErr.Name
 	case errors.As(err, &heldErr) && heldErr.Kind == lockcore.KindSemaphore:
 		p.Status, p.Type, p.Title, p.Semaphore = http.StatusConflict, api.TypeSemaphoreFull, "No permit free", heldErr.Lock
 		p.RetryAfterms = ptr(heldErr.RetryAfter.Milliseconds())

@@ -11,9 +11,9 @@ import (
 // forceRelease handles DELETE /locks/{name}?force=true and DELETE /semaphores/{name}?force=true:
 // every hold is removed, whoever holds it, and the line's head gets what that frees. It is an
 // operator's call: it takes no token, and writes one audit log line (WARN "lock force-released")
-// naming who asked (the request ID and remote address; the caller's identity once the gateway
-// authenticates) and the owners and fences removed. Until authentication exists it is open to
-// anyone who can reach the gateway.
+// naming who asked (the request ID, remote address and, with authentication, the principal) and
+// the owners and fences removed. With authentication it needs the admin permission (routes.go);
+// without, it is open to anyone who can reach the gateway.
 func (h *lockHandlers) forceRelease(w http.ResponseWriter, r *http.Request, ref lockcore.Ref) {
 	if err := checkForce(r, ref); err != nil {
 		writeError(w, r, h.log, err)
@@ -29,7 +29,7 @@ func (h *lockHandlers) forceRelease(w http.ResponseWriter, r *http.Request, ref 
 		owners, fences = append(owners, hold.Owner), append(fences, hold.Fence)
 	}
 	h.log.Warn("lock force-released", "lock", ref.Name, "kind", ref.Kind.String(),
-		"request_id", requestIDFrom(r.Context()), "remote_addr", r.RemoteAddr,
+		"request_id", requestIDFrom(r.Context()), "remote_addr", r.RemoteAddr, "principal", principalName(r.Context()),
 		"owners", owners, "fences", fences, "holds_removed", len(f.Holds), "waiters_granted", f.Granted)
 	removed := int64(len(f.Holds))
 	if ref.Kind == lockcore.KindSemaphore {

@@ -19,7 +19,9 @@ const leaseTokenHeader = "Lease-Token"
 const idempotencyKeyHeader = "Idempotency-Key"
 
 // idempotencyKey returns the request's Idempotency-Key ("" when absent): 1-255 visible ASCII
-// characters, so that it can be part of a Redis key name and never forges a log line.
+// characters, so that it can be part of a Redis key name and never forges a log line. With
+// authentication it is scoped to the principal ("name|key"), so that nobody collects another
+// principal's answer by sending its key.
 func idempotencyKey(r *http.Request) (string, error) {
 	key := r.Header.Get(idempotencyKeyHeader)
 	if key == "" {
@@ -28,6 +30,9 @@ func idempotencyKey(r *http.Request) (string, error) {
 	if len(key) > 255 || strings.IndexFunc(key, func(c rune) bool { return c <= ' ' || c > '~' }) >= 0 {
 		return "", invalidRequest("the Idempotency-Key header is not valid",
 			[]api.InvalidParam{{Name: idempotencyKeyHeader, Reason: "must be 1-255 visible ASCII characters (a UUID is a good choice)"}})
+	}
+	if p := principalFrom(r.Context()); p != nil {
+		return p.Name + "|" + key, nil
 	}
 	return key, nil
 }
@@ -51,6 +56,7 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 	h.grant(w, r, lockcore.AcquireRequest{
 		Lock: name, Mode: mode, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold,
 		Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket, IdempotencyKey: idem,
+		Principal: principalName(r.Context()),
 	}, "/locks/"+name, func(g lockcore.Grant) any { return grantBody(g) })
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/auth"
 )
 
 // requestKey is the context key of a request's *requestInfo.
@@ -22,8 +23,9 @@ type requestKey struct{}
 // requestInfo is what the middleware knows of a request: its ID and the status it answered. One
 // context value holds both, so the middleware copies the request once (each WithContext copies it).
 type requestInfo struct {
-	id  string
-	rec *statusRecorder
+	id        string
+	rec       *statusRecorder
+	principal *auth.Principal // set by guard.need once the request is authorized
 }
 
 // requestIDHeader carries the request ID: the client's when it sends a sane one, else ours.
@@ -118,8 +120,8 @@ func (a AccessLog) logs(status int) bool {
 
 // accessLog gives each request its ID (X-Request-Id: the client's when sane, else ours, echoed in
 // the answer), counts it in m (when set) by route pattern, method and status, and writes one line
-// per request that policy logs: ID, method, path, status and duration. It never logs headers, so
-// lease tokens stay out of the logs.
+// per request that policy logs: ID, method, path, status, duration and the authenticated
+// principal, if any. It never logs headers, so lease tokens and API keys stay out of the logs.
 func accessLog(log *slog.Logger, policy AccessLog, m Metrics) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -137,13 +139,17 @@ func accessLog(log *slog.Logger, policy AccessLog, m Metrics) func(http.Handler)
 			if !policy.logs(info.rec.status) || !log.Enabled(r.Context(), slog.LevelInfo) {
 				return
 			}
-			log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+			attrs := []slog.Attr{
 				slog.String("request_id", id),
 				slog.String("method", r.Method),
 				slog.String("path", r.URL.Path),
 				slog.Int("status", info.rec.status),
 				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-			)
+			}
+			if info.principal != nil {
+				attrs = append(attrs, slog.String("principal", info.principal.Name))
+			}
+			log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/auth"
 	"github.com/leasegate/leasegate/lockcore"
 )
 
@@ -26,12 +27,19 @@ func (h *lockHandlers) acquireMulti(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
+	p := principalFrom(r.Context())
+	if p != nil {
+		if err := p.Authorize(auth.Lock, req.Locks...); err != nil { // every member, before lockcore
+			writeError(w, r, h.log, err)
+			return
+		}
+	}
 	mode := lockcore.Exclusive
 	if req.Shared {
 		mode = lockcore.Shared
 	}
 	g, err := h.locker.AcquireAll(r.Context(), lockcore.MultiRequest{Locks: req.Locks, Mode: mode, Owner: req.Owner,
-		TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold})
+		TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold, Principal: principalName(r.Context())})
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return

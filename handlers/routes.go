@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/auth"
 	"github.com/leasegate/leasegate/handlers/ui"
 	"github.com/leasegate/leasegate/lockcore"
 )
@@ -43,6 +44,12 @@ type Options struct {
 	// LongHold is LEASEGATE_LONG_HOLD, which the top lists report.
 	Admin    Admin
 	LongHold time.Duration
+	// Auth, when set, authenticates every route but /healthz, /readyz and /openapi.yaml (and
+	// /metrics unless MetricsAuth), and authorizes each by the principal's permissions and
+	// prefixes (see docs/auth.md). Nil: everything is open.
+	Auth Authenticator
+	// MetricsAuth protects GET /metrics: it then needs the admin permission on every name.
+	MetricsAuth bool
 }
 
 // Metrics is what the router needs of the gateway's metrics (*metrics.Metrics).
@@ -60,6 +67,10 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 		opts.Logger = slog.Default()
 	}
 	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger}
+	g := &guard{auth: opts.Auth, log: opts.Logger}
+	const (
+		lock, inspect, admin = auth.Lock, auth.Inspect, auth.Admin
+	)
 
 	r := chi.NewRouter()
 	r.Use(accessLog(opts.Logger, opts.AccessLog, opts.Metrics), recoverer(opts.Logger),
@@ -80,34 +91,40 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	r.Get("/readyz", h.readyz)
 	r.Get("/openapi.yaml", spec(opts.Spec))
 	if opts.Metrics != nil {
-		r.Method(http.MethodGet, "/metrics", opts.Metrics.Handler())
+		metrics := opts.Metrics.Handler().ServeHTTP
+		if opts.MetricsAuth {
+			metrics = g.need(admin, scopeAll, metrics)
+		}
+		r.Get("/metrics", metrics)
 	}
 
+	// Each route names the permission it needs and the names it touches (see guard.need; a
+	// force release, ?force=true, needs admin). Without an Authenticator the guard wraps nothing.
 	if opts.Admin != nil {
 		a := &adminHandlers{admin: opts.Admin, longHold: opts.LongHold, log: opts.Logger}
-		r.Get("/locks", a.listLocks)
-		r.Get("/semaphores", a.listSemaphores)
-		r.Get("/admin/top", a.top)
-		dashboard := ui.Handler(opts.LongHold) // GET /ui: the page, and /ui/{asset}
-		r.Method(http.MethodGet, "/ui", dashboard)
-		r.Method(http.MethodGet, "/ui/*", dashboard)
+		r.Get("/locks", g.need(admin, scopeListing, a.listLocks))
+		r.Get("/semaphores", g.need(admin, scopeListing, a.listSemaphores))
+		r.Get("/admin/top", g.need(admin, scopeAll, a.top))
+		dashboard := g.need(admin, scopeAll, ui.Handler(opts.LongHold).ServeHTTP) // GET /ui: the page, and /ui/{asset}
+		r.Get("/ui", dashboard)
+		r.Get("/ui/*", dashboard)
 	}
 
 	// Flat routes, not a mounted subrouter: one routing pass per request.
-	r.Post("/locks/{name}", h.acquire)
-	r.Delete("/locks/{name}", h.release)
-	r.Get("/locks/{name}", h.inspect)
-	r.Post("/locks/{name}/renew", h.renew)
-	r.Get("/locks/{name}/events", h.events)
-	r.Post("/semaphores/{name}", h.acquireSemaphore)
-	r.Delete("/semaphores/{name}", h.releaseSemaphore)
-	r.Get("/semaphores/{name}", h.inspectSemaphore)
-	r.Post("/semaphores/{name}/renew", h.renewSemaphore)
-	r.Get("/semaphores/{name}/events", h.semaphoreEvents)
-	r.Post("/multilocks", h.acquireMulti)
-	r.Delete("/multilocks", h.releaseMulti)
-	r.Post("/multilocks/renew", h.renewMulti)
-	r.Delete("/multilocks/{id}", h.releaseMulti)
-	r.Post("/multilocks/{id}/renew", h.renewMulti)
+	r.Post("/locks/{name}", g.need(lock, scopeName, h.acquire))
+	r.Delete("/locks/{name}", g.need(lock, scopeName, h.release)) // ?force=true: admin
+	r.Get("/locks/{name}", g.need(inspect, scopeName, h.inspect))
+	r.Post("/locks/{name}/renew", g.need(lock, scopeName, h.renew))
+	r.Get("/locks/{name}/events", g.need(inspect, scopeName, h.events))
+	r.Post("/semaphores/{name}", g.need(lock, scopeName, h.acquireSemaphore))
+	r.Delete("/semaphores/{name}", g.need(lock, scopeName, h.releaseSemaphore)) // ?force=true: admin
+	r.Get("/semaphores/{name}", g.need(inspect, scopeName, h.inspectSemaphore))
+	r.Post("/semaphores/{name}/renew", g.need(lock, scopeName, h.renewSemaphore))
+	r.Get("/semaphores/{name}/events", g.need(inspect, scopeName, h.semaphoreEvents))
+	r.Post("/multilocks", g.need(lock, scopeMulti, h.acquireMulti))
+	r.Delete("/multilocks", g.need(lock, scopeMulti, h.releaseMulti))
+	r.Post("/multilocks/renew", g.need(lock, scopeMulti, h.renewMulti))
+	r.Delete("/multilocks/{id}", g.need(lock, scopeMulti, h.releaseMulti))
+	r.Post("/multilocks/{id}/renew", g.need(lock, scopeMulti, h.renewMulti))
 	return r
 }

@@ -36,6 +36,9 @@ type AcquireRequest struct {
 	// gets the same lease while it holds the lock (ErrLeaseLost after), a retried re-entry adds no
 	// second hold.
 	IdempotencyKey string
+	// Principal is the authenticated caller ("" without authentication), minted into a new
+	// lease's token. A re-entry keeps its token's.
+	Principal string
 }
 
 // Grant is a held lease as the caller should see it.
@@ -192,7 +195,7 @@ func (s *Service) rememberGrant(ctx context.Context, req AcquireRequest, g Grant
 }
 
 func (s *Service) newGrant(req AcquireRequest, lease string, r acquireReply, start time.Time) Grant {
-	l := Lease{Lock: req.Lock, Kind: req.Kind, Owner: req.Owner, ID: lease, Fence: r.fence}
+	l := Lease{Lock: req.Lock, Kind: req.Kind, Owner: req.Owner, ID: lease, Fence: r.fence, Principal: req.Principal}
 	g := Grant{Lease: l, Mode: req.mode(), Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(s.validity(req.TTL)), Holds: 1,
 		Watchdog: req.Watchdog, Used: r.used}
 	if req.Kind == KindSemaphore {

@@ -30,6 +30,8 @@ type MultiRequest struct {
 	Wait     time.Duration // 0: try once
 	Watchdog bool
 	MaxHold  time.Duration // bounds a watchdog group: not renewed past MaxHold after its grant
+	// Principal is the authenticated caller ("" without authentication), minted into the token.
+	Principal string
 }
 
 // MultiGrant is a held multi-lock as the caller should see it.
@@ -82,7 +84,7 @@ func (s *Service) acquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 	if req.Mode != Shared {
 		req.Mode = Exclusive
 	}
-	m := MultiLease{ID: multiLeasePrefix + uuid.NewString(), Owner: req.Owner, Locks: names, Mode: req.Mode}
+	m := MultiLease{ID: multiLeasePrefix + uuid.NewString(), Owner: req.Owner, Locks: names, Mode: req.Mode, Principal: req.Principal}
 	start := time.Now()
 	g, err := s.tryAll(ctx, req, m, start)
 	var held *HeldError

@@ -15,6 +15,8 @@ type MultiLease struct {
 	Owner string   `json:"owner"`
 	Locks []string `json:"locks"` // the members, sorted, distinct
 	Mode  Mode     `json:"mode"`
+	// Principal is the principal that took the group, as Lease.Principal.
+	Principal string `json:"principal,omitempty"`
 }
 
 // multiLeasePrefix starts every multi-lock lease ID, so that a member's holder shows which group

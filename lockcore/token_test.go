@@ -216,3 +216,57 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A lease's principal is part of the signed payload, and absent from it without authentication,
+// so that tokens keep their original form.
+func TestTokenPrincipal(t *testing.T) {
+	tokens := newTokens(t, testSecret)
+	plain := tokens.Mint(testLease)
+	p, _, _ := strings.Cut(plain, ".")
+	raw, err := base64.RawURLEncoding.DecodeString(p)
+	require.NoError(t, err)
+	assert.Equal(t, `{"v":1,"lock":"orders.42","owner":"billing-worker-7","lease":"`+testLeaseID+`","fence":17}`, string(raw))
+
+	owned := testLease
+	owned.Principal = "billing"
+	token := tokens.Mint(owned)
+	got, err := tokens.Parse(token, lockcore.LockRef("orders.42"))
+	require.NoError(t, err)
+	assert.Equal(t, "billing", got.Principal)
+	claims, ok := lockcore.ReadClaims(token)
+	require.True(t, ok)
+	assert.Equal(t, lockcore.TokenClaims{Principal: "billing"}, claims)
+
+	// The principal is signed: changing it breaks the signature.
+	forged := replacePayload(token, `{"v":1,"lock":"orders.42","owner":"billing-worker-7","lease":"`+testLeaseID+`","fence":17,"principal":"ops"}`)
+	_, err = tokens.Parse(forged, lockcore.LockRef("orders.42"))
+	assert.ErrorIs(t, err, lockcore.ErrInvalidToken)
+
+	multi := tokens.MintMulti(lockcore.MultiLease{ID: "m-" + testLeaseID, Owner: "o", Locks: []string{"a", "b"},
+		Mode: lockcore.Exclusive, Principal: "billing"})
+	claims, ok = lockcore.ReadClaims(multi)
+	require.True(t, ok)
+	assert.Equal(t, lockcore.TokenClaims{Principal: "billing", Locks: []string{"a", "b"}}, claims)
+	m, err := tokens.ParseMulti(multi, "")
+	require.NoError(t, err)
+	assert.Equal(t, "billing", m.Principal)
+
+	for _, bad := range []string{"", "nodot", "!!!.sig", base64.RawURLEncoding.EncodeToString([]byte("[1]")) + ".sig"} {
+		_, ok := lockcore.ReadClaims(bad)
+		assert.False(t, ok, bad)
+	}
+}
+
+// ReadClaims' scan agrees with encoding/json on what Mint writes, whatever the owner holds.
+func TestReadClaimsScan(t *testing.T) {
+	tokens := newTokens(t, testSecret)
+	for _, owner := range []string{"w", `,"principal":"ops"`, `\",\"principal\":\"ops`, `"locks":["a"]`, "é\u2028"} {
+		for _, principal := range []string{"", "billing", "a@b:c"} {
+			l := testLease
+			l.Owner, l.Principal = owner, principal
+			claims, ok := lockcore.ReadClaims(tokens.Mint(l))
+			require.True(t, ok)
+			assert.Equal(t, principal, claims.Principal, "owner %q", owner)
+		}
+	}
+}

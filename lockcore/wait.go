@@ -268,6 +268,7 @@ func (wt *wait) confirm(waitCtx context.Context) (g Grant, lost bool, err error)
 		g, err := wt.s.renewLease(waitCtx, l, wt.req.TTL, start)
 		switch {
 		case err == nil:
+			g.Principal = wt.req.Principal
 			g.Token = wt.s.tokens.Mint(g.Lease)
 			if wt.req.Kind == KindSemaphore {
 				g.Permits = wt.req.Permits

@@ -52,6 +52,27 @@ func (e Mode) Valid() bool {
 	}
 }
 
+// Defines values for ProblemPermission.
+const (
+	ProblemPermissionAdmin   ProblemPermission = "admin"
+	ProblemPermissionInspect ProblemPermission = "inspect"
+	ProblemPermissionLock    ProblemPermission = "lock"
+)
+
+// Valid indicates whether the value is a known member of the ProblemPermission enum.
+func (e ProblemPermission) Valid() bool {
+	switch e {
+	case ProblemPermissionAdmin:
+		return true
+	case ProblemPermissionInspect:
+		return true
+	case ProblemPermissionLock:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TopLongestHeldKind.
 const (
 	TopLongestHeldKindLock      TopLongestHeldKind = "lock"
@@ -507,9 +528,12 @@ type Owner = string
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
@@ -525,6 +549,12 @@ type Problem struct {
 
 	// Locks With lock-held from `/multilocks`, the members that were held (or had waiters); with lease-gone, the members that were no longer held.
 	Locks *[]LockName `json:"locks,omitempty"`
+
+	// Name With forbidden, the lock or semaphore name outside the principal's prefixes.
+	Name *string `json:"name,omitempty"`
+
+	// Permission With forbidden, the permission the principal lacks.
+	Permission *ProblemPermission `json:"permission,omitempty"`
 
 	// Permits With permits-mismatch, the semaphore's size.
 	Permits *int64 `json:"permits,omitempty"`
@@ -561,6 +591,9 @@ type Problem struct {
 	// WaitedMs With lock-held after a wait (`wait_ms` > 0), how long the request waited, in milliseconds.
 	WaitedMs *int64 `json:"waited_ms,omitempty"`
 }
+
+// ProblemPermission With forbidden, the permission the principal lacks.
+type ProblemPermission string
 
 // Release defines model for Release.
 type Release struct {
@@ -817,9 +850,12 @@ type SemaphoreNameParam = string
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
@@ -839,9 +875,12 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
@@ -861,9 +900,12 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
@@ -883,13 +925,41 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type ClientError = Problem
+
+// Forbidden An RFC 9457 problem details body with leasegate's extension members. Clients switch
+// on `type`, never on `title`. The problem types:
+//
+// | type | status | meaning |
+// | --- | --- | --- |
+// | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
+// | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
+// | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:not-found` | 404 | No such route. |
+// | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
+type Forbidden = Problem
 
 // Healthy defines model for Healthy.
 type Healthy = Health
@@ -908,9 +978,12 @@ type Healthy = Health
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
@@ -930,9 +1003,12 @@ type Internal = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
@@ -952,9 +1028,12 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
@@ -965,6 +1044,31 @@ type MultiLockReleased = MultiLockRelease
 
 // MultiLockRenewed One lease that holds every member of a multi-lock.
 type MultiLockRenewed = MultiLockGrant
+
+// NotSupported An RFC 9457 problem details body with leasegate's extension members. Clients switch
+// on `type`, never on `title`. The problem types:
+//
+// | type | status | meaning |
+// | --- | --- | --- |
+// | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
+// | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
+// | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:not-found` | 404 | No such route. |
+// | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
+type NotSupported = Problem
 
 // SemaphoreConflict An RFC 9457 problem details body with leasegate's extension members. Clients switch
 // on `type`, never on `title`. The problem types:
@@ -980,13 +1084,41 @@ type MultiLockRenewed = MultiLockGrant
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type SemaphoreConflict = Problem
+
+// Unauthenticated An RFC 9457 problem details body with leasegate's extension members. Clients switch
+// on `type`, never on `title`. The problem types:
+//
+// | type | status | meaning |
+// | --- | --- | --- |
+// | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
+// | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
+// | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:not-found` | 404 | No such route. |
+// | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
+type Unauthenticated = Problem
 
 // Unexpected An RFC 9457 problem details body with leasegate's extension members. Clients switch
 // on `type`, never on `title`. The problem types:
@@ -1002,9 +1134,12 @@ type SemaphoreConflict = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
@@ -1542,8 +1677,9 @@ type ClientInterface interface {
 	// watchdog stops renewing it; a stream of the lock's events opened with such a token gets
 	// `lost` (`reason: forced`). The answer is a `ForceRelease` (`holds_removed` 0 when nothing
 	// held it); each force release writes one audit log line (`lock force-released`, with the
-	// request ID, remote address, owners and fences removed). An operator's call: it is open to
-	// every caller until the gateway authenticates. `force` with any other value, or with a
+	// request ID, remote address, principal, owners and fences removed). An operator's call:
+	// with authentication it needs the `admin` permission (and the name within the principal's
+	// prefixes); without, it is open to every caller. `force` with any other value, or with a
 	// `Lease-Token`, `mode` or `Idempotency-Key`, is a 400 (a force release is not replayed
 	// to retries: look at the lock before forcing again).
 	//
@@ -1918,8 +2054,9 @@ func (c *Client) ListLocks(ctx context.Context, params *ListLocksParams, reqEdit
 // watchdog stops renewing it; a stream of the lock's events opened with such a token gets
 // `lost` (`reason: forced`). The answer is a `ForceRelease` (`holds_removed` 0 when nothing
 // held it); each force release writes one audit log line (`lock force-released`, with the
-// request ID, remote address, owners and fences removed). An operator's call: it is open to
-// every caller until the gateway authenticates. `force` with any other value, or with a
+// request ID, remote address, principal, owners and fences removed). An operator's call:
+// with authentication it needs the `admin` permission (and the name within the principal's
+// prefixes); without, it is open to every caller. `force` with any other value, or with a
 // `Lease-Token`, `mode` or `Idempotency-Key`, is a 400 (a force release is not replayed
 // to retries: look at the lock before forcing again).
 //
@@ -3774,8 +3911,9 @@ type ClientWithResponsesInterface interface {
 	// watchdog stops renewing it; a stream of the lock's events opened with such a token gets
 	// `lost` (`reason: forced`). The answer is a `ForceRelease` (`holds_removed` 0 when nothing
 	// held it); each force release writes one audit log line (`lock force-released`, with the
-	// request ID, remote address, owners and fences removed). An operator's call: it is open to
-	// every caller until the gateway authenticates. `force` with any other value, or with a
+	// request ID, remote address, principal, owners and fences removed). An operator's call:
+	// with authentication it needs the `admin` permission (and the name within the principal's
+	// prefixes); without, it is open to every caller. `force` with any other value, or with a
 	// `Lease-Token`, `mode` or `Idempotency-Key`, is a 400 (a force release is not replayed
 	// to retries: look at the lock before forcing again).
 	//
@@ -4104,6 +4242,17 @@ type AdminTopResponse200Headers struct {
 	XRequestId string
 }
 
+// AdminTopResponse401Headers the declared response headers of an HTTP 401 response for AdminTop
+type AdminTopResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// AdminTopResponse403Headers the declared response headers of an HTTP 403 response for AdminTop
+type AdminTopResponse403Headers struct {
+	XRequestId string
+}
+
 // AdminTopResponse4XXHeaders the declared response headers of an HTTP 4XX response for AdminTop
 type AdminTopResponse4XXHeaders struct {
 	XRequestId string
@@ -4125,6 +4274,10 @@ type AdminTopResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Top
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
 	ApplicationproblemJSON4XX *ClientError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -4133,6 +4286,10 @@ type AdminTopResponse struct {
 	ApplicationproblemJSONDefault *Unexpected
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *AdminTopResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AdminTopResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AdminTopResponse403Headers
 	// Headers4XX the parsed response headers for an HTTP 4XX response
 	Headers4XX *AdminTopResponse4XXHeaders
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -4144,6 +4301,16 @@ type AdminTopResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r AdminTopResponse) GetJSON200() *Top {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AdminTopResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AdminTopResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
@@ -4276,8 +4443,24 @@ type ListLocksResponse400Headers struct {
 	XRequestId string
 }
 
+// ListLocksResponse401Headers the declared response headers of an HTTP 401 response for ListLocks
+type ListLocksResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// ListLocksResponse403Headers the declared response headers of an HTTP 403 response for ListLocks
+type ListLocksResponse403Headers struct {
+	XRequestId string
+}
+
 // ListLocksResponse4XXHeaders the declared response headers of an HTTP 4XX response for ListLocks
 type ListLocksResponse4XXHeaders struct {
+	XRequestId string
+}
+
+// ListLocksResponse501Headers the declared response headers of an HTTP 501 response for ListLocks
+type ListLocksResponse501Headers struct {
 	XRequestId string
 }
 
@@ -4299,8 +4482,14 @@ type ListLocksResponse struct {
 	JSON200 *LockList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
 	ApplicationproblemJSON4XX *ClientError
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -4309,8 +4498,14 @@ type ListLocksResponse struct {
 	Headers200 *ListLocksResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *ListLocksResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListLocksResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListLocksResponse403Headers
 	// Headers4XX the parsed response headers for an HTTP 4XX response
 	Headers4XX *ListLocksResponse4XXHeaders
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *ListLocksResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListLocksResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -4327,9 +4522,24 @@ func (r ListLocksResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
 func (r ListLocksResponse) GetApplicationproblemJSON4XX() *ClientError {
 	return r.ApplicationproblemJSON4XX
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -4381,6 +4591,17 @@ type ReleaseLockResponse400Headers struct {
 	XRequestId string
 }
 
+// ReleaseLockResponse401Headers the declared response headers of an HTTP 401 response for ReleaseLock
+type ReleaseLockResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// ReleaseLockResponse403Headers the declared response headers of an HTTP 403 response for ReleaseLock
+type ReleaseLockResponse403Headers struct {
+	XRequestId string
+}
+
 // ReleaseLockResponse410Headers the declared response headers of an HTTP 410 response for ReleaseLock
 type ReleaseLockResponse410Headers struct {
 	XRequestId string
@@ -4409,6 +4630,10 @@ type ReleaseLockResponse struct {
 	JSON200 *ReleaseResult
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4421,6 +4646,10 @@ type ReleaseLockResponse struct {
 	Headers200 *ReleaseLockResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *ReleaseLockResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseLockResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReleaseLockResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseLockResponse410Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -4439,6 +4668,16 @@ func (r ReleaseLockResponse) GetJSON200() *ReleaseResult {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ReleaseLockResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseLockResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleaseLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
@@ -4500,6 +4739,17 @@ type InspectLockResponse400Headers struct {
 	XRequestId string
 }
 
+// InspectLockResponse401Headers the declared response headers of an HTTP 401 response for InspectLock
+type InspectLockResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// InspectLockResponse403Headers the declared response headers of an HTTP 403 response for InspectLock
+type InspectLockResponse403Headers struct {
+	XRequestId string
+}
+
 // InspectLockResponse500Headers the declared response headers of an HTTP 500 response for InspectLock
 type InspectLockResponse500Headers struct {
 	XRequestId string
@@ -4523,6 +4773,10 @@ type InspectLockResponse struct {
 	JSON200 *LockState
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -4533,6 +4787,10 @@ type InspectLockResponse struct {
 	Headers200 *InspectLockResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *InspectLockResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *InspectLockResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *InspectLockResponse403Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *InspectLockResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -4549,6 +4807,16 @@ func (r InspectLockResponse) GetJSON200() *LockState {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r InspectLockResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r InspectLockResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r InspectLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4611,6 +4879,17 @@ type AcquireLockResponse400Headers struct {
 	XRequestId string
 }
 
+// AcquireLockResponse401Headers the declared response headers of an HTTP 401 response for AcquireLock
+type AcquireLockResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// AcquireLockResponse403Headers the declared response headers of an HTTP 403 response for AcquireLock
+type AcquireLockResponse403Headers struct {
+	XRequestId string
+}
+
 // AcquireLockResponse409Headers the declared response headers of an HTTP 409 response for AcquireLock
 type AcquireLockResponse409Headers struct {
 	RetryAfter int64
@@ -4652,6 +4931,10 @@ type AcquireLockResponse struct {
 	JSON201 *Grant
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *LockHeld
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
@@ -4670,6 +4953,10 @@ type AcquireLockResponse struct {
 	Headers201 *AcquireLockResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *AcquireLockResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireLockResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AcquireLockResponse403Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *AcquireLockResponse409Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
@@ -4697,6 +4984,16 @@ func (r AcquireLockResponse) GetJSON201() *Grant {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r AcquireLockResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireLockResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -4768,6 +5065,17 @@ type WatchLockResponse400Headers struct {
 	XRequestId string
 }
 
+// WatchLockResponse401Headers the declared response headers of an HTTP 401 response for WatchLock
+type WatchLockResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// WatchLockResponse403Headers the declared response headers of an HTTP 403 response for WatchLock
+type WatchLockResponse403Headers struct {
+	XRequestId string
+}
+
 // WatchLockResponse410Headers the declared response headers of an HTTP 410 response for WatchLock
 type WatchLockResponse410Headers struct {
 	XRequestId string
@@ -4775,6 +5083,11 @@ type WatchLockResponse410Headers struct {
 
 // WatchLockResponse500Headers the declared response headers of an HTTP 500 response for WatchLock
 type WatchLockResponse500Headers struct {
+	XRequestId string
+}
+
+// WatchLockResponse501Headers the declared response headers of an HTTP 501 response for WatchLock
+type WatchLockResponse501Headers struct {
 	XRequestId string
 }
 
@@ -4794,10 +5107,16 @@ type WatchLockResponse struct {
 	HTTPResponse *http.Response
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -4806,10 +5125,16 @@ type WatchLockResponse struct {
 	Headers200 *WatchLockResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *WatchLockResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *WatchLockResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *WatchLockResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *WatchLockResponse410Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *WatchLockResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *WatchLockResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *WatchLockResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -4821,6 +5146,16 @@ func (r WatchLockResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r WatchLockResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r WatchLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r WatchLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
@@ -4829,6 +5164,11 @@ func (r WatchLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r WatchLockResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r WatchLockResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -4880,6 +5220,17 @@ type RenewLockResponse400Headers struct {
 	XRequestId string
 }
 
+// RenewLockResponse401Headers the declared response headers of an HTTP 401 response for RenewLock
+type RenewLockResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// RenewLockResponse403Headers the declared response headers of an HTTP 403 response for RenewLock
+type RenewLockResponse403Headers struct {
+	XRequestId string
+}
+
 // RenewLockResponse410Headers the declared response headers of an HTTP 410 response for RenewLock
 type RenewLockResponse410Headers struct {
 	XRequestId string
@@ -4913,6 +5264,10 @@ type RenewLockResponse struct {
 	JSON200 *Grant
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -4927,6 +5282,10 @@ type RenewLockResponse struct {
 	Headers200 *RenewLockResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *RenewLockResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewLockResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *RenewLockResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *RenewLockResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
@@ -4947,6 +5306,16 @@ func (r RenewLockResponse) GetJSON200() *Grant {
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r RenewLockResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewLockResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
@@ -5003,6 +5372,17 @@ func (r RenewLockResponse) ContentType() string {
 	return ""
 }
 
+// MetricsResponse401Headers the declared response headers of an HTTP 401 response for Metrics
+type MetricsResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// MetricsResponse403Headers the declared response headers of an HTTP 403 response for Metrics
+type MetricsResponse403Headers struct {
+	XRequestId string
+}
+
 // MetricsResponse4XXHeaders the declared response headers of an HTTP 4XX response for Metrics
 type MetricsResponse4XXHeaders struct {
 	XRequestId string
@@ -5016,14 +5396,32 @@ type MetricsResponseDefaultHeaders struct {
 type MetricsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
 	ApplicationproblemJSON4XX *ClientError
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Unexpected
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *MetricsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *MetricsResponse403Headers
 	// Headers4XX the parsed response headers for an HTTP 4XX response
 	Headers4XX *MetricsResponse4XXHeaders
 	// HeadersDefault the parsed response headers for an HTTP default response
 	HeadersDefault *MetricsResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
@@ -5075,6 +5473,17 @@ type ReleaseMultiLockResponse400Headers struct {
 	XRequestId string
 }
 
+// ReleaseMultiLockResponse401Headers the declared response headers of an HTTP 401 response for ReleaseMultiLock
+type ReleaseMultiLockResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// ReleaseMultiLockResponse403Headers the declared response headers of an HTTP 403 response for ReleaseMultiLock
+type ReleaseMultiLockResponse403Headers struct {
+	XRequestId string
+}
+
 // ReleaseMultiLockResponse410Headers the declared response headers of an HTTP 410 response for ReleaseMultiLock
 type ReleaseMultiLockResponse410Headers struct {
 	XRequestId string
@@ -5082,6 +5491,11 @@ type ReleaseMultiLockResponse410Headers struct {
 
 // ReleaseMultiLockResponse500Headers the declared response headers of an HTTP 500 response for ReleaseMultiLock
 type ReleaseMultiLockResponse500Headers struct {
+	XRequestId string
+}
+
+// ReleaseMultiLockResponse501Headers the declared response headers of an HTTP 501 response for ReleaseMultiLock
+type ReleaseMultiLockResponse501Headers struct {
 	XRequestId string
 }
 
@@ -5103,10 +5517,16 @@ type ReleaseMultiLockResponse struct {
 	JSON200 *MultiLockReleased
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5115,10 +5535,16 @@ type ReleaseMultiLockResponse struct {
 	Headers200 *ReleaseMultiLockResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *ReleaseMultiLockResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseMultiLockResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReleaseMultiLockResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseMultiLockResponse410Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ReleaseMultiLockResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *ReleaseMultiLockResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ReleaseMultiLockResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -5135,6 +5561,16 @@ func (r ReleaseMultiLockResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseMultiLockResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleaseMultiLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r ReleaseMultiLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
@@ -5143,6 +5579,11 @@ func (r ReleaseMultiLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r ReleaseMultiLockResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ReleaseMultiLockResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -5195,6 +5636,17 @@ type AcquireMultiLockResponse400Headers struct {
 	XRequestId string
 }
 
+// AcquireMultiLockResponse401Headers the declared response headers of an HTTP 401 response for AcquireMultiLock
+type AcquireMultiLockResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// AcquireMultiLockResponse403Headers the declared response headers of an HTTP 403 response for AcquireMultiLock
+type AcquireMultiLockResponse403Headers struct {
+	XRequestId string
+}
+
 // AcquireMultiLockResponse409Headers the declared response headers of an HTTP 409 response for AcquireMultiLock
 type AcquireMultiLockResponse409Headers struct {
 	RetryAfter int64
@@ -5208,6 +5660,11 @@ type AcquireMultiLockResponse413Headers struct {
 
 // AcquireMultiLockResponse500Headers the declared response headers of an HTTP 500 response for AcquireMultiLock
 type AcquireMultiLockResponse500Headers struct {
+	XRequestId string
+}
+
+// AcquireMultiLockResponse501Headers the declared response headers of an HTTP 501 response for AcquireMultiLock
+type AcquireMultiLockResponse501Headers struct {
 	XRequestId string
 }
 
@@ -5229,12 +5686,18 @@ type AcquireMultiLockResponse struct {
 	JSON201 *MultiLockGrant
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *LockHeld
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5243,12 +5706,18 @@ type AcquireMultiLockResponse struct {
 	Headers201 *AcquireMultiLockResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *AcquireMultiLockResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireMultiLockResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AcquireMultiLockResponse403Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *AcquireMultiLockResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *AcquireMultiLockResponse413Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *AcquireMultiLockResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *AcquireMultiLockResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *AcquireMultiLockResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -5265,6 +5734,16 @@ func (r AcquireMultiLockResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireMultiLockResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireMultiLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r AcquireMultiLockResponse) GetApplicationproblemJSON409() *LockHeld {
 	return r.ApplicationproblemJSON409
@@ -5278,6 +5757,11 @@ func (r AcquireMultiLockResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r AcquireMultiLockResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r AcquireMultiLockResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -5329,6 +5813,17 @@ type RenewMultiLockResponse400Headers struct {
 	XRequestId string
 }
 
+// RenewMultiLockResponse401Headers the declared response headers of an HTTP 401 response for RenewMultiLock
+type RenewMultiLockResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// RenewMultiLockResponse403Headers the declared response headers of an HTTP 403 response for RenewMultiLock
+type RenewMultiLockResponse403Headers struct {
+	XRequestId string
+}
+
 // RenewMultiLockResponse410Headers the declared response headers of an HTTP 410 response for RenewMultiLock
 type RenewMultiLockResponse410Headers struct {
 	XRequestId string
@@ -5341,6 +5836,11 @@ type RenewMultiLockResponse413Headers struct {
 
 // RenewMultiLockResponse500Headers the declared response headers of an HTTP 500 response for RenewMultiLock
 type RenewMultiLockResponse500Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockResponse501Headers the declared response headers of an HTTP 501 response for RenewMultiLock
+type RenewMultiLockResponse501Headers struct {
 	XRequestId string
 }
 
@@ -5362,12 +5862,18 @@ type RenewMultiLockResponse struct {
 	JSON200 *MultiLockRenewed
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5376,12 +5882,18 @@ type RenewMultiLockResponse struct {
 	Headers200 *RenewMultiLockResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *RenewMultiLockResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewMultiLockResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *RenewMultiLockResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *RenewMultiLockResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RenewMultiLockResponse413Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RenewMultiLockResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *RenewMultiLockResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RenewMultiLockResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -5398,6 +5910,16 @@ func (r RenewMultiLockResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewMultiLockResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewMultiLockResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r RenewMultiLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
@@ -5411,6 +5933,11 @@ func (r RenewMultiLockResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r RenewMultiLockResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r RenewMultiLockResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -5462,6 +5989,17 @@ type ReleaseMultiLockByIdResponse400Headers struct {
 	XRequestId string
 }
 
+// ReleaseMultiLockByIdResponse401Headers the declared response headers of an HTTP 401 response for ReleaseMultiLockById
+type ReleaseMultiLockByIdResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// ReleaseMultiLockByIdResponse403Headers the declared response headers of an HTTP 403 response for ReleaseMultiLockById
+type ReleaseMultiLockByIdResponse403Headers struct {
+	XRequestId string
+}
+
 // ReleaseMultiLockByIdResponse410Headers the declared response headers of an HTTP 410 response for ReleaseMultiLockById
 type ReleaseMultiLockByIdResponse410Headers struct {
 	XRequestId string
@@ -5469,6 +6007,11 @@ type ReleaseMultiLockByIdResponse410Headers struct {
 
 // ReleaseMultiLockByIdResponse500Headers the declared response headers of an HTTP 500 response for ReleaseMultiLockById
 type ReleaseMultiLockByIdResponse500Headers struct {
+	XRequestId string
+}
+
+// ReleaseMultiLockByIdResponse501Headers the declared response headers of an HTTP 501 response for ReleaseMultiLockById
+type ReleaseMultiLockByIdResponse501Headers struct {
 	XRequestId string
 }
 
@@ -5490,10 +6033,16 @@ type ReleaseMultiLockByIdResponse struct {
 	JSON200 *MultiLockReleased
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5502,10 +6051,16 @@ type ReleaseMultiLockByIdResponse struct {
 	Headers200 *ReleaseMultiLockByIdResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *ReleaseMultiLockByIdResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseMultiLockByIdResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReleaseMultiLockByIdResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseMultiLockByIdResponse410Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ReleaseMultiLockByIdResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *ReleaseMultiLockByIdResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ReleaseMultiLockByIdResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -5522,6 +6077,16 @@ func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON400() *BadRequest
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
@@ -5530,6 +6095,11 @@ func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON410() *LeaseGone 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -5581,6 +6151,17 @@ type RenewMultiLockByIdResponse400Headers struct {
 	XRequestId string
 }
 
+// RenewMultiLockByIdResponse401Headers the declared response headers of an HTTP 401 response for RenewMultiLockById
+type RenewMultiLockByIdResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// RenewMultiLockByIdResponse403Headers the declared response headers of an HTTP 403 response for RenewMultiLockById
+type RenewMultiLockByIdResponse403Headers struct {
+	XRequestId string
+}
+
 // RenewMultiLockByIdResponse410Headers the declared response headers of an HTTP 410 response for RenewMultiLockById
 type RenewMultiLockByIdResponse410Headers struct {
 	XRequestId string
@@ -5593,6 +6174,11 @@ type RenewMultiLockByIdResponse413Headers struct {
 
 // RenewMultiLockByIdResponse500Headers the declared response headers of an HTTP 500 response for RenewMultiLockById
 type RenewMultiLockByIdResponse500Headers struct {
+	XRequestId string
+}
+
+// RenewMultiLockByIdResponse501Headers the declared response headers of an HTTP 501 response for RenewMultiLockById
+type RenewMultiLockByIdResponse501Headers struct {
 	XRequestId string
 }
 
@@ -5614,12 +6200,18 @@ type RenewMultiLockByIdResponse struct {
 	JSON200 *MultiLockRenewed
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5628,12 +6220,18 @@ type RenewMultiLockByIdResponse struct {
 	Headers200 *RenewMultiLockByIdResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *RenewMultiLockByIdResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewMultiLockByIdResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *RenewMultiLockByIdResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *RenewMultiLockByIdResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RenewMultiLockByIdResponse413Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RenewMultiLockByIdResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *RenewMultiLockByIdResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RenewMultiLockByIdResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -5650,6 +6248,16 @@ func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
@@ -5663,6 +6271,11 @@ func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON413() *BodyTooLarge
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -5893,8 +6506,24 @@ type ListSemaphoresResponse400Headers struct {
 	XRequestId string
 }
 
+// ListSemaphoresResponse401Headers the declared response headers of an HTTP 401 response for ListSemaphores
+type ListSemaphoresResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// ListSemaphoresResponse403Headers the declared response headers of an HTTP 403 response for ListSemaphores
+type ListSemaphoresResponse403Headers struct {
+	XRequestId string
+}
+
 // ListSemaphoresResponse4XXHeaders the declared response headers of an HTTP 4XX response for ListSemaphores
 type ListSemaphoresResponse4XXHeaders struct {
+	XRequestId string
+}
+
+// ListSemaphoresResponse501Headers the declared response headers of an HTTP 501 response for ListSemaphores
+type ListSemaphoresResponse501Headers struct {
 	XRequestId string
 }
 
@@ -5916,8 +6545,14 @@ type ListSemaphoresResponse struct {
 	JSON200 *SemaphoreList
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
 	ApplicationproblemJSON4XX *ClientError
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5926,8 +6561,14 @@ type ListSemaphoresResponse struct {
 	Headers200 *ListSemaphoresResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *ListSemaphoresResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListSemaphoresResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListSemaphoresResponse403Headers
 	// Headers4XX the parsed response headers for an HTTP 4XX response
 	Headers4XX *ListSemaphoresResponse4XXHeaders
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *ListSemaphoresResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListSemaphoresResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -5944,9 +6585,24 @@ func (r ListSemaphoresResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
 func (r ListSemaphoresResponse) GetApplicationproblemJSON4XX() *ClientError {
 	return r.ApplicationproblemJSON4XX
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -5998,6 +6654,17 @@ type ReleaseSemaphoreResponse400Headers struct {
 	XRequestId string
 }
 
+// ReleaseSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// ReleaseSemaphoreResponse403Headers the declared response headers of an HTTP 403 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse403Headers struct {
+	XRequestId string
+}
+
 // ReleaseSemaphoreResponse410Headers the declared response headers of an HTTP 410 response for ReleaseSemaphore
 type ReleaseSemaphoreResponse410Headers struct {
 	XRequestId string
@@ -6005,6 +6672,11 @@ type ReleaseSemaphoreResponse410Headers struct {
 
 // ReleaseSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for ReleaseSemaphore
 type ReleaseSemaphoreResponse500Headers struct {
+	XRequestId string
+}
+
+// ReleaseSemaphoreResponse501Headers the declared response headers of an HTTP 501 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse501Headers struct {
 	XRequestId string
 }
 
@@ -6026,10 +6698,16 @@ type ReleaseSemaphoreResponse struct {
 	JSON200 *SemaphoreReleaseResult
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -6038,10 +6716,16 @@ type ReleaseSemaphoreResponse struct {
 	Headers200 *ReleaseSemaphoreResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *ReleaseSemaphoreResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleaseSemaphoreResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReleaseSemaphoreResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseSemaphoreResponse410Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ReleaseSemaphoreResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *ReleaseSemaphoreResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ReleaseSemaphoreResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -6058,6 +6742,16 @@ func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
@@ -6066,6 +6760,11 @@ func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -6117,8 +6816,24 @@ type InspectSemaphoreResponse400Headers struct {
 	XRequestId string
 }
 
+// InspectSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for InspectSemaphore
+type InspectSemaphoreResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// InspectSemaphoreResponse403Headers the declared response headers of an HTTP 403 response for InspectSemaphore
+type InspectSemaphoreResponse403Headers struct {
+	XRequestId string
+}
+
 // InspectSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for InspectSemaphore
 type InspectSemaphoreResponse500Headers struct {
+	XRequestId string
+}
+
+// InspectSemaphoreResponse501Headers the declared response headers of an HTTP 501 response for InspectSemaphore
+type InspectSemaphoreResponse501Headers struct {
 	XRequestId string
 }
 
@@ -6140,8 +6855,14 @@ type InspectSemaphoreResponse struct {
 	JSON200 *SemaphoreState
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -6150,8 +6871,14 @@ type InspectSemaphoreResponse struct {
 	Headers200 *InspectSemaphoreResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *InspectSemaphoreResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *InspectSemaphoreResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *InspectSemaphoreResponse403Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *InspectSemaphoreResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *InspectSemaphoreResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *InspectSemaphoreResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -6168,9 +6895,24 @@ func (r InspectSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r InspectSemaphoreResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -6228,6 +6970,17 @@ type AcquireSemaphoreResponse400Headers struct {
 	XRequestId string
 }
 
+// AcquireSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for AcquireSemaphore
+type AcquireSemaphoreResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// AcquireSemaphoreResponse403Headers the declared response headers of an HTTP 403 response for AcquireSemaphore
+type AcquireSemaphoreResponse403Headers struct {
+	XRequestId string
+}
+
 // AcquireSemaphoreResponse409Headers the declared response headers of an HTTP 409 response for AcquireSemaphore
 type AcquireSemaphoreResponse409Headers struct {
 	RetryAfter int64
@@ -6246,6 +6999,11 @@ type AcquireSemaphoreResponse413Headers struct {
 
 // AcquireSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for AcquireSemaphore
 type AcquireSemaphoreResponse500Headers struct {
+	XRequestId string
+}
+
+// AcquireSemaphoreResponse501Headers the declared response headers of an HTTP 501 response for AcquireSemaphore
+type AcquireSemaphoreResponse501Headers struct {
 	XRequestId string
 }
 
@@ -6269,6 +7027,10 @@ type AcquireSemaphoreResponse struct {
 	JSON201 *SemaphoreGrant
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *SemaphoreConflict
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
@@ -6277,6 +7039,8 @@ type AcquireSemaphoreResponse struct {
 	ApplicationproblemJSON413 *BodyTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -6287,6 +7051,10 @@ type AcquireSemaphoreResponse struct {
 	Headers201 *AcquireSemaphoreResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *AcquireSemaphoreResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AcquireSemaphoreResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AcquireSemaphoreResponse403Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *AcquireSemaphoreResponse409Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
@@ -6295,6 +7063,8 @@ type AcquireSemaphoreResponse struct {
 	Headers413 *AcquireSemaphoreResponse413Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *AcquireSemaphoreResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *AcquireSemaphoreResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *AcquireSemaphoreResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -6316,6 +7086,16 @@ func (r AcquireSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r AcquireSemaphoreResponse) GetApplicationproblemJSON409() *SemaphoreConflict {
 	return r.ApplicationproblemJSON409
@@ -6334,6 +7114,11 @@ func (r AcquireSemaphoreResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r AcquireSemaphoreResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -6385,6 +7170,17 @@ type WatchSemaphoreResponse400Headers struct {
 	XRequestId string
 }
 
+// WatchSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for WatchSemaphore
+type WatchSemaphoreResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// WatchSemaphoreResponse403Headers the declared response headers of an HTTP 403 response for WatchSemaphore
+type WatchSemaphoreResponse403Headers struct {
+	XRequestId string
+}
+
 // WatchSemaphoreResponse410Headers the declared response headers of an HTTP 410 response for WatchSemaphore
 type WatchSemaphoreResponse410Headers struct {
 	XRequestId string
@@ -6392,6 +7188,11 @@ type WatchSemaphoreResponse410Headers struct {
 
 // WatchSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for WatchSemaphore
 type WatchSemaphoreResponse500Headers struct {
+	XRequestId string
+}
+
+// WatchSemaphoreResponse501Headers the declared response headers of an HTTP 501 response for WatchSemaphore
+type WatchSemaphoreResponse501Headers struct {
 	XRequestId string
 }
 
@@ -6411,10 +7212,16 @@ type WatchSemaphoreResponse struct {
 	HTTPResponse *http.Response
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -6423,10 +7230,16 @@ type WatchSemaphoreResponse struct {
 	Headers200 *WatchSemaphoreResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *WatchSemaphoreResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *WatchSemaphoreResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *WatchSemaphoreResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *WatchSemaphoreResponse410Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *WatchSemaphoreResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *WatchSemaphoreResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *WatchSemaphoreResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -6438,6 +7251,16 @@ func (r WatchSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r WatchSemaphoreResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r WatchSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r WatchSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
@@ -6446,6 +7269,11 @@ func (r WatchSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r WatchSemaphoreResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r WatchSemaphoreResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -6497,6 +7325,17 @@ type RenewSemaphoreResponse400Headers struct {
 	XRequestId string
 }
 
+// RenewSemaphoreResponse401Headers the declared response headers of an HTTP 401 response for RenewSemaphore
+type RenewSemaphoreResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// RenewSemaphoreResponse403Headers the declared response headers of an HTTP 403 response for RenewSemaphore
+type RenewSemaphoreResponse403Headers struct {
+	XRequestId string
+}
+
 // RenewSemaphoreResponse410Headers the declared response headers of an HTTP 410 response for RenewSemaphore
 type RenewSemaphoreResponse410Headers struct {
 	XRequestId string
@@ -6509,6 +7348,11 @@ type RenewSemaphoreResponse413Headers struct {
 
 // RenewSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for RenewSemaphore
 type RenewSemaphoreResponse500Headers struct {
+	XRequestId string
+}
+
+// RenewSemaphoreResponse501Headers the declared response headers of an HTTP 501 response for RenewSemaphore
+type RenewSemaphoreResponse501Headers struct {
 	XRequestId string
 }
 
@@ -6530,12 +7374,18 @@ type RenewSemaphoreResponse struct {
 	JSON200 *SemaphoreGrant
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *BackendUnavailable
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -6544,12 +7394,18 @@ type RenewSemaphoreResponse struct {
 	Headers200 *RenewSemaphoreResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *RenewSemaphoreResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewSemaphoreResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *RenewSemaphoreResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *RenewSemaphoreResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RenewSemaphoreResponse413Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RenewSemaphoreResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *RenewSemaphoreResponse501Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RenewSemaphoreResponse503Headers
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -6566,6 +7422,16 @@ func (r RenewSemaphoreResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r RenewSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
@@ -6579,6 +7445,11 @@ func (r RenewSemaphoreResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r RenewSemaphoreResponse) GetApplicationproblemJSON500() *Internal {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -6689,8 +7560,9 @@ func (c *ClientWithResponses) ListLocksWithResponse(ctx context.Context, params 
 // watchdog stops renewing it; a stream of the lock's events opened with such a token gets
 // `lost` (`reason: forced`). The answer is a `ForceRelease` (`holds_removed` 0 when nothing
 // held it); each force release writes one audit log line (`lock force-released`, with the
-// request ID, remote address, owners and fences removed). An operator's call: it is open to
-// every caller until the gateway authenticates. `force` with any other value, or with a
+// request ID, remote address, principal, owners and fences removed). An operator's call:
+// with authentication it needs the `admin` permission (and the name within the principal's
+// prefixes); without, it is open to every caller. `force` with any other value, or with a
 // `Lease-Token`, `mode` or `Idempotency-Key`, is a 400 (a force release is not replayed
 // to retries: look at the lock before forcing again).
 //
@@ -7190,6 +8062,20 @@ func ParseAdminTopResponse(rsp *http.Response) (*AdminTopResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
 		var dest ClientError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7224,6 +8110,33 @@ func ParseAdminTopResponse(rsp *http.Response) (*AdminTopResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers AdminTopResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AdminTopResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode/100 == 4:
 		var headers AdminTopResponse4XXHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7367,12 +8280,33 @@ func ParseListLocksResponse(rsp *http.Response) (*ListLocksResponse, error) {
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
 		var dest ClientError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON4XX = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -7411,6 +8345,33 @@ func ParseListLocksResponse(rsp *http.Response) (*ListLocksResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListLocksResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListLocksResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode/100 == 4:
 		var headers ListLocksResponse4XXHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7421,6 +8382,16 @@ func ParseListLocksResponse(rsp *http.Response) (*ListLocksResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers4XX = &headers
+	case rsp.StatusCode == 501:
+		var headers ListLocksResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListLocksResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -7481,6 +8452,20 @@ func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) 
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest LeaseGone
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7532,6 +8517,33 @@ func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReleaseLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReleaseLockResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers ReleaseLockResponse410Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7612,6 +8624,20 @@ func ParseInspectLockResponse(rsp *http.Response) (*InspectLockResponse, error) 
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7656,6 +8682,33 @@ func ParseInspectLockResponse(rsp *http.Response) (*InspectLockResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers InspectLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers InspectLockResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 500:
 		var headers InspectLockResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7732,6 +8785,20 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest LockHeld
@@ -7815,6 +8882,33 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AcquireLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AcquireLockResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
 		var headers AcquireLockResponse409Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -7915,6 +9009,20 @@ func ParseWatchLockResponse(rsp *http.Response) (*WatchLockResponse, error) {
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest LeaseGone
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7928,6 +9036,13 @@ func ParseWatchLockResponse(rsp *http.Response) (*WatchLockResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -7966,6 +9081,33 @@ func ParseWatchLockResponse(rsp *http.Response) (*WatchLockResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers WatchLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers WatchLockResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers WatchLockResponse410Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7986,6 +9128,16 @@ func ParseWatchLockResponse(rsp *http.Response) (*WatchLockResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers WatchLockResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers WatchLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -8046,6 +9198,20 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest LeaseGone
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8104,6 +9270,33 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers RenewLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers RenewLockResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers RenewLockResponse410Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8180,6 +9373,20 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
 		var dest ClientError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8197,6 +9404,33 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers MetricsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers MetricsResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode/100 == 4:
 		var headers MetricsResponse4XXHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8250,6 +9484,20 @@ func ParseReleaseMultiLockResponse(rsp *http.Response) (*ReleaseMultiLockRespons
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest LeaseGone
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8263,6 +9511,13 @@ func ParseReleaseMultiLockResponse(rsp *http.Response) (*ReleaseMultiLockRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -8301,6 +9556,33 @@ func ParseReleaseMultiLockResponse(rsp *http.Response) (*ReleaseMultiLockRespons
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReleaseMultiLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReleaseMultiLockResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers ReleaseMultiLockResponse410Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8321,6 +9603,16 @@ func ParseReleaseMultiLockResponse(rsp *http.Response) (*ReleaseMultiLockRespons
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers ReleaseMultiLockResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReleaseMultiLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -8381,6 +9673,20 @@ func ParseAcquireMultiLockResponse(rsp *http.Response) (*AcquireMultiLockRespons
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest LockHeld
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8401,6 +9707,13 @@ func ParseAcquireMultiLockResponse(rsp *http.Response) (*AcquireMultiLockRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -8446,6 +9759,33 @@ func ParseAcquireMultiLockResponse(rsp *http.Response) (*AcquireMultiLockRespons
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AcquireMultiLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AcquireMultiLockResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
 		var headers AcquireMultiLockResponse409Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -8483,6 +9823,16 @@ func ParseAcquireMultiLockResponse(rsp *http.Response) (*AcquireMultiLockRespons
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers AcquireMultiLockResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers AcquireMultiLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -8543,6 +9893,20 @@ func ParseRenewMultiLockResponse(rsp *http.Response) (*RenewMultiLockResponse, e
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest LeaseGone
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8563,6 +9927,13 @@ func ParseRenewMultiLockResponse(rsp *http.Response) (*RenewMultiLockResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -8601,6 +9972,33 @@ func ParseRenewMultiLockResponse(rsp *http.Response) (*RenewMultiLockResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers RenewMultiLockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers RenewMultiLockResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers RenewMultiLockResponse410Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8631,6 +10029,16 @@ func ParseRenewMultiLockResponse(rsp *http.Response) (*RenewMultiLockResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers RenewMultiLockResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers RenewMultiLockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -8691,6 +10099,20 @@ func ParseReleaseMultiLockByIdResponse(rsp *http.Response) (*ReleaseMultiLockByI
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest LeaseGone
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8704,6 +10126,13 @@ func ParseReleaseMultiLockByIdResponse(rsp *http.Response) (*ReleaseMultiLockByI
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -8742,6 +10171,33 @@ func ParseReleaseMultiLockByIdResponse(rsp *http.Response) (*ReleaseMultiLockByI
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReleaseMultiLockByIdResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReleaseMultiLockByIdResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers ReleaseMultiLockByIdResponse410Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8762,6 +10218,16 @@ func ParseReleaseMultiLockByIdResponse(rsp *http.Response) (*ReleaseMultiLockByI
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers ReleaseMultiLockByIdResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReleaseMultiLockByIdResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -8822,6 +10288,20 @@ func ParseRenewMultiLockByIdResponse(rsp *http.Response) (*RenewMultiLockByIdRes
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest LeaseGone
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8842,6 +10322,13 @@ func ParseRenewMultiLockByIdResponse(rsp *http.Response) (*RenewMultiLockByIdRes
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -8880,6 +10367,33 @@ func ParseRenewMultiLockByIdResponse(rsp *http.Response) (*RenewMultiLockByIdRes
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers RenewMultiLockByIdResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers RenewMultiLockByIdResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers RenewMultiLockByIdResponse410Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8910,6 +10424,16 @@ func ParseRenewMultiLockByIdResponse(rsp *http.Response) (*RenewMultiLockByIdRes
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers RenewMultiLockByIdResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers RenewMultiLockByIdResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -9146,12 +10670,33 @@ func ParseListSemaphoresResponse(rsp *http.Response) (*ListSemaphoresResponse, e
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
 		var dest ClientError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON4XX = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -9190,6 +10735,33 @@ func ParseListSemaphoresResponse(rsp *http.Response) (*ListSemaphoresResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListSemaphoresResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListSemaphoresResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode/100 == 4:
 		var headers ListSemaphoresResponse4XXHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9200,6 +10772,16 @@ func ParseListSemaphoresResponse(rsp *http.Response) (*ListSemaphoresResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers4XX = &headers
+	case rsp.StatusCode == 501:
+		var headers ListSemaphoresResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListSemaphoresResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -9260,6 +10842,20 @@ func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreRespons
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest LeaseGone
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9273,6 +10869,13 @@ func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -9311,6 +10914,33 @@ func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReleaseSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReleaseSemaphoreResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers ReleaseSemaphoreResponse410Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9331,6 +10961,16 @@ func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers ReleaseSemaphoreResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReleaseSemaphoreResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -9391,12 +11031,33 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -9435,6 +11096,33 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers InspectSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers InspectSemaphoreResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 500:
 		var headers InspectSemaphoreResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9445,6 +11133,16 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers InspectSemaphoreResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers InspectSemaphoreResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -9512,6 +11210,20 @@ func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreRespons
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest SemaphoreConflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9539,6 +11251,13 @@ func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -9594,6 +11313,33 @@ func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers AcquireSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AcquireSemaphoreResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
 		var headers AcquireSemaphoreResponse409Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -9641,6 +11387,16 @@ func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers AcquireSemaphoreResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers AcquireSemaphoreResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -9694,6 +11450,20 @@ func ParseWatchSemaphoreResponse(rsp *http.Response) (*WatchSemaphoreResponse, e
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest LeaseGone
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9707,6 +11477,13 @@ func ParseWatchSemaphoreResponse(rsp *http.Response) (*WatchSemaphoreResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -9745,6 +11522,33 @@ func ParseWatchSemaphoreResponse(rsp *http.Response) (*WatchSemaphoreResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers WatchSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers WatchSemaphoreResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers WatchSemaphoreResponse410Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9765,6 +11569,16 @@ func ParseWatchSemaphoreResponse(rsp *http.Response) (*WatchSemaphoreResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers WatchSemaphoreResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers WatchSemaphoreResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -9825,6 +11639,20 @@ func ParseRenewSemaphoreResponse(rsp *http.Response) (*RenewSemaphoreResponse, e
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
 		var dest LeaseGone
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9845,6 +11673,13 @@ func ParseRenewSemaphoreResponse(rsp *http.Response) (*RenewSemaphoreResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest BackendUnavailable
@@ -9883,6 +11718,33 @@ func ParseRenewSemaphoreResponse(rsp *http.Response) (*RenewSemaphoreResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers RenewSemaphoreResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers RenewSemaphoreResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 410:
 		var headers RenewSemaphoreResponse410Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9913,6 +11775,16 @@ func ParseRenewSemaphoreResponse(rsp *http.Response) (*RenewSemaphoreResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers RenewSemaphoreResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
 	case rsp.StatusCode == 503:
 		var headers RenewSemaphoreResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

@@ -269,6 +269,16 @@ func (g *Gateway) signal(sig syscall.Signal) error {
 	return g.exitErr
 }
 
+// Hangup sends SIGHUP to the running gateway (which re-reads its auth file) and returns at once.
+func (g *Gateway) Hangup() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cmd == nil {
+		return fmt.Errorf("gateway %s is stopped", g.URL)
+	}
+	return g.cmd.Process.Signal(syscall.SIGHUP)
+}
+
 // PID returns the gateway's process ID, or 0 once it has been stopped.
 func (g *Gateway) PID() int {
 	g.mu.Lock()

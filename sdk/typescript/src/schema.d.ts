@@ -54,8 +54,9 @@ export interface paths {
          *     watchdog stops renewing it; a stream of the lock's events opened with such a token gets
          *     `lost` (`reason: forced`). The answer is a `ForceRelease` (`holds_removed` 0 when nothing
          *     held it); each force release writes one audit log line (`lock force-released`, with the
-         *     request ID, remote address, owners and fences removed). An operator's call: it is open to
-         *     every caller until the gateway authenticates. `force` with any other value, or with a
+         *     request ID, remote address, principal, owners and fences removed). An operator's call:
+         *     with authentication it needs the `admin` permission (and the name within the principal's
+         *     prefixes); without, it is open to every caller. `force` with any other value, or with a
          *     `Lease-Token`, `mode` or `Idempotency-Key`, is a 400 (a force release is not replayed
          *     to retries: look at the lock before forcing again).
          */
@@ -992,9 +993,12 @@ export interface components {
          *     | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
          *     | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
          *     | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+         *     | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+         *     | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
          *     | `urn:leasegate:problem:not-found` | 404 | No such route. |
          *     | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
-         *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer. Retry after `Retry-After`. |
+         *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+         *     | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
          *     | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
          *     | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
          *     | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
@@ -1047,6 +1051,13 @@ export interface components {
              *     the queue.
              */
             queue_ticket?: string;
+            /**
+             * @description With forbidden, the permission the principal lacks.
+             * @enum {string}
+             */
+            permission?: "lock" | "inspect" | "admin";
+            /** @description With forbidden, the lock or semaphore name outside the principal's prefixes. */
+            name?: string;
             /** @description With invalid-request, every rejected input and why. */
             invalid_params?: components["schemas"]["InvalidParam"][];
         };
@@ -1064,6 +1075,28 @@ export interface components {
         };
     };
     responses: {
+        /** @description The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. */
+        Unauthenticated: {
+            headers: {
+                /** @description Always `Bearer realm="leasegate"`. */
+                "WWW-Authenticate"?: string;
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The authenticated principal lacks the permission or the name prefix the request needs, or presented another principal's lease token. */
+        Forbidden: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The gateway is alive (healthz) or ready (readyz). */
         Healthy: {
             headers: {
@@ -1150,6 +1183,16 @@ export interface components {
         BackendUnavailable: {
             headers: {
                 "Retry-After": components["headers"]["Retry-After"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The deployment cannot offer this operation (on RedLock, semaphores, multi-locks, live events and listings; see README's RedLock section). */
+        NotSupported: {
+            headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
@@ -1341,6 +1384,8 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
@@ -1415,6 +1460,8 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             409: components["responses"]["LockHeld"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
@@ -1478,6 +1525,8 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
@@ -1542,6 +1591,8 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
             500: components["responses"]["Internal"];
@@ -1607,8 +1658,11 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -1653,7 +1707,10 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -1726,10 +1783,13 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             409: components["responses"]["SemaphoreConflict"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -1786,8 +1846,11 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -1849,9 +1912,12 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -1892,8 +1958,11 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -1923,9 +1992,12 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             409: components["responses"]["LockHeld"];
             413: components["responses"]["BodyTooLarge"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -1951,8 +2023,11 @@ export interface operations {
         responses: {
             200: components["responses"]["MultiLockReleased"];
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -1982,9 +2057,12 @@ export interface operations {
         responses: {
             200: components["responses"]["MultiLockRenewed"];
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -2016,8 +2094,11 @@ export interface operations {
         responses: {
             200: components["responses"]["MultiLockReleased"];
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -2053,9 +2134,12 @@ export interface operations {
         responses: {
             200: components["responses"]["MultiLockRenewed"];
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
         };
@@ -2087,6 +2171,9 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             "4XX": components["responses"]["ClientError"];
             default: components["responses"]["Unexpected"];
@@ -2119,6 +2206,9 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             "4XX": components["responses"]["ClientError"];
             default: components["responses"]["Unexpected"];
@@ -2143,6 +2233,8 @@ export interface operations {
                     "application/json": components["schemas"]["Top"];
                 };
             };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             503: components["responses"]["BackendUnavailable"];
             "4XX": components["responses"]["ClientError"];
             default: components["responses"]["Unexpected"];
@@ -2166,6 +2258,8 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             "4XX": components["responses"]["ClientError"];
             default: components["responses"]["Unexpected"];
         };

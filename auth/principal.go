@@ -1,0 +1,103 @@
+// Package auth is leasegate's identities and permissions: the principals of the auth file
+// (LEASEGATE_AUTH_FILE), found by the hash of their API key, each allowed some permissions on
+// some lock-name prefixes. It knows nothing of HTTP; the handlers map its errors to 401 and 403.
+package auth
+
+import (
+	"slices"
+	"strings"
+)
+
+// Permission is one kind of access a principal may be given.
+type Permission string
+
+const (
+	// Lock allows acquiring, re-entering, renewing and releasing one's own leases: locks,
+	// semaphores and multi-locks.
+	Lock Permission = "lock"
+	// Inspect allows reading a lock's or a semaphore's state and following its events.
+	Inspect Permission = "inspect"
+	// Admin allows the listings, /admin/*, force releases, the dashboard (and /metrics when
+	// LEASEGATE_METRICS_AUTH=admin).
+	Admin Permission = "admin"
+)
+
+// permissions are every Permission, in the order the docs list them.
+var permissions = []Permission{Lock, Inspect, Admin}
+
+// AllNames is the prefix that covers every name.
+const AllNames = "*"
+
+// Principal is one identity of the auth file. A Principal is never changed once loaded: a reload
+// builds new ones, so it is safe for concurrent use.
+type Principal struct {
+	Name        string
+	Prefixes    []string // lock-name prefixes, or AllNames
+	Permissions []Permission
+	all         bool // Prefixes holds AllNames
+	perms       uint8
+}
+
+func (p *Principal) bit(perm Permission) uint8 {
+	if i := slices.Index(permissions, perm); i >= 0 {
+		return 1 << i
+	}
+	return 0
+}
+
+// Has reports whether p was given perm.
+func (p *Principal) Has(perm Permission) bool { return p.perms&p.bit(perm) != 0 }
+
+// AllowsName reports whether name starts with one of p's prefixes.
+func (p *Principal) AllowsName(name string) bool {
+	if p.all {
+		return true
+	}
+	for _, prefix := range p.Prefixes {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowsAll reports whether p may use every name (its prefixes hold "*").
+func (p *Principal) AllowsAll() bool { return p.all }
+
+// Authorize returns nil when p has perm and may use every one of names, else a *ForbiddenError
+// naming the permission or the first name it may not use.
+func (p *Principal) Authorize(perm Permission, names ...string) error {
+	if !p.Has(perm) {
+		return &ForbiddenError{Principal: p.Name, Permission: perm}
+	}
+	for _, name := range names {
+		if !p.AllowsName(name) {
+			return &ForbiddenError{Principal: p.Name, Name: name, Prefixes: p.Prefixes}
+		}
+	}
+	return nil
+}
+
+// AuthorizeAll is Authorize for what shows every name (the top lists, the dashboard, the
+// metrics): p needs perm and the prefix "*".
+func (p *Principal) AuthorizeAll(perm Permission) error {
+	if err := p.Authorize(perm); err != nil {
+		return err
+	}
+	if !p.all {
+		return &ForbiddenError{Principal: p.Name, AllNames: true, Prefixes: p.Prefixes}
+	}
+	return nil
+}
+
+// AuthorizeListing is Authorize for a listing of the names that start with prefix: the listing
+// must stay within one of p's prefixes ("" lists every name, so it needs "*").
+func (p *Principal) AuthorizeListing(perm Permission, prefix string) error {
+	if err := p.Authorize(perm); err != nil {
+		return err
+	}
+	if !p.AllowsName(prefix) {
+		return &ForbiddenError{Principal: p.Name, ListPrefix: prefix, Listing: true, Prefixes: p.Prefixes}
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Store serves the Config of an auth file and reloads it: on Reload (SIGHUP), and when the file's
+// modification time or size changes (Watch polls it). A file that fails to load leaves the last
+// good Config in service and is logged once per change. Safe for concurrent use.
+type Store struct {
+	path string
+	log  *slog.Logger
+	cur  atomic.Pointer[Config]
+
+	mu      sync.Mutex // serialises reloads
+	loaded  stamp      // the file's stamp when cur was read
+	failing bool       // the file at failed has been tried, and the error logged
+	failed  stamp
+}
+
+// stamp is what tells a file's change: its modification time and size (zero when it cannot be
+// stat'ed).
+type stamp struct {
+	modTime time.Time
+	size    int64
+}
+
+func stampOf(path string) (stamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{}, err
+	}
+	return stamp{fi.ModTime(), fi.Size()}, nil
+}
+
+// Open loads the auth file at path; an error here is a start-up error. log (default
+// slog.Default()) gets the reloads and their failures.
+func Open(path string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Store{path: path, log: log}
+	st, err := stampOf(path)
+	if err == nil {
+		err = s.load()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("LEASEGATE_AUTH_FILE %s: %w", path, err)
+	}
+	s.loaded = st
+	return s, nil
+}
+
+func (s *Store) load() error {
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		return err
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return err
+	}
+	s.cur.Store(c)
+	return nil
+}
+
+// Config returns the Config in service.
+func (s *Store) Config() *Config { return s.cur.Load() }
+
+// Authenticate is Config().Authenticate: the principal of key under the Config in service.
+func (s *Store) Authenticate(key string) (*Principal, error) { return s.cur.Load().Authenticate(key) }
+
+// Reload re-reads the file now (SIGHUP). It returns the error that kept the last good Config in
+// service, after logging it.
+func (s *Store) Reload() error { return s.reload(true) }
+
+// reload re-reads the file: always when forced, else only when its stamp changed since the last
+// read or the last failure.
+func (s *Store) reload(force bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Stat before reading: a file replaced after the stat differs from the stamp kept, so the
+	// next check reads it again.
+	st, err := stampOf(s.path)
+	if !force && (err == nil && st == s.loaded || s.failing && st == s.failed) {
+		return nil
+	}
+	if err == nil {
+		err = s.load()
+	}
+	if err != nil {
+		if force || !s.failing || st != s.failed {
+			s.log.Error("auth file reload failed; still serving the last good one", "auth_file", s.path, "err", err)
+		}
+		s.failing, s.failed = true, st
+		return err
+	}
+	s.loaded, s.failing = st, false
+	s.log.Info("auth file reloaded", "auth_file", s.path, "principals", len(s.cur.Load().Principals))
+	return nil
+}
+
+// Watch reloads the file when it changes (checked every interval) and on every value from hup,
+// until ctx ends. It is meant to run on a goroutine of its own, which its caller owns.
+func (s *Store) Watch(ctx context.Context, interval time.Duration, hup <-chan os.Signal) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = s.reload(true)
+		case <-t.C:
+			_ = s.reload(false)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/auth"
+	"github.com/leasegate/leasegate/lockcore"
+)
+
+// Authenticator finds the principal of an API key, or returns auth.ErrUnauthenticated;
+// *auth.Store implements it (reloading its file meanwhile).
+type Authenticator interface {
+	Authenticate(key string) (*auth.Principal, error)
+}
+
+// authorizationHeader carries "Bearer <API key>".
+const authorizationHeader = "Authorization"
+
+// scope says which names a route touches, so that guard checks them against the principal's
+// prefixes.
+type scope int
+
+const (
+	// scopeName: the {name} path parameter, a lock's or a semaphore's.
+	scopeName scope = iota
+	// scopeMulti: /multilocks. The members of a Lease-Token's group are checked here; those of an
+	// acquire's body by the handler, once decoded (acquireMulti).
+	scopeMulti
+	// scopeListing: the names a listing's prefix query parameter selects.
+	scopeListing
+	// scopeAll: every name (the top lists, the dashboard, the metrics).
+	scopeAll
+)
+
+// guard authenticates and authorizes the requests of the routes it wraps. With no Authenticator
+// (no LEASEGATE_AUTH_FILE) it wraps nothing: everything is open, at no cost.
+type guard struct {
+	auth Authenticator
+	log  *slog.Logger
+}
+
+// need wraps a route's handler: the request must carry the API key of a principal that has perm
+// on the names of sc, and any Lease-Token it carries must be that principal's. Otherwise it is
+// answered 401 or 403 (or 400 for a bad {name}), before anything touches Redis. On a {name}
+// route, a force release (?force) needs auth.Admin instead of auth.Lock. The handler finds the
+// principal with principalFrom.
+func (g *guard) need(perm auth.Permission, sc scope, next http.HandlerFunc) http.HandlerFunc {
+	if g.auth == nil {
+		return next
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, err := g.authorize(r, perm, sc)
+		if err != nil {
+			writeError(w, r, g.log, err)
+			return
+		}
+		if info, ok := r.Context().Value(requestKey{}).(*requestInfo); ok {
+			info.principal = p
+		}
+		next(w, r)
+	}
+}
+
+func (g *guard) authorize(r *http.Request, perm auth.Permission, sc scope) (*auth.Principal, error) {
+	p, err := g.authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	switch sc {
+	case scopeName:
+		var name string
+		if name, err = lockName(r); err != nil {
+			return nil, err // the handler would answer the same 400
+		}
+		if perm == auth.Lock && r.URL.RawQuery != "" && r.URL.Query().Has("force") {
+			perm = auth.Admin
+		}
+		err = p.Authorize(perm, name)
+	case scopeMulti:
+		err = p.Authorize(perm)
+	case scopeListing:
+		err = p.AuthorizeListing(perm, r.URL.Query().Get("prefix"))
+	case scopeAll:
+		err = p.AuthorizeAll(perm)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if token := r.Header.Get(leaseTokenHeader); token != "" {
+		// Unverified here: lockcore verifies the signature next, before using the token. A token
+		// whose payload does not even decode is lockcore's to refuse (400).
+		if claims, ok := lockcore.ReadClaims(token); ok {
+			if err := p.TokenOwner(claims.Principal); err != nil {
+				return nil, err
+			}
+			if err := p.Authorize(perm, claims.Locks...); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return p, nil
+}
+
+// authenticate returns the principal of the request's "Authorization: Bearer <key>".
+func (g *guard) authenticate(r *http.Request) (*auth.Principal, error) {
+	values := r.Header.Values(authorizationHeader)
+	switch len(values) {
+	case 0:
+		return nil, fmt.Errorf("%w: send Authorization: Bearer <API key>", auth.ErrUnauthenticated)
+	case 1:
+	default:
+		return nil, invalidRequest("the Authorization header appears more than once",
+			[]api.InvalidParam{{Name: authorizationHeader, Reason: "must appear at most once"}})
+	}
+	scheme, key, _ := strings.Cut(values[0], " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return nil, fmt.Errorf("%w: the Authorization header is not \"Bearer <API key>\"", auth.ErrUnauthenticated)
+	}
+	p, err := g.auth.Authenticate(strings.TrimSpace(key))
+	if err != nil {
+		return nil, fmt.Errorf("%w: the API key is not known (wrong, or revoked from the auth file)", err)
+	}
+	return p, nil
+}
+
+// principalFrom returns the principal that authenticated the request, nil when the gateway runs
+// without authentication.
+func principalFrom(ctx context.Context) *auth.Principal {
+	if info, ok := ctx.Value(requestKey{}).(*requestInfo); ok {
+		return info.principal
+	}
+	return nil
+}
+
+// principalName is principalFrom's name, "" without authentication.
+func principalName(ctx context.Context) string {
+	if p := principalFrom(ctx); p != nil {
+		return p.Name
+	}
+	return ""
+}

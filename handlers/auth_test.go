@@ -1,0 +1,323 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/auth"
+	"github.com/leasegate/leasegate/lockcore"
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+// authConfig is an auth file of two principals: "app" (lock and inspect on "app.") and "ops"
+// (everything on every name), with their keys.
+func authConfig(t testing.TB) (c *auth.Config, appKey, opsKey string) {
+	t.Helper()
+	appKey, appHash := auth.NewKey()
+	opsKey, opsHash := auth.NewKey()
+	c, err := auth.Parse([]byte(`{"principals":[
+		{"name":"app","keys":["` + appHash + `"],"prefixes":["app."],"permissions":["lock","inspect"]},
+		{"name":"ops","keys":["` + opsHash + `"],"prefixes":["*"],"permissions":["lock","inspect","admin"]}]}`))
+	require.NoError(t, err)
+	return c, appKey, opsKey
+}
+
+// recordingLocker is instantLocker, remembering the principal of each acquire.
+type recordingLocker struct {
+	instantLocker
+	mu         sync.Mutex
+	principals []string
+}
+
+func (l *recordingLocker) Acquire(ctx context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error) {
+	l.mu.Lock()
+	l.principals = append(l.principals, req.Principal)
+	l.mu.Unlock()
+	lease := lockcore.Lease{Lock: req.Lock, Owner: req.Owner, ID: "3f2b8c1e-5d4a-4e6f-9a7b-1c2d3e4f5a6b", Fence: 1, Principal: req.Principal}
+	return lockcore.Grant{Lease: lease, Token: l.tokens.Mint(lease), TTL: req.TTL, Holds: 1}, nil
+}
+
+// principalLocker is instantLocker minting the principal into its tokens, as lockcore does.
+type principalLocker struct{ instantLocker }
+
+func (l principalLocker) Acquire(_ context.Context, req lockcore.AcquireRequest) (lockcore.Grant, error) {
+	lease := lockcore.Lease{Lock: req.Lock, Owner: req.Owner, ID: uuid.NewString(), Fence: 1, Principal: req.Principal}
+	return lockcore.Grant{Lease: lease, Token: l.tokens.Mint(lease), TTL: req.TTL, ExpiresAt: time.Now().Add(req.TTL), Holds: 1}, nil
+}
+
+// TestGuard: which request gets through to the lock engine, and the principal it is given.
+func TestGuard(t *testing.T) {
+	tokens, err := lockcore.NewTokens([]byte("guard-test-secret-0123456789"))
+	require.NoError(t, err)
+	c, appKey, opsKey := authConfig(t)
+	locker := &recordingLocker{instantLocker: instantLocker{tokens}}
+	h := NewRouter(locker, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: c,
+		Limits: api.Limits{DefaultTTL: time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour}})
+	do := func(method, path, key, token, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		if token != "" {
+			req.Header.Set("Lease-Token", token)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	problem := func(w *httptest.ResponseRecorder) api.Problem {
+		var p api.Problem
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p), w.Body.String())
+		return p
+	}
+
+	for _, tc := range []struct {
+		name, method, path, key, token string
+		status                         int
+		typ, permission, detail        string
+	}{
+		{"no key", "POST", "/locks/app.a", "", "", 401, api.TypeUnauthenticated, "", "Bearer"},
+		{"bad key", "POST", "/locks/app.a", "lgk_x", "", 401, api.TypeUnauthenticated, "", "not known"},
+		{"bad name before prefix", "POST", "/locks/a$b", appKey, "", 400, api.TypeInvalidLockName, "", ""},
+		{"prefix", "POST", "/locks/other.a", appKey, "", 403, api.TypeForbidden, "", `"other.a"`},
+		{"force needs admin", "DELETE", "/locks/app.a?force=true", appKey, "", 403, api.TypeForbidden, "admin", ""},
+		{"healthz open", "GET", "/healthz", "", "", 200, "", "", ""},
+		{"unknown route", "GET", "/nope", "", "", 404, api.TypeNotFound, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := do(tc.method, tc.path, tc.key, tc.token, `{"owner":"o"}`)
+			require.Equal(t, tc.status, w.Code, w.Body.String())
+			if tc.typ == "" {
+				return
+			}
+			p := problem(w)
+			assert.Equal(t, tc.typ, p.Type)
+			assert.Equal(t, tc.permission, p.Permission)
+			assert.Contains(t, p.Detail, tc.detail)
+			if tc.status == 401 {
+				assert.Equal(t, `Bearer realm="leasegate"`, w.Header().Get("WWW-Authenticate"))
+			}
+		})
+	}
+	assert.Empty(t, locker.principals, "a refused request reached the lock engine")
+
+	w := do("POST", "/locks/app.a", appKey, "", `{"owner":"o"}`)
+	require.Equal(t, http.StatusCreated, w.Code, w.Body.String())
+	assert.Equal(t, []string{"app"}, locker.principals)
+	var g api.Grant
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &g))
+	// The token is its principal's: ops (every permission, every name) may not use it.
+	w = do("DELETE", "/locks/app.a", opsKey, g.Token, "")
+	assert.Equal(t, http.StatusForbidden, w.Code)
+	assert.Contains(t, problem(w).Detail, `belongs to principal "app"`)
+	assert.Equal(t, http.StatusOK, do("DELETE", "/locks/app.a", appKey, g.Token, "").Code)
+
+	// Multi-locks: every member of the body must be allowed, before the lock engine is called.
+	w = do("POST", "/multilocks", appKey, "", `{"owner":"o","locks":["app.a","zzz"]}`)
+	assert.Equal(t, http.StatusForbidden, w.Code, w.Body.String())
+	assert.Equal(t, "zzz", problem(w).Name)
+}
+
+// BenchmarkAuthCycle is BenchmarkAcquireReleaseCycle's cycle (through the router, no Redis)
+// without authentication and with an API key: the difference is what authentication costs a
+// cycle in the HTTP layer (two key hashes, two permission and prefix checks, one token principal
+// check).
+func BenchmarkAuthCycle(b *testing.B) {
+	tokens, _ := lockcore.NewTokens([]byte("bench-secret-bench-secret-bench-secret"))
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	limits := api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour}
+	c, key, _ := authConfig(b)
+	for _, tc := range []struct {
+		name string
+		auth Authenticator
+		key  string
+	}{{"off", nil, ""}, {"api-key", c, key}} {
+		b.Run(tc.name, func(b *testing.B) {
+			h := NewRouter(principalLocker{instantLocker{tokens}}, Options{Logger: log, Limits: limits, Auth: tc.auth})
+			b.ReportAllocs()
+			for b.Loop() {
+				authCycle(b, h, tc.key)
+			}
+		})
+	}
+}
+
+func authCycle(b *testing.B, h http.Handler, key string) {
+	req := httptest.NewRequest(http.MethodPost, "/locks/app.bench", strings.NewReader(`{"owner":"bench","ttl_ms":30000}`))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	if w.Code != http.StatusCreated {
+		b.Fatal(w.Code, w.Body.String())
+	}
+	token := w.Body.String()
+	token = token[strings.Index(token, `"token":"`)+9:]
+	token = token[:strings.IndexByte(token, '"')]
+	req = httptest.NewRequest(http.MethodDelete, "/locks/app.bench", nil)
+	req.Header.Set("Lease-Token", token)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		b.Fatal(w.Code, w.Body.String())
+	}
+}
+
+// BenchmarkAuthCycleRedis is the whole uncontended cycle without authentication and with an API
+// key, side by side (and a third mode, see below): a real redis-server, the real lock engine, the router behind loopback HTTP
+// servers (one per mode), 8 clients cycling on distinct names. Each iteration runs a slice of
+// cycles against each mode in turn, so that the machine's background load falls on both alike;
+// it reports each mode's cycles/s and the process's CPU (gateway and clients) per cycle:
+//
+//	go test ./handlers -run '^$' -bench AuthCycleRedis -benchtime 20x
+func BenchmarkAuthCycleRedis(b *testing.B) {
+	r := harness.NewRedis(b, harness.RedisOptions{})
+	client, err := rueidis.NewClient(lockcore.ClientOption(r.Addr, ""))
+	require.NoError(b, err)
+	defer client.Close()
+	tokens, _ := lockcore.NewTokens([]byte(harness.TestTokenSecret))
+	svc, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: harness.RandomPrefix()})
+	require.NoError(b, err)
+	defer svc.Close()
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	limits := api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour}
+	c, key, _ := authConfig(b)
+	type mode struct {
+		name, url, key string
+		auth           bool
+		cycles         int64
+		wall, cpu      time.Duration
+	}
+	// "off+header" sends the key to a gateway without authentication: what carrying the header
+	// costs the HTTP client and server, apart from checking it.
+	modes := []*mode{{name: "off"}, {name: "api-key", key: key, auth: true}, {name: "off+header", key: key}}
+	for _, m := range modes {
+		var authn Authenticator
+		if m.auth {
+			authn = c
+		}
+		srv := httptest.NewServer(NewRouter(svc, Options{Logger: log, Limits: limits, Auth: authn}))
+		defer srv.Close()
+		m.url = srv.URL
+	}
+	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	const clients, slice = 8, 250 * time.Millisecond
+	for b.Loop() {
+		for _, m := range modes {
+			n, wall, cpu, err := cycleFor(hc, m.url, m.key, clients, slice)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.cycles, m.wall, m.cpu = m.cycles+n, m.wall+wall, m.cpu+cpu
+		}
+	}
+	for _, m := range modes {
+		b.ReportMetric(float64(m.cycles)/m.wall.Seconds(), m.name+"-cycles/s")
+		b.ReportMetric(float64(m.cpu.Microseconds())/float64(m.cycles), m.name+"-cpu-µs/cycle")
+	}
+	off, on := modes[0], modes[1]
+	b.ReportMetric(100*(1-(float64(on.cycles)/on.wall.Seconds())/(float64(off.cycles)/off.wall.Seconds())), "%-throughput-lost")
+}
+
+// cycleFor runs acquire+release cycles against base from n clients (each on a name of its own)
+// for d, and returns how many completed, the wall time and the process's CPU time it took.
+func cycleFor(hc *http.Client, base, key string, n int, d time.Duration) (int64, time.Duration, time.Duration, error) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		done  int64
+		first error
+	)
+	cpu0, start := processCPU(), time.Now()
+	deadline := start.Add(d)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := base + "/locks/app.bench-" + strconv.Itoa(i)
+			var k int64
+			var err error
+			for time.Now().Before(deadline) {
+				var tok string
+				if tok, err = call(hc, http.MethodPost, name, key, "", `{"owner":"bench","ttl_ms":30000}`, http.StatusCreated); err == nil {
+					_, err = call(hc, http.MethodDelete, name, key, tok, "", http.StatusOK)
+				}
+				if err != nil {
+					break
+				}
+				k++
+			}
+			mu.Lock()
+			done += k
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return done, time.Since(start), processCPU() - cpu0, first
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// call sends one request and returns the answer's token, or an error when the status is not want.
+func call(c *http.Client, method, url, key, token, body string, want int) (string, error) {
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if token != "" {
+		req.Header.Set("Lease-Token", token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	if resp.StatusCode != want {
+		return "", &statusError{resp.StatusCode, buf.String()}
+	}
+	var g struct {
+		Token string `json:"token"`
+	}
+	_ = json.Unmarshal(buf.Bytes(), &g)
+	return g.Token, nil
+}
+
+type statusError struct {
+	status int
+	body   string
+}
+
+func (e *statusError) Error() string { return http.StatusText(e.status) + ": " + e.body }
