@@ -23,6 +23,7 @@ type Config struct {
 	RedisPassword     string        `split_words:"true"`
 	RedisTLSCA        string        `envconfig:"REDIS_TLS_CA"`
 	RedlockURLs       []string      `envconfig:"REDLOCK_URLS"`
+	RedlockNew        bool          `envconfig:"REDLOCK_NEW_DEPLOYMENT"`
 	ReplicaAcks       int           `split_words:"true" default:"0"`
 	ReplicaAckTimeout time.Duration `split_words:"true" default:"500ms"`
 	TokenSecret       string        `split_words:"true"`

@@ -204,7 +204,7 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		Observer: observer, LongHold: cfg.LongHold, OnLongHoldSweep: m.SetLongHolds, OnRedisCheck: m.SetRedisUp,
 		// A restarted RedLock master counts again once every lease it may have held has run
 		// out or been renewed without it (see lockcore/redlock.go).
-		RestartGuard: cfg.MaxTTL + time.Second,
+		RestartGuard: cfg.MaxTTL + time.Second, RedLockNewDeployment: cfg.RedlockNew,
 	}
 	svc, deployment, closeRedis, err := newService(ctx, cfg, tokens, opts, log)
 	if err != nil {

@@ -98,24 +98,37 @@ func (ws *waiters) runHeartbeat(ref Ref, leases []string) time.Duration {
 	return ws.actOnHeartbeat(ref, reply, err, 0)
 }
 
-// runHeartbeatRedLock runs the heartbeat on every RedLock master and acts on each reply: a hold
-// any master handed a waiter makes it confirm, which a majority must agree to (see
-// redlock_quorum.go), and an entry any master lost makes it queue again there.
+// runHeartbeatRedLock runs the heartbeat on every RedLock master and acts on each reply as it
+// comes: a hold any master handed a waiter makes it confirm, which a majority must agree to (see
+// redlock_quorum.go), and an entry any master lost makes it queue again there. It returns once a
+// majority answered (at most a beat later): a stalled master must not hold up the beats that keep
+// the waiters alive on the others; its reply is acted on when it comes.
 func (ws *waiters) runHeartbeatRedLock(ref Ref, leases []string) time.Duration {
 	k := ws.s.keys(ref)
-	args := ws.s.scriptArgs(k.lock, ref.Kind, leases)
-	next := ws.s.heartbeat
+	f := ws.s.rl.send(context.Background(), ws.s.heartbeatScript, k.all(), ws.s.scriptArgs(k.lock, ref.Kind, leases))
 	var mu sync.Mutex
-	ws.s.rl.each(func(i int, m *master) {
-		reply, err := ws.s.runOn(context.Background(), m.client, ws.s.heartbeatScript, k.all(), args).ToArray()
+	next := ws.s.heartbeat
+	act := func(r masterReply) {
+		reply, err := r.res.ToArray()
 		if err != nil {
 			return // the masters that answer keep the waiters in line
 		}
-		d := ws.actOnHeartbeat(ref, reply, nil, i+1)
+		d := ws.actOnHeartbeat(ref, reply, nil, r.m.i+1)
 		mu.Lock()
 		next = min(next, d)
 		mu.Unlock()
+	}
+	got := f.collect(time.Now().Add(ws.s.heartbeat), func(got []masterReply, _ int) bool {
+		return countCounted(got) >= ws.s.rl.quorum
 	})
+	for _, r := range got {
+		if r.res.Error() == nil {
+			act(r)
+		}
+	}
+	f.rest(act)
+	mu.Lock()
+	defer mu.Unlock()
 	return next
 }
 

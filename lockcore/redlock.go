@@ -50,6 +50,7 @@ type redlock struct {
 
 // master is one of the deployment's Redis masters.
 type master struct {
+	i      int // its place in LEASEGATE_REDLOCK_URLS
 	addr   string
 	client rueidis.Client
 	dials  atomic.Int64 // connections rueidis opened to it, ever
@@ -83,8 +84,8 @@ func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*
 	rl := &redlock{quorum: len(masters)/2 + 1, guard: opts.RestartGuard,
 		guardScript: rueidis.NewLuaScript(luascripts.RedlockGuard), fenceScript: rueidis.NewLuaScript(luascripts.RedlockFence),
 		yieldScript: rueidis.NewLuaScript(luascripts.RedlockYield), settleScript: rueidis.NewLuaScript(luascripts.RedlockSettle)}
-	for _, o := range masters {
-		m := &master{addr: strings.Join(o.InitAddress, ",")}
+	for i, o := range masters {
+		m := &master{i: i, addr: strings.Join(o.InitAddress, ",")}
 		o.DialCtxFn = countDials(m, o.DialCtxFn)
 		c, err := rueidis.NewClient(o)
 		if err != nil {
@@ -102,10 +103,15 @@ func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*
 	return s, nil
 }
 
-// countDials wraps a rueidis dialer so that every connection opened to m counts.
+// countDials wraps a rueidis dialer so that every connection opened to m counts, once it is open
+// (before any reply can come over it): a check that began before it cannot vouch for it.
 func countDials(m *master, dial func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
-	return func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
-		m.dials.Add(1)
+	return func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (conn net.Conn, err error) {
+		defer func() {
+			if err == nil {
+				m.dials.Add(1)
+			}
+		}()
 		switch {
 		case dial != nil:
 			return dial(ctx, dst, d, cfg)
@@ -130,7 +136,13 @@ func (rl *redlock) start(s *Service) {
 		n, err := m.client.Do(ctx, m.client.B().Exists().Key(rl.runIDKey).Build()).AsInt64()
 		answered[i], recorded[i] = err == nil, n == 1
 	})
-	fresh := countTrue(answered) >= rl.quorum && countTrue(recorded) == 0
+	// A master without a record lost its data, or is new: nothing tells the two apart, so only
+	// an operator who says the deployment is new (Options.RedLockNewDeployment) spares it the guard,
+	// and only when no master has a record.
+	fresh := s.redlockNew && countTrue(answered) >= rl.quorum && countTrue(recorded) == 0
+	if fresh {
+		s.log.Warn("new RedLock deployment: its masters are recorded without a restart guard; unset LEASEGATE_REDLOCK_NEW_DEPLOYMENT once it runs")
+	}
 	rl.each(func(i int, m *master) {
 		if answered[i] {
 			if err := rl.check(ctx, m, fresh); err != nil {

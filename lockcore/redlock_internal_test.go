@@ -25,7 +25,7 @@ func newRedLockForTest(t *testing.T, n int, guard time.Duration) (*Service, []*h
 	}
 	tokens, err := NewTokens([]byte("0123456789abcdef0123"))
 	require.NoError(t, err)
-	s, err := NewRedLock(opts, tokens, Options{KeyPrefix: harness.RandomPrefix(), RestartGuard: guard})
+	s, err := NewRedLock(opts, tokens, Options{KeyPrefix: harness.RandomPrefix(), RestartGuard: guard, RedLockNewDeployment: true})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return s, masters

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -72,19 +73,57 @@ func (rl *redlock) exec(ctx context.Context, script *rueidis.Lua, keys, args []s
 	return nil, fmt.Errorf("%w: %s on RedLock", ErrNotSupported, s.scriptNames[script])
 }
 
-// acquire: acquire.lua's reply (see acquireReply); args as runAcquire gives them.
+// acquire: acquire.lua's reply (see acquireReply); args as runAcquire gives them. A grant is a
+// majority for one lease: the request's new one, or (a retry with an Idempotency-Key) the lease
+// its first call was granted, which a master that lost or never had the key would not know of.
+// Grants of the request's new lease that do not stand are given back.
 func (rl *redlock) acquire(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
 	lease, waiting, want := args[5], args[9] == "wait", args[14]
 	ttl := msArg(args[6])
 	validUntil := time.Now().Add(ttl - drift(ttl))
-	granted := func(r masterReply) bool {
-		st := status(r)
-		return r.counted && (st == acquireGranted || st == acquireReplayed)
+	leaseOf := func(r masterReply) string {
+		switch status(r) {
+		case acquireGranted:
+			return lease
+		case acquireReplayed:
+			arr, _ := r.res.ToArray()
+			l, _ := arr[2].ToString()
+			return l
+		}
+		return ""
+	}
+	winner := func(got []masterReply) (string, int) {
+		counts := map[string]int{}
+		best, n := "", 0
+		for _, r := range got {
+			if l := leaseOf(r); r.counted && l != "" {
+				if counts[l]++; counts[l] > n {
+					best, n = l, counts[l]
+				}
+			}
+		}
+		return best, n
 	}
 	f := rl.send(ctx, rl.s.acquire, keys, args)
-	got := f.collect(validUntil, rl.until(granted))
-	if count(got, granted) >= rl.quorum && time.Now().Before(validUntil) {
-		if rep, err := rl.agreeOnFence(ctx, keys, lease, filter(got, granted), validUntil); err == nil {
+	got := f.collect(validUntil, func(got []masterReply, pending int) bool {
+		_, n := winner(got)
+		answered := countCounted(got)
+		return n >= rl.quorum || (n+pending < rl.quorum && (answered >= rl.quorum || answered+pending < rl.quorum))
+	})
+	giveBack := func(r masterReply) { // a grant of the request's new lease that does not stand
+		if status(r) == acquireGranted {
+			rl.giveBack(r.m, keys, args, lease, want)
+		}
+	}
+	win, n := winner(got)
+	wins := func(r masterReply) bool { return r.counted && leaseOf(r) == win }
+	if n >= rl.quorum && time.Now().Before(validUntil) {
+		if win != lease { // a replay: the first call's lease, with what a majority has left of it
+			rl.onEach(got, giveBack)
+			f.rest(giveBack)
+			return rl.quorumTTL(filter(got, wins), 3), nil
+		}
+		if rep, err := rl.agreeOnFence(ctx, keys, lease, filter(got, wins), validUntil); err == nil {
 			rl.settleElsewhere(f, got, keys, args, lease, args[6], func(r masterReply) bool { return status(r) == acquireQueued })
 			return rep, nil
 		}
@@ -97,21 +136,35 @@ func (rl *redlock) acquire(ctx context.Context, keys, args []string) ([]rueidis.
 		}
 		rep := mostCommon(got, queued)
 		arrival, _ := rep[2].AsInt64()
-		for _, r := range got {
-			if r.res.Error() == nil && status(r) == acquireGranted {
-				rl.yield(r.m, keys, args, lease, strconv.FormatInt(arrival, 10))
-			}
-		}
+		rl.yield(got, keys, args, lease, strconv.FormatInt(arrival, 10))
 		return rep, nil
-	}
-	giveBack := func(r masterReply) {
-		if status(r) == acquireGranted {
-			rl.giveBack(r.m, keys, args, lease, want)
-		}
 	}
 	rl.onEach(got, giveBack)
 	f.rest(giveBack)
-	return rl.refusal(got, granted)
+	return rl.refusal(got, func(r masterReply) bool { return r.counted && leaseOf(r) != "" })
+}
+
+// reenter: reenter.lua's reply {holds, fence, wd, ttl, used} | a refusal; the TTL a majority
+// has (a retry's replay answers what each master has left).
+func (rl *redlock) reenter(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
+	lease, want := args[5], args[8]
+	ttl := msArg(args[6])
+	validUntil := time.Now().Add(ttl - drift(ttl))
+	entered := func(r masterReply) bool { return r.counted && arrayLen(r) >= 4 }
+	f := rl.send(ctx, rl.s.reenter, keys, args)
+	got := f.collect(validUntil, rl.until(entered))
+	if count(got, entered) >= rl.quorum && time.Now().Before(validUntil) {
+		f.rest(nil)
+		return rl.quorumTTL(filter(got, entered), 3), nil
+	}
+	undo := func(r masterReply) { // the hold this call added, where it did
+		if arrayLen(r) >= 4 {
+			rl.giveBack(r.m, keys, args, lease, want)
+		}
+	}
+	rl.onEach(got, undo)
+	f.rest(undo)
+	return rl.refusal(got, entered)
 }
 
 // onEach runs handle on each reply in got that is no error, each on a goroutine of its own, and
@@ -128,30 +181,16 @@ func (rl *redlock) onEach(got []masterReply, handle func(masterReply)) {
 	}
 }
 
-// reenter: reenter.lua's reply {holds, fence, wd, ttl, used} | a refusal.
-func (rl *redlock) reenter(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
-	lease, want := args[5], args[8]
-	ttl := msArg(args[6])
-	validUntil := time.Now().Add(ttl - drift(ttl))
-	entered := func(r masterReply) bool { return r.counted && arrayLen(r) >= 4 }
-	f := rl.send(ctx, rl.s.reenter, keys, args)
-	got := f.collect(validUntil, rl.until(entered))
-	if count(got, entered) >= rl.quorum && time.Now().Before(validUntil) {
-		f.rest(nil)
-		return greatest(got, entered, 1), nil
-	}
-	undo := func(r masterReply) { // the hold this call added, where it did
-		if arrayLen(r) >= 4 {
-			rl.giveBack(r.m, keys, args, lease, want)
-		}
-	}
-	rl.onEach(got, undo)
-	f.rest(undo)
-	return rl.refusal(got, entered)
+// quorumTTL returns, of replies (a majority's, the TTL at index i), the one with the longest TTL
+// that a majority of masters has: the quorum-th longest.
+func (rl *redlock) quorumTTL(replies []masterReply, i int) []rueidis.RedisMessage {
+	slices.SortFunc(replies, func(a, b masterReply) int { return cmp.Compare(intAt(b, i), intAt(a, i)) })
+	return must(replies[min(rl.quorum, len(replies))-1].res.ToArray())
 }
 
 // renew: renew.lua's reply {holds, fence, ttl, wd, shared, used, size} | {0}. A waiter's
-// confirmation is a renewal too: its fence is agreed on as a new grant's.
+// confirmation is a renewal too: its fence is agreed on as a new grant's. A renewal that keeps the
+// lease's TTL (ttl 0) answers the TTL a majority has.
 func (rl *redlock) renew(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
 	start, lease, ttl := time.Now(), args[5], msArg(args[6])
 	deadline := start.Add(3 * time.Second) // TTL unknown before the reply (0: keep the lease's)
@@ -167,9 +206,12 @@ func (rl *redlock) renew(ctx context.Context, keys, args []string) ([]rueidis.Re
 			f.rest(nil)
 			return nil, err
 		}
+		if ttl == 0 {
+			rep = rl.quorumTTL(filter(got, renewed), 2)
+		}
 		ttlMs, _ := rep[2].AsInt64()
 		rl.settleElsewhere(f, got, keys, args, lease, strconv.FormatInt(ttlMs, 10), func(r masterReply) bool { return status(r) == 0 })
-		if left, _ := rep[2].AsInt64(); time.Since(start) >= time.Duration(left)*time.Millisecond-drift(time.Duration(left)*time.Millisecond) {
+		if left := time.Duration(ttlMs) * time.Millisecond; time.Since(start) >= left-drift(left) {
 			return nil, fmt.Errorf("%w: the RedLock masters renewed too late to leave the lease any validity", ErrUnavailable)
 		}
 		return rep, nil
@@ -313,15 +355,18 @@ func (rl *redlock) settleElsewhere(f *fanout, got []masterReply, keys, args []st
 	f.rest(settle)
 }
 
-// yield gives back, on master m, the hold a waiter (lease, queued at arrival) got from a minority,
-// if an earlier waiter is in line there (redlock_yield.lua), on a goroutine of its own.
-func (rl *redlock) yield(m *master, keys, args []string, lease, arrival string) {
+// yield gives back, on each master that granted lease (a waiter queued at arrival) in got, that
+// hold if an earlier waiter is in line there (redlock_yield.lua). It waits for them: a yield that
+// ran after the waiter's next confirmation could take a hold from a grant a majority just made.
+func (rl *redlock) yield(got []masterReply, keys, args []string, lease, arrival string) {
 	a := append(slices.Clip(args[:5]), lease, arrival)
-	rl.late.Add(1)
-	go func() {
-		defer rl.late.Done()
-		_ = rl.s.runOn(context.Background(), m.client, rl.yieldScript, keys[:7], a).Error()
-	}()
+	var wg sync.WaitGroup
+	for _, r := range got {
+		if r.res.Error() == nil && status(r) == acquireGranted {
+			wg.Go(func() { _ = rl.s.runOn(context.Background(), r.m.client, rl.yieldScript, keys[:7], a).Error() })
+		}
+	}
+	wg.Wait()
 }
 
 // until says a collection is settled: ok holds for a majority, or no longer can and enough

@@ -71,10 +71,14 @@ type Options struct {
 	// OnRedisCheck (see long_holds.go).
 	// RestartGuard is, on RedLock (NewRedLock), how long a master that restarted is not counted
 	// toward any quorum: at least the largest TTL a lease can have (see redlock.go).
-	RestartGuard    time.Duration
-	LongHold        time.Duration
-	OnLongHoldSweep func(n int, oldest time.Duration)
-	OnRedisCheck    func(up bool)
+	RestartGuard time.Duration
+	// RedLockNewDeployment says the RedLock masters are new: when none of them carries a record
+	// of its Redis process, they are recorded without a restart guard. Masters that all lost
+	// their data look the same: set it on a deployment's first start only.
+	RedLockNewDeployment bool
+	LongHold             time.Duration
+	OnLongHoldSweep      func(n int, oldest time.Duration)
+	OnRedisCheck         func(up bool)
 }
 
 // Service runs lock operations against one Redis deployment. Safe for concurrent use. Close it to
@@ -112,6 +116,7 @@ type Service struct {
 	shards          []scheduleShard // the watchdog's schedules (see watchdog.go)
 	failures        atomic.Int64
 
+	redlockNew bool // Options.RedLockNewDeployment
 	// rl is the RedLock deployment when the Service runs on several independent masters
 	// (NewRedLock); nil on one Redis, Sentinel or Cluster.
 	rl *redlock
@@ -213,6 +218,7 @@ func newService(client rueidis.Client, rl *redlock, tokens *Tokens, opts Options
 		s.multiRenew: newAckedScript(luascripts.MultiRenew),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.redlockNew = opts.RedLockNewDeployment
 	if rl != nil {
 		if opts.ReplicaAcks > 0 {
 			return nil, fmt.Errorf("%w: replica acks do not apply to RedLock's independent masters", ErrInvalid)

@@ -60,7 +60,11 @@ const (
 // enroll schedules the first renewal of a new watchdog grant, a third of its TTL from now.
 func (s *Service) enroll(ctx context.Context, g Grant) error {
 	shard := s.shardOf(g.Lock)
-	return s.runSchedule(ctx, []string{shard.leases, shard.aged},
+	keys := []string{shard.leases, shard.aged}
+	if s.rl != nil {
+		keys = keys[:1] // no long-hold report on RedLock: nothing would sweep the aged entries
+	}
+	return s.runSchedule(ctx, keys,
 		"enroll", scheduleMember(g.Lease), ms(g.TTL/3), agedMember(g.Lease), strconv.FormatInt(g.Fence/1000, 10))
 }
 

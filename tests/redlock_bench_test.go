@@ -49,7 +49,8 @@ func BenchmarkRedLock(b *testing.B) {
 	single := harness.NewRedis(b, harness.RedisOptions{})
 	add("standalone", map[string]string{"LEASEGATE_LOG_LEVEL": "warn"}, single, []*harness.Redis{single})
 	rig := harness.NewRedLockRig(b, 5)
-	add("redlock (5 masters)", map[string]string{"LEASEGATE_LOG_LEVEL": "warn", "LEASEGATE_REDLOCK_URLS": rig.URLs()}, nil, rig.Masters())
+	add("redlock (5 masters)", map[string]string{"LEASEGATE_LOG_LEVEL": "warn", "LEASEGATE_REDLOCK_URLS": rig.URLs(),
+		"LEASEGATE_REDLOCK_NEW_DEPLOYMENT": "true"}, nil, rig.Masters())
 
 	for round := range 3 {
 		for _, r := range rows {

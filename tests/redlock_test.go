@@ -36,7 +36,8 @@ func redlockGateways(t *testing.T, rig *harness.RedLockRig, n int, env map[strin
 		cs  []*harness.Client
 	)
 	for range n {
-		e := map[string]string{"LEASEGATE_REDLOCK_URLS": rig.URLs()}
+		// The rig's masters are new: recorded without a restart guard at the first start.
+		e := map[string]string{"LEASEGATE_REDLOCK_URLS": rig.URLs(), "LEASEGATE_REDLOCK_NEW_DEPLOYMENT": "true"}
 		for k, v := range env {
 			e[k] = v
 		}
