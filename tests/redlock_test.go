@@ -57,19 +57,6 @@ func holdsOn(rig *harness.RedLockRig, i int, prefix, name string) (bool, error) 
 	return n == "1", err
 }
 
-// eventuallyPaced is eventually polling every 50 ms: for conditions that send a request to the
-// gateway, which a 5 ms poll would flood.
-func eventuallyPaced(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-time.After(50 * time.Millisecond)
-	}
-}
-
 // dumpLock renders lock name's hold on every running master of rig: its hash and PTTL.
 func dumpLock(rig *harness.RedLockRig, prefix, name string) string {
 	var b strings.Builder

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/leasegate/leasegate/tests/harness"
 )
@@ -106,4 +107,17 @@ func debianTool(t *testing.T, pkg string, names ...string) string {
 	}
 	t.Fatalf("%s not found on PATH: install Debian's %s package (./scripts/test does)", names[0], pkg)
 	return ""
+}
+
+// eventuallyPaced is eventually polling every 50 ms: for conditions that send a request to the
+// gateway, which a 5 ms poll would flood.
+func eventuallyPaced(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-time.After(50 * time.Millisecond)
+	}
 }

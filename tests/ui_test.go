@@ -58,7 +58,7 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	const longOwner = `deployer <ci@example.com> & "co"` // user input that would be markup if misused
 	long := e.client.Do(http.MethodPost, "/locks/deploy.production", nil, acquireBody(longOwner, 120000))
 	require.Equal(t, http.StatusCreated, long.Status, string(long.Body))
-	uiPoll(t, 15*time.Second, "deploy.production held past LEASEGATE_LONG_HOLD", func() bool {
+	eventuallyPaced(t, 15*time.Second, "deploy.production held past LEASEGATE_LONG_HOLD", func() bool {
 		r := e.client.Do(http.MethodGet, "/locks?prefix=deploy.", nil, "")
 		for _, l := range r.JSON()["locks"].([]any) {
 			if m := l.(map[string]any); m["lock"] == "deploy.production" {
@@ -205,18 +205,6 @@ func runChromium(t *testing.T, chromium, dir string, args ...string) string {
 		t.Fatalf("chromium %s: %v; stderr:\n%s", strings.Join(args, " "), err, uiTail(stderr.String(), 20))
 	}
 	return stdout.String()
-}
-
-// uiPoll checks cond every 50 ms until it holds, failing t after timeout.
-func uiPoll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-time.After(50 * time.Millisecond)
-	}
 }
 
 func uiTail(s string, n int) string {
