@@ -43,6 +43,9 @@ type Config struct {
 	TLSKeyFile        string        `envconfig:"TLS_KEY_FILE"`
 	TLSClientCAFile   string        `envconfig:"TLS_CLIENT_CA_FILE"`
 	AuthFile          string        `split_words:"true"`
+	QuotaRate         float64       `split_words:"true" default:"0"`
+	QuotaBurst        int           `split_words:"true" default:"0"`
+	QuotaParked       int           `split_words:"true" default:"0"`
 	MetricsAuth       string        `split_words:"true" default:"open"`
 }
 
@@ -56,7 +59,8 @@ func loadConfig() (Config, error) {
 	for _, name := range []string{"LISTEN", "REDIS_ADDR", "REDIS_URL", "REDIS_USERNAME", "REDIS_PASSWORD", "REDIS_TLS_CA",
 		"REDLOCK_URLS", "REPLICA_ACKS", "REPLICA_ACK_TIMEOUT", "TOKEN_SECRET", "KEY_PREFIX",
 		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL",
-		"TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE", "AUTH_FILE", "METRICS_AUTH"} {
+		"TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE", "AUTH_FILE", "METRICS_AUTH",
+		"QUOTA_RATE", "QUOTA_BURST", "QUOTA_PARKED"} {
 		if v, ok := os.LookupEnv("LEASEGATE_" + name); ok && strings.TrimSpace(v) == "" {
 			return Config{}, fmt.Errorf("LEASEGATE_%s is set but empty; unset it to use the default", name)
 		}
@@ -100,6 +104,11 @@ func loadConfig() (Config, error) {
 		check(cfg.TLSKeyFile != "" || cfg.TLSCertFile == "", "TLS_CERT_FILE", "is set without LEASEGATE_TLS_KEY_FILE: give both"),
 		check(cfg.TLSCertFile != "" || cfg.TLSKeyFile == "", "TLS_KEY_FILE", "is set without LEASEGATE_TLS_CERT_FILE: give both"),
 		check(cfg.TLSCertFile != "" || cfg.TLSClientCAFile == "", "TLS_CLIENT_CA_FILE", "needs LEASEGATE_TLS_CERT_FILE and LEASEGATE_TLS_KEY_FILE"),
+		check(cfg.QuotaRate >= 0, "QUOTA_RATE", "must not be negative, got %g", cfg.QuotaRate),
+		check(cfg.QuotaBurst >= 0, "QUOTA_BURST", "must not be negative, got %d", cfg.QuotaBurst),
+		check(cfg.QuotaParked >= 0, "QUOTA_PARKED", "must not be negative, got %d", cfg.QuotaParked),
+		check(cfg.AuthFile != "" || (cfg.QuotaRate == 0 && cfg.QuotaParked == 0), "QUOTA_RATE",
+			"and LEASEGATE_QUOTA_PARKED limit principals: they need LEASEGATE_AUTH_FILE"),
 		check(slices.Contains([]string{"open", "admin"}, cfg.MetricsAuth), "METRICS_AUTH", "%q is not open or admin", cfg.MetricsAuth),
 		check(cfg.MetricsAuth == "open" || cfg.AuthFile != "", "METRICS_AUTH", "admin needs LEASEGATE_AUTH_FILE"),
 	)

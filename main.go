@@ -229,6 +229,7 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		Spec:        openapiSpec,
 		Auth:        authn,
 		MetricsAuth: cfg.MetricsAuth == "admin",
+		Quotas:      handlers.Quotas{Rate: cfg.QuotaRate, Burst: cfg.QuotaBurst, Parked: cfg.QuotaParked},
 	})
 	srv := &http.Server{
 		Handler:           router,

@@ -23,6 +23,7 @@ const (
 	TypeNotSupported       = "urn:leasegate:problem:not-supported"
 	TypeUnauthenticated    = "urn:leasegate:problem:unauthenticated"
 	TypeForbidden          = "urn:leasegate:problem:forbidden"
+	TypeQuotaExceeded      = "urn:leasegate:problem:quota-exceeded"
 )
 
 // Problem is an RFC 9457 problem details body, with leasegate's extension members.

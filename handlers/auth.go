@@ -42,6 +42,8 @@ const (
 type guard struct {
 	auth Authenticator
 	log  *slog.Logger
+	// quotas: the principal's requests per second are taken here, once it is known
+	quotas *quotas
 }
 
 // need wraps a route's handler: the request must carry the API key of a principal that has perm
@@ -55,6 +57,9 @@ func (g *guard) need(perm auth.Permission, sc scope, next http.HandlerFunc) http
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := g.authorize(r, perm, sc)
+		if err == nil {
+			err = g.quotas.allow(p.Name)
+		}
 		if err != nil {
 			writeError(w, r, g.log, err)
 			return

@@ -53,6 +53,7 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		sizeErr     *lockcore.PermitsMismatchError
 		lostErr     *lockcore.GroupLostError
 		deniedErr   *auth.ForbiddenError
+		quotaErr    *quotaError
 	)
 	switch {
 	case errors.As(err, &reqErr):
@@ -60,6 +61,10 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 	case errors.Is(err, auth.ErrUnauthenticated):
 		p.Status, p.Type, p.Title = http.StatusUnauthorized, api.TypeUnauthenticated, "Unauthenticated"
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leasegate"`)
+	case errors.As(err, &quotaErr):
+		p.Status, p.Type, p.Title = http.StatusTooManyRequests, api.TypeQuotaExceeded, "Quota exceeded"
+		p.RetryAfterms = ptr(quotaErr.retryAfter.Milliseconds())
+		w.Header().Set("Retry-After", retryAfterSeconds(quotaErr.retryAfter))
 	case errors.As(err, &deniedErr):
 		p.Status, p.Type, p.Title = http.StatusForbidden, api.TypeForbidden, "Forbidden"
 		p.Permission, p.Name = string(deniedErr.Permission), deniedErr.Name

@@ -41,6 +41,7 @@ type lockHandlers struct {
 	locker Locker
 	limits api.Limits
 	log    *slog.Logger
+	quotas *quotas // nil: none
 }
 
 // acquire handles POST /locks/{name}: 201 for a new grant, 200 for a re-entry.
@@ -82,6 +83,14 @@ func readAcquire[B validating[api.Acquire]](h *lockHandlers, w http.ResponseWrit
 // grant, 200 for a re-entry. A waiting request runs on this goroutine until it is granted, its
 // wait runs out, or its client leaves (which ends r.Context()).
 func (h *lockHandlers) grant(w http.ResponseWriter, r *http.Request, req lockcore.AcquireRequest, location string, body func(lockcore.Grant) any) {
+	if req.Wait > 0 && req.Token == "" {
+		done, err := h.quotas.park(req.Principal)
+		if err != nil {
+			writeError(w, r, h.log, err)
+			return
+		}
+		defer done()
+	}
 	g, err := h.locker.Acquire(r.Context(), req)
 	if err != nil {
 		writeError(w, r, h.log, err)

@@ -34,6 +34,14 @@ func (h *lockHandlers) acquireMulti(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.Wait > 0 {
+		done, err := h.quotas.park(principalName(r.Context()))
+		if err != nil {
+			writeError(w, r, h.log, err)
+			return
+		}
+		defer done()
+	}
 	mode := lockcore.Exclusive
 	if req.Shared {
 		mode = lockcore.Shared

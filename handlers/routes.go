@@ -50,6 +50,8 @@ type Options struct {
 	Auth Authenticator
 	// MetricsAuth protects GET /metrics: it then needs the admin permission on every name.
 	MetricsAuth bool
+	// Quotas limit each principal's requests on this replica (with Auth; see quota.go).
+	Quotas Quotas
 }
 
 // Metrics is what the router needs of the gateway's metrics (*metrics.Metrics).
@@ -66,8 +68,9 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger}
-	g := &guard{auth: opts.Auth, log: opts.Logger}
+	q := newQuotas(opts.Quotas)
+	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger, quotas: q}
+	g := &guard{auth: opts.Auth, log: opts.Logger, quotas: q}
 	const (
 		lock, inspect, admin = auth.Lock, auth.Inspect, auth.Admin
 	)

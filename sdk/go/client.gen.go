@@ -530,6 +530,7 @@ type Owner = string
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -852,6 +853,7 @@ type SemaphoreNameParam = string
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -877,6 +879,7 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -902,6 +905,7 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -927,6 +931,7 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -952,6 +957,7 @@ type ClientError = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -980,6 +986,7 @@ type Healthy = Health
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -1005,6 +1012,7 @@ type Internal = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -1030,6 +1038,7 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -1061,6 +1070,7 @@ type MultiLockRenewed = MultiLockGrant
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -1069,6 +1079,32 @@ type MultiLockRenewed = MultiLockGrant
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type NotSupported = Problem
+
+// QuotaExceeded An RFC 9457 problem details body with leasegate's extension members. Clients switch
+// on `type`, never on `title`. The problem types:
+//
+// | type | status | meaning |
+// | --- | --- | --- |
+// | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
+// | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
+// | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:not-found` | 404 | No such route. |
+// | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
+type QuotaExceeded = Problem
 
 // SemaphoreConflict An RFC 9457 problem details body with leasegate's extension members. Clients switch
 // on `type`, never on `title`. The problem types:
@@ -1086,6 +1122,7 @@ type NotSupported = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -1111,6 +1148,7 @@ type SemaphoreConflict = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -1136,6 +1174,7 @@ type Unauthenticated = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -4253,6 +4292,12 @@ type AdminTopResponse403Headers struct {
 	XRequestId string
 }
 
+// AdminTopResponse429Headers the declared response headers of an HTTP 429 response for AdminTop
+type AdminTopResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // AdminTopResponse4XXHeaders the declared response headers of an HTTP 4XX response for AdminTop
 type AdminTopResponse4XXHeaders struct {
 	XRequestId string
@@ -4278,6 +4323,8 @@ type AdminTopResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
 	ApplicationproblemJSON4XX *ClientError
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -4290,6 +4337,8 @@ type AdminTopResponse struct {
 	Headers401 *AdminTopResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *AdminTopResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AdminTopResponse429Headers
 	// Headers4XX the parsed response headers for an HTTP 4XX response
 	Headers4XX *AdminTopResponse4XXHeaders
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -4311,6 +4360,11 @@ func (r AdminTopResponse) GetApplicationproblemJSON401() *Unauthenticated {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r AdminTopResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AdminTopResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
@@ -4454,6 +4508,12 @@ type ListLocksResponse403Headers struct {
 	XRequestId string
 }
 
+// ListLocksResponse429Headers the declared response headers of an HTTP 429 response for ListLocks
+type ListLocksResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // ListLocksResponse4XXHeaders the declared response headers of an HTTP 4XX response for ListLocks
 type ListLocksResponse4XXHeaders struct {
 	XRequestId string
@@ -4486,6 +4546,8 @@ type ListLocksResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
 	ApplicationproblemJSON4XX *ClientError
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -4502,6 +4564,8 @@ type ListLocksResponse struct {
 	Headers401 *ListLocksResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *ListLocksResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListLocksResponse429Headers
 	// Headers4XX the parsed response headers for an HTTP 4XX response
 	Headers4XX *ListLocksResponse4XXHeaders
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -4530,6 +4594,11 @@ func (r ListLocksResponse) GetApplicationproblemJSON401() *Unauthenticated {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListLocksResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListLocksResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
@@ -4607,6 +4676,12 @@ type ReleaseLockResponse410Headers struct {
 	XRequestId string
 }
 
+// ReleaseLockResponse429Headers the declared response headers of an HTTP 429 response for ReleaseLock
+type ReleaseLockResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // ReleaseLockResponse500Headers the declared response headers of an HTTP 500 response for ReleaseLock
 type ReleaseLockResponse500Headers struct {
 	XRequestId string
@@ -4636,6 +4711,8 @@ type ReleaseLockResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -4652,6 +4729,8 @@ type ReleaseLockResponse struct {
 	Headers403 *ReleaseLockResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseLockResponse410Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleaseLockResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ReleaseLockResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -4683,6 +4762,11 @@ func (r ReleaseLockResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r ReleaseLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleaseLockResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4750,6 +4834,12 @@ type InspectLockResponse403Headers struct {
 	XRequestId string
 }
 
+// InspectLockResponse429Headers the declared response headers of an HTTP 429 response for InspectLock
+type InspectLockResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // InspectLockResponse500Headers the declared response headers of an HTTP 500 response for InspectLock
 type InspectLockResponse500Headers struct {
 	XRequestId string
@@ -4777,6 +4867,8 @@ type InspectLockResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -4791,6 +4883,8 @@ type InspectLockResponse struct {
 	Headers401 *InspectLockResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *InspectLockResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *InspectLockResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *InspectLockResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -4817,6 +4911,11 @@ func (r InspectLockResponse) GetApplicationproblemJSON401() *Unauthenticated {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r InspectLockResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r InspectLockResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4906,6 +5005,12 @@ type AcquireLockResponse413Headers struct {
 	XRequestId string
 }
 
+// AcquireLockResponse429Headers the declared response headers of an HTTP 429 response for AcquireLock
+type AcquireLockResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // AcquireLockResponse500Headers the declared response headers of an HTTP 500 response for AcquireLock
 type AcquireLockResponse500Headers struct {
 	XRequestId string
@@ -4941,6 +5046,8 @@ type AcquireLockResponse struct {
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -4963,6 +5070,8 @@ type AcquireLockResponse struct {
 	Headers410 *AcquireLockResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *AcquireLockResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AcquireLockResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *AcquireLockResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5009,6 +5118,11 @@ func (r AcquireLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r AcquireLockResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AcquireLockResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5081,6 +5195,12 @@ type WatchLockResponse410Headers struct {
 	XRequestId string
 }
 
+// WatchLockResponse429Headers the declared response headers of an HTTP 429 response for WatchLock
+type WatchLockResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // WatchLockResponse500Headers the declared response headers of an HTTP 500 response for WatchLock
 type WatchLockResponse500Headers struct {
 	XRequestId string
@@ -5113,6 +5233,8 @@ type WatchLockResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -5131,6 +5253,8 @@ type WatchLockResponse struct {
 	Headers403 *WatchLockResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *WatchLockResponse410Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *WatchLockResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *WatchLockResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -5159,6 +5283,11 @@ func (r WatchLockResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r WatchLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r WatchLockResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5241,6 +5370,12 @@ type RenewLockResponse413Headers struct {
 	XRequestId string
 }
 
+// RenewLockResponse429Headers the declared response headers of an HTTP 429 response for RenewLock
+type RenewLockResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // RenewLockResponse500Headers the declared response headers of an HTTP 500 response for RenewLock
 type RenewLockResponse500Headers struct {
 	XRequestId string
@@ -5272,6 +5407,8 @@ type RenewLockResponse struct {
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -5290,6 +5427,8 @@ type RenewLockResponse struct {
 	Headers410 *RenewLockResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RenewLockResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewLockResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RenewLockResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5326,6 +5465,11 @@ func (r RenewLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RenewLockResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewLockResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5383,6 +5527,12 @@ type MetricsResponse403Headers struct {
 	XRequestId string
 }
 
+// MetricsResponse429Headers the declared response headers of an HTTP 429 response for Metrics
+type MetricsResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // MetricsResponse4XXHeaders the declared response headers of an HTTP 4XX response for Metrics
 type MetricsResponse4XXHeaders struct {
 	XRequestId string
@@ -5400,6 +5550,8 @@ type MetricsResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
 	ApplicationproblemJSON4XX *ClientError
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -5408,6 +5560,8 @@ type MetricsResponse struct {
 	Headers401 *MetricsResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *MetricsResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *MetricsResponse429Headers
 	// Headers4XX the parsed response headers for an HTTP 4XX response
 	Headers4XX *MetricsResponse4XXHeaders
 	// HeadersDefault the parsed response headers for an HTTP default response
@@ -5422,6 +5576,11 @@ func (r MetricsResponse) GetApplicationproblemJSON401() *Unauthenticated {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r MetricsResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r MetricsResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
@@ -5489,6 +5648,12 @@ type ReleaseMultiLockResponse410Headers struct {
 	XRequestId string
 }
 
+// ReleaseMultiLockResponse429Headers the declared response headers of an HTTP 429 response for ReleaseMultiLock
+type ReleaseMultiLockResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // ReleaseMultiLockResponse500Headers the declared response headers of an HTTP 500 response for ReleaseMultiLock
 type ReleaseMultiLockResponse500Headers struct {
 	XRequestId string
@@ -5523,6 +5688,8 @@ type ReleaseMultiLockResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -5541,6 +5708,8 @@ type ReleaseMultiLockResponse struct {
 	Headers403 *ReleaseMultiLockResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseMultiLockResponse410Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleaseMultiLockResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ReleaseMultiLockResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -5574,6 +5743,11 @@ func (r ReleaseMultiLockResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r ReleaseMultiLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleaseMultiLockResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5658,6 +5832,12 @@ type AcquireMultiLockResponse413Headers struct {
 	XRequestId string
 }
 
+// AcquireMultiLockResponse429Headers the declared response headers of an HTTP 429 response for AcquireMultiLock
+type AcquireMultiLockResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // AcquireMultiLockResponse500Headers the declared response headers of an HTTP 500 response for AcquireMultiLock
 type AcquireMultiLockResponse500Headers struct {
 	XRequestId string
@@ -5694,6 +5874,8 @@ type AcquireMultiLockResponse struct {
 	ApplicationproblemJSON409 *LockHeld
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -5714,6 +5896,8 @@ type AcquireMultiLockResponse struct {
 	Headers409 *AcquireMultiLockResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *AcquireMultiLockResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AcquireMultiLockResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *AcquireMultiLockResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -5752,6 +5936,11 @@ func (r AcquireMultiLockResponse) GetApplicationproblemJSON409() *LockHeld {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r AcquireMultiLockResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AcquireMultiLockResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5834,6 +6023,12 @@ type RenewMultiLockResponse413Headers struct {
 	XRequestId string
 }
 
+// RenewMultiLockResponse429Headers the declared response headers of an HTTP 429 response for RenewMultiLock
+type RenewMultiLockResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // RenewMultiLockResponse500Headers the declared response headers of an HTTP 500 response for RenewMultiLock
 type RenewMultiLockResponse500Headers struct {
 	XRequestId string
@@ -5870,6 +6065,8 @@ type RenewMultiLockResponse struct {
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -5890,6 +6087,8 @@ type RenewMultiLockResponse struct {
 	Headers410 *RenewMultiLockResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RenewMultiLockResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewMultiLockResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RenewMultiLockResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -5928,6 +6127,11 @@ func (r RenewMultiLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RenewMultiLockResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewMultiLockResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -6005,6 +6209,12 @@ type ReleaseMultiLockByIdResponse410Headers struct {
 	XRequestId string
 }
 
+// ReleaseMultiLockByIdResponse429Headers the declared response headers of an HTTP 429 response for ReleaseMultiLockById
+type ReleaseMultiLockByIdResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // ReleaseMultiLockByIdResponse500Headers the declared response headers of an HTTP 500 response for ReleaseMultiLockById
 type ReleaseMultiLockByIdResponse500Headers struct {
 	XRequestId string
@@ -6039,6 +6249,8 @@ type ReleaseMultiLockByIdResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -6057,6 +6269,8 @@ type ReleaseMultiLockByIdResponse struct {
 	Headers403 *ReleaseMultiLockByIdResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseMultiLockByIdResponse410Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleaseMultiLockByIdResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ReleaseMultiLockByIdResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -6090,6 +6304,11 @@ func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON403() *Forbidden 
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleaseMultiLockByIdResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -6172,6 +6391,12 @@ type RenewMultiLockByIdResponse413Headers struct {
 	XRequestId string
 }
 
+// RenewMultiLockByIdResponse429Headers the declared response headers of an HTTP 429 response for RenewMultiLockById
+type RenewMultiLockByIdResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // RenewMultiLockByIdResponse500Headers the declared response headers of an HTTP 500 response for RenewMultiLockById
 type RenewMultiLockByIdResponse500Headers struct {
 	XRequestId string
@@ -6208,6 +6433,8 @@ type RenewMultiLockByIdResponse struct {
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -6228,6 +6455,8 @@ type RenewMultiLockByIdResponse struct {
 	Headers410 *RenewMultiLockByIdResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RenewMultiLockByIdResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewMultiLockByIdResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RenewMultiLockByIdResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -6266,6 +6495,11 @@ func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewMultiLockByIdResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -6517,6 +6751,12 @@ type ListSemaphoresResponse403Headers struct {
 	XRequestId string
 }
 
+// ListSemaphoresResponse429Headers the declared response headers of an HTTP 429 response for ListSemaphores
+type ListSemaphoresResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // ListSemaphoresResponse4XXHeaders the declared response headers of an HTTP 4XX response for ListSemaphores
 type ListSemaphoresResponse4XXHeaders struct {
 	XRequestId string
@@ -6549,6 +6789,8 @@ type ListSemaphoresResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
 	ApplicationproblemJSON4XX *ClientError
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -6565,6 +6807,8 @@ type ListSemaphoresResponse struct {
 	Headers401 *ListSemaphoresResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *ListSemaphoresResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListSemaphoresResponse429Headers
 	// Headers4XX the parsed response headers for an HTTP 4XX response
 	Headers4XX *ListSemaphoresResponse4XXHeaders
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -6593,6 +6837,11 @@ func (r ListSemaphoresResponse) GetApplicationproblemJSON401() *Unauthenticated 
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListSemaphoresResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListSemaphoresResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
@@ -6670,6 +6919,12 @@ type ReleaseSemaphoreResponse410Headers struct {
 	XRequestId string
 }
 
+// ReleaseSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // ReleaseSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for ReleaseSemaphore
 type ReleaseSemaphoreResponse500Headers struct {
 	XRequestId string
@@ -6704,6 +6959,8 @@ type ReleaseSemaphoreResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -6722,6 +6979,8 @@ type ReleaseSemaphoreResponse struct {
 	Headers403 *ReleaseSemaphoreResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseSemaphoreResponse410Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReleaseSemaphoreResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ReleaseSemaphoreResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -6755,6 +7014,11 @@ func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -6827,6 +7091,12 @@ type InspectSemaphoreResponse403Headers struct {
 	XRequestId string
 }
 
+// InspectSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for InspectSemaphore
+type InspectSemaphoreResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // InspectSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for InspectSemaphore
 type InspectSemaphoreResponse500Headers struct {
 	XRequestId string
@@ -6859,6 +7129,8 @@ type InspectSemaphoreResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -6875,6 +7147,8 @@ type InspectSemaphoreResponse struct {
 	Headers401 *InspectSemaphoreResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *InspectSemaphoreResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *InspectSemaphoreResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *InspectSemaphoreResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -6903,6 +7177,11 @@ func (r InspectSemaphoreResponse) GetApplicationproblemJSON401() *Unauthenticate
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r InspectSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r InspectSemaphoreResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -6997,6 +7276,12 @@ type AcquireSemaphoreResponse413Headers struct {
 	XRequestId string
 }
 
+// AcquireSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for AcquireSemaphore
+type AcquireSemaphoreResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // AcquireSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for AcquireSemaphore
 type AcquireSemaphoreResponse500Headers struct {
 	XRequestId string
@@ -7037,6 +7322,8 @@ type AcquireSemaphoreResponse struct {
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -7061,6 +7348,8 @@ type AcquireSemaphoreResponse struct {
 	Headers410 *AcquireSemaphoreResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *AcquireSemaphoreResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AcquireSemaphoreResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *AcquireSemaphoreResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -7109,6 +7398,11 @@ func (r AcquireSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r AcquireSemaphoreResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -7186,6 +7480,12 @@ type WatchSemaphoreResponse410Headers struct {
 	XRequestId string
 }
 
+// WatchSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for WatchSemaphore
+type WatchSemaphoreResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // WatchSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for WatchSemaphore
 type WatchSemaphoreResponse500Headers struct {
 	XRequestId string
@@ -7218,6 +7518,8 @@ type WatchSemaphoreResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -7236,6 +7538,8 @@ type WatchSemaphoreResponse struct {
 	Headers403 *WatchSemaphoreResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *WatchSemaphoreResponse410Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *WatchSemaphoreResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *WatchSemaphoreResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -7264,6 +7568,11 @@ func (r WatchSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r WatchSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r WatchSemaphoreResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -7346,6 +7655,12 @@ type RenewSemaphoreResponse413Headers struct {
 	XRequestId string
 }
 
+// RenewSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for RenewSemaphore
+type RenewSemaphoreResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
 // RenewSemaphoreResponse500Headers the declared response headers of an HTTP 500 response for RenewSemaphore
 type RenewSemaphoreResponse500Headers struct {
 	XRequestId string
@@ -7382,6 +7697,8 @@ type RenewSemaphoreResponse struct {
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
@@ -7402,6 +7719,8 @@ type RenewSemaphoreResponse struct {
 	Headers410 *RenewSemaphoreResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RenewSemaphoreResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewSemaphoreResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RenewSemaphoreResponse500Headers
 	// Headers501 the parsed response headers for an HTTP 501 response
@@ -7440,6 +7759,11 @@ func (r RenewSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RenewSemaphoreResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewSemaphoreResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -8076,6 +8400,13 @@ func ParseAdminTopResponse(rsp *http.Response) (*AdminTopResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
 		var dest ClientError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8137,6 +8468,23 @@ func ParseAdminTopResponse(rsp *http.Response) (*AdminTopResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers AdminTopResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode/100 == 4:
 		var headers AdminTopResponse4XXHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8294,6 +8642,13 @@ func ParseListLocksResponse(rsp *http.Response) (*ListLocksResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
 		var dest ClientError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8372,6 +8727,23 @@ func ParseListLocksResponse(rsp *http.Response) (*ListLocksResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListLocksResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode/100 == 4:
 		var headers ListLocksResponse4XXHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8473,6 +8845,13 @@ func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) 
 		}
 		response.ApplicationproblemJSON410 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8554,6 +8933,23 @@ func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers410 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReleaseLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ReleaseLockResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8638,6 +9034,13 @@ func ParseInspectLockResponse(rsp *http.Response) (*InspectLockResponse, error) 
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8709,6 +9112,23 @@ func ParseInspectLockResponse(rsp *http.Response) (*InspectLockResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers InspectLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers InspectLockResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8820,6 +9240,13 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -8946,6 +9373,23 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers AcquireLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers AcquireLockResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9029,6 +9473,13 @@ func ParseWatchLockResponse(rsp *http.Response) (*WatchLockResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -9118,6 +9569,23 @@ func ParseWatchLockResponse(rsp *http.Response) (*WatchLockResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers410 = &headers
+	case rsp.StatusCode == 429:
+		var headers WatchLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers WatchLockResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9226,6 +9694,13 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9317,6 +9792,23 @@ func ParseRenewLockResponse(rsp *http.Response) (*RenewLockResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers RenewLockResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9387,6 +9879,13 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
 		var dest ClientError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9431,6 +9930,23 @@ func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers MetricsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode/100 == 4:
 		var headers MetricsResponse4XXHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9504,6 +10020,13 @@ func ParseReleaseMultiLockResponse(rsp *http.Response) (*ReleaseMultiLockRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -9593,6 +10116,23 @@ func ParseReleaseMultiLockResponse(rsp *http.Response) (*ReleaseMultiLockRespons
 			headers.XRequestId = value
 		}
 		response.Headers410 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReleaseMultiLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ReleaseMultiLockResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9700,6 +10240,13 @@ func ParseAcquireMultiLockResponse(rsp *http.Response) (*AcquireMultiLockRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -9813,6 +10360,23 @@ func ParseAcquireMultiLockResponse(rsp *http.Response) (*AcquireMultiLockRespons
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers AcquireMultiLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers AcquireMultiLockResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9921,6 +10485,13 @@ func ParseRenewMultiLockResponse(rsp *http.Response) (*RenewMultiLockResponse, e
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10019,6 +10590,23 @@ func ParseRenewMultiLockResponse(rsp *http.Response) (*RenewMultiLockResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewMultiLockResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers RenewMultiLockResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -10120,6 +10708,13 @@ func ParseReleaseMultiLockByIdResponse(rsp *http.Response) (*ReleaseMultiLockByI
 		}
 		response.ApplicationproblemJSON410 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10208,6 +10803,23 @@ func ParseReleaseMultiLockByIdResponse(rsp *http.Response) (*ReleaseMultiLockByI
 			headers.XRequestId = value
 		}
 		response.Headers410 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReleaseMultiLockByIdResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ReleaseMultiLockByIdResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -10316,6 +10928,13 @@ func ParseRenewMultiLockByIdResponse(rsp *http.Response) (*RenewMultiLockByIdRes
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10414,6 +11033,23 @@ func ParseRenewMultiLockByIdResponse(rsp *http.Response) (*RenewMultiLockByIdRes
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewMultiLockByIdResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers RenewMultiLockByIdResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -10684,6 +11320,13 @@ func ParseListSemaphoresResponse(rsp *http.Response) (*ListSemaphoresResponse, e
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
 		var dest ClientError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10762,6 +11405,23 @@ func ParseListSemaphoresResponse(rsp *http.Response) (*ListSemaphoresResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListSemaphoresResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode/100 == 4:
 		var headers ListSemaphoresResponse4XXHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -10863,6 +11523,13 @@ func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreRespons
 		}
 		response.ApplicationproblemJSON410 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10951,6 +11618,23 @@ func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers410 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReleaseSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ReleaseSemaphoreResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -11045,6 +11729,13 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11123,6 +11814,23 @@ func ParseInspectSemaphoreResponse(rsp *http.Response) (*InspectSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers InspectSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers InspectSemaphoreResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -11244,6 +11952,13 @@ func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -11377,6 +12092,23 @@ func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers AcquireSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers AcquireSemaphoreResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -11471,6 +12203,13 @@ func ParseWatchSemaphoreResponse(rsp *http.Response) (*WatchSemaphoreResponse, e
 		}
 		response.ApplicationproblemJSON410 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11559,6 +12298,23 @@ func ParseWatchSemaphoreResponse(rsp *http.Response) (*WatchSemaphoreResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers410 = &headers
+	case rsp.StatusCode == 429:
+		var headers WatchSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers WatchSemaphoreResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -11667,6 +12423,13 @@ func ParseRenewSemaphoreResponse(rsp *http.Response) (*RenewSemaphoreResponse, e
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11765,6 +12528,23 @@ func ParseRenewSemaphoreResponse(rsp *http.Response) (*RenewSemaphoreResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewSemaphoreResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers RenewSemaphoreResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {

@@ -995,6 +995,7 @@ export interface components {
          *     | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
          *     | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
          *     | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+         *     | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas on this replica (`LEASEGATE_QUOTA_RATE` requests per second, or `LEASEGATE_QUOTA_PARKED` parked waiting requests); nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
          *     | `urn:leasegate:problem:not-found` | 404 | No such route. |
          *     | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
          *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
@@ -1075,6 +1076,17 @@ export interface components {
         };
     };
     responses: {
+        /** @description The authenticated principal is over one of its quotas on this replica (requests per second, or parked waiting requests); nothing was done. */
+        QuotaExceeded: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. */
         Unauthenticated: {
             headers: {
@@ -1386,6 +1398,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
@@ -1465,6 +1478,7 @@ export interface operations {
             409: components["responses"]["LockHeld"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
@@ -1528,6 +1542,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
@@ -1595,6 +1610,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
             default: components["responses"]["Unexpected"];
@@ -1661,6 +1677,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -1709,6 +1726,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -1788,6 +1806,7 @@ export interface operations {
             409: components["responses"]["SemaphoreConflict"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -1849,6 +1868,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -1916,6 +1936,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -1961,6 +1982,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -1996,6 +2018,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             409: components["responses"]["LockHeld"];
             413: components["responses"]["BodyTooLarge"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -2026,6 +2049,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -2061,6 +2085,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -2097,6 +2122,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -2138,6 +2164,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
+            429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
@@ -2173,6 +2200,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["QuotaExceeded"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             "4XX": components["responses"]["ClientError"];
@@ -2208,6 +2236,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["QuotaExceeded"];
             501: components["responses"]["NotSupported"];
             503: components["responses"]["BackendUnavailable"];
             "4XX": components["responses"]["ClientError"];
@@ -2235,6 +2264,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["QuotaExceeded"];
             503: components["responses"]["BackendUnavailable"];
             "4XX": components["responses"]["ClientError"];
             default: components["responses"]["Unexpected"];
@@ -2260,6 +2290,7 @@ export interface operations {
             };
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["QuotaExceeded"];
             "4XX": components["responses"]["ClientError"];
             default: components["responses"]["Unexpected"];
         };
