@@ -204,9 +204,23 @@ func (s *Service) sweepOnce(c rueidis.Client, schedule string, renew func(contex
 		}
 	}
 	if len(args) > 2 {
-		err := s.runSchedule(ctx, []string{schedule}, args...)
+		err := s.runOn(ctx, c, s.watchdogSchedule, []string{schedule}, args).Error()
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("watchdog schedule update failed; the renewals are retried", "err", err)
+		}
+		if s.rl != nil {
+			// The other masters' copies of the schedule move on too, or each would claim the
+			// lease again: up to one renewal per master instead of one.
+			args[0] = "follow"
+			for _, m := range s.rl.masters {
+				if m.client != c {
+					s.rl.late.Add(1)
+					go func() {
+						defer s.rl.late.Done()
+						_ = s.runOn(ctx, m.client, s.watchdogSchedule, []string{schedule}, args).Error()
+					}()
+				}
+			}
 		}
 	}
 	return len(due)

@@ -15,6 +15,9 @@
 --                                               at due_ms (0: it leaves the schedule); a member no
 --                                               longer at later was rescheduled meanwhile and
 --                                               keeps the earlier of the two
+--   ARGV = ['follow', later, member, due_ms, ...] => 1: another RedLock master's claimer's outcome
+--                                               (its copy of the schedule): each member moves on
+--                                               to due_ms if that is later (0: it leaves)
 local schedule, op = KEYS[1], ARGV[1]
 
 local t = redis.call('TIME')
@@ -31,6 +34,16 @@ if op == 'reschedule' then
     return 0
   end
   redis.call('ZADD', schedule, 'XX', string.format('%d', now_ms + tonumber(ARGV[3])), ARGV[2])
+  return 1
+end
+if op == 'follow' then
+  for i = 3, #ARGV, 2 do
+    if ARGV[i + 1] == '0' then
+      redis.call('ZREM', schedule, ARGV[i])
+    else
+      redis.call('ZADD', schedule, 'XX', 'GT', ARGV[i + 1], ARGV[i])
+    end
+  end
   return 1
 end
 if op == 'settle' then
