@@ -247,14 +247,15 @@ func TestRedLockMajorityDownRefusesAndGivesBack(t *testing.T) {
 func TestRedLockRestartedMastersDoNotGrantAHeldLock(t *testing.T) {
 	t.Parallel()
 	rig := harness.NewRedLockRig(t, 5)
-	_, cs, _ := redlockGateways(t, rig, 1, shortMaxTTL)
+	// A's lease outlasts three restarts on a loaded machine by far; the guard is 7 s.
+	_, cs, _ := redlockGateways(t, rig, 1, map[string]string{"LEASEGATE_MAX_TTL": "6s", "LEASEGATE_DEFAULT_TTL": "3s"})
 	c := cs[0]
 
 	require.NoError(t, rig.Kill(3, 4))
 	start := time.Now()
-	a := c.Do(http.MethodPost, "/locks/d", nil, acquireBody("A", 3000))
+	a := c.Do(http.MethodPost, "/locks/d", nil, acquireBody("A", 6000))
 	require.Equal(t, http.StatusCreated, a.Status, "granted by masters 0, 1, 2: %s", a.Body)
-	validUntil := start.Add(3 * time.Second)
+	validUntil := start.Add(6 * time.Second)
 
 	// Master 2 crashes and comes back empty; so do 3 and 4. Without the restart guard, masters 2,
 	// 3 and 4 (a majority, none of them knowing A) would grant the lock to B while A holds it.
@@ -278,6 +279,7 @@ func TestRedLockRestartedMastersDoNotGrantAHeldLock(t *testing.T) {
 		b = c.Do(http.MethodPost, "/locks/d", nil, acquireBody("B", 3000))
 		return b.Status == http.StatusCreated
 	})
+	assert.False(t, time.Now().Before(validUntil), "B granted before A's lease ran out")
 	assert.Greater(t, b.Int("fence"), a.Int("fence"), "fences rise across grants")
 	assert.Equal(t, "B", c.Do(http.MethodGet, "/locks/d", nil, "").Str("owner"))
 }
