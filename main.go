@@ -42,7 +42,9 @@ func main() {
 	defer stop()
 	if len(os.Args) > 1 && slices.Contains(cli.Commands, os.Args[1]) {
 		host, _ := os.Hostname()
-		os.Exit(cli.Run(ctx, os.Args[1:], cli.Env{Server: os.Getenv("LEASEGATE_SERVER"), Hostname: host}, os.Stdout, os.Stderr))
+		env := cli.Env{Server: os.Getenv("LEASEGATE_SERVER"), APIKey: os.Getenv("LEASEGATE_API_KEY"),
+			APIKeyFile: os.Getenv("LEASEGATE_API_KEY_FILE"), CAFile: os.Getenv("LEASEGATE_CA_FILE"), Hostname: host}
+		os.Exit(cli.Run(ctx, os.Args[1:], env, os.Stdout, os.Stderr))
 	}
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "leasegate:", err)
@@ -69,6 +71,10 @@ Usage:
   leasegate COMMAND --help   a command's flags
 
 The client commands talk to --server (default $LEASEGATE_SERVER, else http://127.0.0.1:8080).
+To a gateway with an auth file they send an API key ("Authorization: Bearer KEY") from
+--api-key-file FILE, $LEASEGATE_API_KEY_FILE or $LEASEGATE_API_KEY (or --api-key KEY, which
+other users can see in ps); to an https:// gateway whose certificate a private CA signed, they
+trust that CA's certificate from --ca-file FILE or $LEASEGATE_CA_FILE.
 `
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {

@@ -18,5 +18,5 @@ func TestExampleFileLoads(t *testing.T) {
 	require.NoError(t, err)
 	c, err := auth.Parse(data)
 	require.NoError(t, err)
-	require.Len(t, c.Principals, 3)
+	require.Len(t, c.Principals, 4)
 }

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -18,70 +20,136 @@ import (
 //	                 "prefixes": ["billing.", "shared.reports."], "permissions": ["lock", "inspect"]}]}
 //
 // Member names match exactly and unknown members are errors, so that a typo never loosens the
-// file. "jwt" (top level) and "certificate_subjects" (per principal) are reserved for JWTs and
-// client-certificate subjects: a file that sets them is refused until the gateway supports them.
+// file. The top-level "jwt" member configures bearer JWTs (jwt.go); a principal's
+// "certificate_subjects" are the verified client-certificate subjects that authenticate as it.
 
 // fileFormat is the auth file as written.
 type fileFormat struct {
 	Principals []principalFormat `json:"principals"`
-	JWT        json.RawMessage   `json:"jwt,omitempty"`
+	JWT        *jwtFormat        `json:"jwt"`
 }
 
 type principalFormat struct {
-	Name                string          `json:"name"`
-	Keys                []string        `json:"keys"`
-	Prefixes            []string        `json:"prefixes"`
-	Permissions         []Permission    `json:"permissions"`
-	CertificateSubjects json.RawMessage `json:"certificate_subjects,omitempty"`
+	Name                string       `json:"name"`
+	Keys                []string     `json:"keys"`
+	Prefixes            []string     `json:"prefixes"`
+	Permissions         []Permission `json:"permissions"`
+	CertificateSubjects []string     `json:"certificate_subjects"`
 }
 
 // keyHashPrefix starts every stored key hash.
 const keyHashPrefix = "sha256:"
 
-// Config is a loaded auth file: its principals, found by the SHA-256 of their API keys. A Config
-// is never changed once built, so it is safe for concurrent use.
+// Config is a loaded auth file: its principals, found by the SHA-256 of their API keys or by
+// their client-certificate subjects, and the JWT verifier of its "jwt" member. A Config is never
+// changed once built, so it is safe for concurrent use.
 type Config struct {
 	Principals []*Principal
 	byKey      map[[sha256.Size]byte]*Principal
+	bySubject  map[string]*Principal
+	jwt        *jwtVerifier // nil without "jwt"
+	// jwtNamed are the file's principals named like JWT principals: they give a JWT principal of
+	// that name their prefixes and permissions instead of its token's claims.
+	jwtNamed map[string]*Principal
 }
 
 // maxKeyLen bounds what Authenticate hashes: generated keys are 46 bytes.
 const maxKeyLen = 512
 
-// Authenticate returns the principal whose stored hashes hold the SHA-256 of key, or
-// ErrUnauthenticated. Keys are 256-bit random values, so one fast hash suffices: nobody can search
+// Authenticate returns the principal of a bearer value: when the file configures "jwt", a value of
+// three dot-separated parts is a JWT (see jwtVerifier.verify); any other value is an API key, whose
+// principal is the one whose stored hashes hold its SHA-256. It returns an error wrapping
+// ErrUnauthenticated otherwise: ErrUnauthenticated itself for an unknown key. Keys are 256-bit random values, so one fast hash suffices: nobody can search
 // that space, whatever the hash's speed; and comparing digests by map lookup leaks at most which
 // digests are near, which says nothing of any key.
 func (c *Config) Authenticate(key string) (*Principal, error) {
-	if key == "" || len(key) > maxKeyLen {
-		return nil, ErrUnauthenticated
+	jwtShaped := looksLikeJWT(key)
+	if jwtShaped && c.jwt != nil {
+		return c.jwt.verify(key, c.jwtNamed)
 	}
-	if p, ok := c.byKey[sha256.Sum256([]byte(key))]; ok {
+	if key != "" && len(key) <= maxKeyLen {
+		if p, ok := c.byKey[sha256.Sum256([]byte(key))]; ok {
+			return p, nil
+		}
+	}
+	if jwtShaped {
+		return nil, fmt.Errorf(`%w: the bearer value looks like a JWT, and the auth file configures no "jwt" (nor is it a known API key)`, ErrUnauthenticated)
+	}
+	return nil, ErrUnauthenticated
+}
+
+// AuthenticateCertificate returns the principal whose "certificate_subjects" hold subject, the
+// pkix.Name.String() of a verified client certificate, compared as exact strings; or
+// ErrUnauthenticated.
+func (c *Config) AuthenticateCertificate(subject string) (*Principal, error) {
+	if p, ok := c.bySubject[subject]; ok {
 		return p, nil
 	}
 	return nil, ErrUnauthenticated
 }
 
+// KeyFile returns the JWKS or PEM file the "jwt" member names ("" without one), relative paths
+// taken from the auth file's directory.
+func (c *Config) KeyFile() string {
+	if c.jwt == nil {
+		return ""
+	}
+	return c.jwt.keyFile
+}
+
 // Parse reads an auth file's contents and checks every principal, naming the first problem of
-// each in its error.
-func Parse(data []byte) (*Config, error) {
+// each in its error. Relative key file paths of its "jwt" member are taken from the working
+// directory; Load takes them from the file's.
+func Parse(data []byte) (*Config, error) { return parse(data, "") }
+
+// Load reads and parses the auth file at path, and the key file its "jwt" member names.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parse(data, filepath.Dir(path))
+}
+
+func parse(data []byte, dir string) (*Config, error) {
 	var f fileFormat
 	if err := decodeStrict(data, &f); err != nil {
 		return nil, err
 	}
-	if len(f.JWT) > 0 {
-		return nil, errors.New(`"jwt" is reserved for JWT authentication, which this version does not support`)
+	if len(f.Principals) == 0 && f.JWT == nil {
+		return nil, errors.New(`"principals" is empty or missing, and there is no "jwt": nobody could call the gateway`)
 	}
-	if len(f.Principals) == 0 {
-		return nil, errors.New(`"principals" is empty or missing: nobody could call the gateway`)
+	c := &Config{byKey: map[[sha256.Size]byte]*Principal{}, bySubject: map[string]*Principal{}, jwtNamed: map[string]*Principal{}}
+	if f.JWT != nil {
+		v, err := newJWTVerifier(*f.JWT, dir)
+		if err != nil {
+			return nil, fmt.Errorf(`"jwt": %w`, err)
+		}
+		c.jwt = v
 	}
-	c := &Config{byKey: map[[sha256.Size]byte]*Principal{}}
 	names := map[string]bool{}
 	var errs []error
 	for i, pf := range f.Principals {
-		p, hashes, err := checkPrincipal(pf)
+		jwtNamed := c.jwt != nil && strings.HasPrefix(pf.Name, c.jwt.principalPrefix)
+		p, hashes, err := checkPrincipal(pf, jwtNamed)
 		if err == nil && names[p.Name] {
 			err = fmt.Errorf("name %q is given twice", p.Name)
+		}
+		if err == nil && jwtNamed {
+			if len(pf.Keys) > 0 || len(pf.CertificateSubjects) > 0 {
+				err = fmt.Errorf(`name %q starts with the "jwt" member's principal_prefix %q: it gives a JWT principal its prefixes and permissions, and may have no "keys" nor "certificate_subjects"`, p.Name, c.jwt.principalPrefix)
+			} else {
+				c.jwtNamed[p.Name] = p
+			}
+		}
+		if err == nil {
+			for _, s := range pf.CertificateSubjects {
+				if other, dup := c.bySubject[s]; dup {
+					err = fmt.Errorf("certificate subject %q is also principal %q's: a subject names one principal", s, other.Name)
+					break
+				}
+				c.bySubject[s] = p
+			}
 		}
 		if err == nil {
 			for _, h := range hashes {
@@ -121,7 +189,7 @@ func decodeStrict(data []byte, v any) error {
 
 // checkNames refuses member names that encoding/json matched up to case ("Keys" for "keys").
 func checkNames(data []byte) error {
-	known := []string{"principals", "jwt", "name", "keys", "prefixes", "permissions", "certificate_subjects"}
+	known := append([]string{"principals", "jwt", "name", "keys", "prefixes", "permissions", "certificate_subjects"}, jwtMembers...)
 	type frame struct{ object, wantKey bool }
 	var stack []frame
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -152,15 +220,23 @@ func checkNames(data []byte) error {
 	}
 }
 
-func checkPrincipal(pf principalFormat) (*Principal, [][sha256.Size]byte, error) {
-	if err := checkPrincipalName(pf.Name); err != nil {
+// checkPrincipal checks one principal of the file; jwtNamed: its name starts with the "jwt"
+// member's principal_prefix, so it may be as long as JWT principals' names and have no keys.
+func checkPrincipal(pf principalFormat, jwtNamed bool) (*Principal, [][sha256.Size]byte, error) {
+	maxLen := 64
+	if jwtNamed {
+		maxLen = maxJWTPrincipalLen
+	}
+	if err := checkPrincipalName(pf.Name, maxLen); err != nil {
 		return nil, nil, err
 	}
-	if len(pf.CertificateSubjects) > 0 {
-		return nil, nil, errors.New(`"certificate_subjects" is reserved for client-certificate principals, which this version does not support`)
+	for _, s := range pf.CertificateSubjects {
+		if s == "" || len(s) > 1024 {
+			return nil, nil, fmt.Errorf(`certificate subject %q must be 1-1024 characters, as Go's pkix.Name.String() renders it (e.g. "CN=worker-1,O=acme")`, abbreviate(s))
+		}
 	}
-	if len(pf.Keys) == 0 {
-		return nil, nil, errors.New(`"keys" is empty: give at least one "sha256:<hex>" (leasegate auth-key prints one)`)
+	if len(pf.Keys) == 0 && len(pf.CertificateSubjects) == 0 && !jwtNamed {
+		return nil, nil, errors.New(`"keys" is empty: give at least one "sha256:<hex>" (leasegate auth-key prints one), or "certificate_subjects"`)
 	}
 	hashes := make([][sha256.Size]byte, 0, len(pf.Keys))
 	for _, k := range pf.Keys {
@@ -216,11 +292,11 @@ func abbreviate(s string) string {
 	return s
 }
 
-// checkPrincipalName accepts 1-64 characters of A-Z a-z 0-9 . _ : @ -: names go into logs and
+// checkPrincipalName accepts 1-maxLen characters of A-Z a-z 0-9 . _ : @ -: names go into logs and
 // tokens as they are.
-func checkPrincipalName(name string) error {
-	if name == "" || len(name) > 64 || strings.IndexFunc(name, func(r rune) bool { return !nameChar(r) && r != '@' }) >= 0 {
-		return fmt.Errorf(`"name" %q must be 1-64 characters of A-Z a-z 0-9 . _ : @ -`, name)
+func checkPrincipalName(name string, maxLen int) error {
+	if name == "" || len(name) > maxLen || strings.IndexFunc(name, func(r rune) bool { return !nameChar(r) && r != '@' }) >= 0 {
+		return fmt.Errorf(`"name" %q must be 1-%d characters of A-Z a-z 0-9 . _ : @ -`, name, maxLen)
 	}
 	return nil
 }

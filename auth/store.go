@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// Store serves the Config of an auth file and reloads it: on Reload (SIGHUP), and when the file's
-// modification time or size changes (Watch polls it). A file that fails to load leaves the last
+// Store serves the Config of an auth file and reloads it: on Reload (SIGHUP), and when the
+// modification time or size of the file, or of the JWKS or PEM file its "jwt" member names,
+// changes (Watch polls them). A file that fails to load leaves the last
 // good Config in service and is logged once per change. Safe for concurrent use.
 type Store struct {
 	path string
@@ -19,9 +20,27 @@ type Store struct {
 	cur  atomic.Pointer[Config]
 
 	mu      sync.Mutex // serialises reloads
-	loaded  stamp      // the file's stamp when cur was read
-	failing bool       // the file at failed has been tried, and the error logged
-	failed  stamp
+	loaded  stamps     // the files' stamps when cur was read
+	failing bool       // the files at failed have been tried, and the error logged
+	failed  stamps
+}
+
+// stamps are the stamps of the auth file and of the key file its Config names (zero without one).
+type stamps [2]stamp
+
+// stampsOf stamps path and keyFile ("" for none); an error of either is returned.
+func stampsOf(path, keyFile string) (stamps, error) {
+	var st stamps
+	var err error
+	if st[0], err = stampOf(path); err != nil {
+		return stamps{}, err
+	}
+	if keyFile != "" {
+		if st[1], err = stampOf(keyFile); err != nil {
+			return stamps{}, err
+		}
+	}
+	return st, nil
 }
 
 // stamp is what tells a file's change: its modification time and size (zero when it cannot be
@@ -46,10 +65,7 @@ func Open(path string, log *slog.Logger) (*Store, error) {
 		log = slog.Default()
 	}
 	s := &Store{path: path, log: log}
-	st, err := stampOf(path)
-	if err == nil {
-		err = s.load()
-	}
+	st, err := s.load()
 	if err != nil {
 		return nil, fmt.Errorf("LEASEGATE_AUTH_FILE %s: %w", path, err)
 	}
@@ -57,17 +73,26 @@ func Open(path string, log *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) load() error {
-	data, err := os.ReadFile(s.path)
-	if err != nil {
-		return err
+// load reads the files and puts their Config in service, returning their stamps taken before
+// the read: files replaced after the stat differ from the stamps kept, so the next check reads
+// them again.
+func (s *Store) load() (stamps, error) {
+	var st stamps
+	var err error
+	if st[0], err = stampOf(s.path); err != nil {
+		return stamps{}, err
 	}
-	c, err := Parse(data)
+	c, err := Load(s.path)
 	if err != nil {
-		return err
+		return stamps{}, err
+	}
+	if kf := c.KeyFile(); kf != "" {
+		if st[1], err = stampOf(kf); err != nil {
+			return stamps{}, err
+		}
 	}
 	s.cur.Store(c)
-	return nil
+	return st, nil
 }
 
 // Config returns the Config in service.
@@ -75,6 +100,11 @@ func (s *Store) Config() *Config { return s.cur.Load() }
 
 // Authenticate is Config().Authenticate: the principal of key under the Config in service.
 func (s *Store) Authenticate(key string) (*Principal, error) { return s.cur.Load().Authenticate(key) }
+
+// AuthenticateCertificate is Config().AuthenticateCertificate under the Config in service.
+func (s *Store) AuthenticateCertificate(subject string) (*Principal, error) {
+	return s.cur.Load().AuthenticateCertificate(subject)
+}
 
 // Reload re-reads the file now (SIGHUP). It returns the error that kept the last good Config in
 // service, after logging it.
@@ -85,14 +115,15 @@ func (s *Store) Reload() error { return s.reload(true) }
 func (s *Store) reload(force bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Stat before reading: a file replaced after the stat differs from the stamp kept, so the
-	// next check reads it again.
-	st, err := stampOf(s.path)
+	st, err := stampsOf(s.path, s.cur.Load().KeyFile())
 	if !force && (err == nil && st == s.loaded || s.failing && st == s.failed) {
 		return nil
 	}
 	if err == nil {
-		err = s.load()
+		var loaded stamps
+		if loaded, err = s.load(); err == nil {
+			st = loaded
+		}
 	}
 	if err != nil {
 		if force || !s.failing || st != s.failed {

@@ -1,7 +1,8 @@
 // Package cli is leasegate's command line for scripts and cron: "run" runs a command under a lock
 // (held exclusively or shared), several locks at once (a multi-lock: --lock repeated) or a
 // semaphore's permit, and "acquire", "release", "renew" and "inspect" print the gateway's JSON
-// answer. It talks to the gateway through the generated Go client (sdk/go).
+// answer. It talks to the gateway through the generated Go client (sdk/go), with an API key and a
+// CA file to trust when given (access.go).
 package cli
 
 import (
@@ -32,8 +33,11 @@ var Commands = []string{"run", "acquire", "release", "renew", "inspect"}
 
 // Env is what the CLI reads from the environment.
 type Env struct {
-	Server   string // LEASEGATE_SERVER
-	Hostname string // for the default owner
+	Server     string // LEASEGATE_SERVER
+	APIKey     string // LEASEGATE_API_KEY
+	APIKeyFile string // LEASEGATE_API_KEY_FILE
+	CAFile     string // LEASEGATE_CA_FILE
+	Hostname   string // for the default owner
 }
 
 // Run executes the subcommand args[0] and returns the process exit code.
@@ -60,10 +64,14 @@ type command struct {
 	stdout, stderr io.Writer
 	// gateways are the --server URLs (comma-separated) after parse; parse returns the first.
 	gateways []*leasegate.Gateway
+	// keyFrom says where the API key the gateways send came from ("--api-key-file k.txt",
+	// "LEASEGATE_API_KEY"...), for messages; "" when they send none.
+	keyFrom string
 }
 
 // common are the flags every subcommand takes: what it acts on (--lock, --semaphore or
-// --multilock, with --shared, --mode and --permits where they apply) and where (--server).
+// --multilock, with --shared, --mode and --permits where they apply), where (--server) and how
+// (--api-key, --api-key-file, --ca-file: see access.go).
 type common struct {
 	fs        *flag.FlagSet
 	locks     *lockNames // several only where a hold is taken (a multi-lock)
@@ -73,6 +81,7 @@ type common struct {
 	shared    *bool   // run and acquire: take a shared hold; nil elsewhere
 	mode      *string // release: which hold to give back; nil elsewhere
 	server    *string
+	access    accessFlags
 	// takes: the subcommand takes a hold (run, acquire), so a semaphore needs its size, and
 	// several --lock make a multi-lock.
 	takes bool
@@ -111,6 +120,7 @@ func (c *command) flags(name, usage string) common {
 		locks:     &lockNames{},
 		semaphore: fs.String("semaphore", "", "semaphore name, in place of --lock: one of its permits"),
 		server:    fs.String("server", server, "gateway URL, or several replicas' URLs separated by commas (default from LEASEGATE_SERVER)"),
+		access:    c.accessFlags(fs),
 	}
 	switch name {
 	case "run", "acquire":
@@ -148,12 +158,17 @@ func (c *command) parse(f common, args []string) (t target, code int, ok bool) {
 		f.fs.Usage()
 		return t, ExitUsage, false
 	}
+	opts, err := c.clientOptions(f)
+	if err != nil {
+		fmt.Fprintln(c.stderr, "leasegate:", err)
+		return t, ExitUsage, false
+	}
 	for _, server := range strings.Split(*f.server, ",") {
 		server = strings.TrimSpace(server)
 		if !strings.Contains(server, "://") {
 			server = "http://" + server // host:port, as etcdctl and consul accept it
 		}
-		gw, err := leasegate.New(server)
+		gw, err := leasegate.New(server, opts...)
 		if err != nil {
 			fmt.Fprintf(c.stderr, "leasegate: --server %q: %v\n", server, err)
 			return t, ExitUsage, false
@@ -276,7 +291,7 @@ func (c *command) defaultOwner() string {
 
 // fail reports err and returns the exit code it calls for.
 func (c *command) fail(err error) int {
-	fmt.Fprintln(c.stderr, "leasegate:", err)
+	fmt.Fprintln(c.stderr, "leasegate:", c.explain(err))
 	if notAcquired(err) {
 		return ExitNotAcquired
 	}

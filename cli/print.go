@@ -161,10 +161,13 @@ func (c *command) call(ctx context.Context, resend bool, do func(gw *leasegate.G
 	return a, err
 }
 
-// print writes the answer's body; the exit code is 0 for 2xx, ExitNotAcquired when the lock stayed
-// held or every permit taken, else ExitFailed.
+// print writes the answer's body (and, for a 401 or 403, says why on stderr too); the exit code
+// is 0 for 2xx, ExitNotAcquired when the lock stayed held or every permit taken, else ExitFailed.
 func (c *command) print(a *answer) int {
 	c.stdout.Write(a.body)
+	if p := a.problem; p != nil && (errors.Is(p, leasegate.ErrUnauthenticated) || errors.Is(p, leasegate.ErrForbidden)) {
+		fmt.Fprintln(c.stderr, "leasegate:", c.explain(p)) // the JSON on stdout may go to a pipe
+	}
 	switch {
 	case a.status < 300:
 		return 0

@@ -12,13 +12,15 @@ import (
 	"github.com/leasegate/leasegate/lockcore"
 )
 
-// Authenticator finds the principal of an API key, or returns auth.ErrUnauthenticated;
+// Authenticator finds the principal of a bearer value (an API key or a JWT) or of a verified
+// client certificate's subject, or returns an error wrapping auth.ErrUnauthenticated;
 // *auth.Store implements it (reloading its file meanwhile).
 type Authenticator interface {
-	Authenticate(key string) (*auth.Principal, error)
+	Authenticate(bearer string) (*auth.Principal, error)
+	AuthenticateCertificate(subject string) (*auth.Principal, error)
 }
 
-// authorizationHeader carries "Bearer <API key>".
+// authorizationHeader carries "Bearer <API key or JWT>".
 const authorizationHeader = "Authorization"
 
 // scope says which names a route touches, so that guard checks them against the principal's
@@ -111,12 +113,22 @@ func (g *guard) authorize(r *http.Request, perm auth.Permission, sc scope) (*aut
 	return p, nil
 }
 
-// authenticate returns the principal of the request's "Authorization: Bearer <key>".
+// authenticate returns the principal of the request's "Authorization: Bearer <API key or JWT>",
+// or, without that header, the principal whose certificate_subjects hold the subject of the
+// verified client certificate (LEASEGATE_TLS_CLIENT_CA_FILE). A request with both is the bearer's.
 func (g *guard) authenticate(r *http.Request) (*auth.Principal, error) {
 	values := r.Header.Values(authorizationHeader)
 	switch len(values) {
 	case 0:
-		return nil, fmt.Errorf("%w: send Authorization: Bearer <API key>", auth.ErrUnauthenticated)
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+			subject := r.TLS.VerifiedChains[0][0].Subject.String()
+			p, err := g.auth.AuthenticateCertificate(subject)
+			if err != nil {
+				return nil, fmt.Errorf("%w: the client certificate's subject %q is no principal's certificate_subjects; send Authorization: Bearer <API key or JWT>", err, subject)
+			}
+			return p, nil
+		}
+		return nil, fmt.Errorf("%w: send Authorization: Bearer <API key or JWT>", auth.ErrUnauthenticated)
 	case 1:
 	default:
 		return nil, invalidRequest("the Authorization header appears more than once",
@@ -124,13 +136,13 @@ func (g *guard) authenticate(r *http.Request) (*auth.Principal, error) {
 	}
 	scheme, key, _ := strings.Cut(values[0], " ")
 	if !strings.EqualFold(scheme, "Bearer") {
-		return nil, fmt.Errorf("%w: the Authorization header is not \"Bearer <API key>\"", auth.ErrUnauthenticated)
+		return nil, fmt.Errorf("%w: the Authorization header is not \"Bearer <API key or JWT>\"", auth.ErrUnauthenticated)
 	}
 	p, err := g.auth.Authenticate(strings.TrimSpace(key))
-	if err != nil {
+	if err == auth.ErrUnauthenticated { // the bare sentinel only: an API key no principal has
 		return nil, fmt.Errorf("%w: the API key is not known (wrong, or revoked from the auth file)", err)
 	}
-	return p, nil
+	return p, err
 }
 
 // principalFrom returns the principal that authenticated the request, nil when the gateway runs

@@ -3,11 +3,16 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,20 +140,45 @@ func TestGuard(t *testing.T) {
 	assert.Equal(t, "zzz", problem(w).Name)
 }
 
+// jwtBenchConfig is authConfig's file with a "jwt" member verifying the returned ES256 and RS256
+// tokens of principal "jwt:app" (lock and inspect on "app.", from their claims).
+func jwtBenchConfig(b *testing.B) (c *auth.Config, apiKey, es256, rs256 string) {
+	b.Helper()
+	dir := b.TempDir()
+	es, err := harness.NewJWTKey("es")
+	require.NoError(b, err)
+	rs, err := harness.NewRSAJWTKey("rs")
+	require.NoError(b, err)
+	require.NoError(b, harness.WriteJWKS(filepath.Join(dir, "jwks.json"), es, rs))
+	apiKey, hash := auth.NewKey()
+	require.NoError(b, os.WriteFile(filepath.Join(dir, "auth.json"), []byte(`{"principals":[
+		{"name":"app","keys":["`+hash+`"],"prefixes":["app."],"permissions":["lock","inspect"]}],
+		"jwt":{"jwks_file":"jwks.json","issuer":"iss","audience":"leasegate","algorithms":["ES256","RS256"]}}`), 0o600))
+	c, err = auth.Load(filepath.Join(dir, "auth.json"))
+	require.NoError(b, err)
+	claims := map[string]any{"iss": "iss", "aud": "leasegate", "sub": "app", "exp": time.Now().Add(time.Hour).Unix(),
+		"leasegate_prefixes": []string{"app."}, "leasegate_permissions": []string{"lock", "inspect"}}
+	es256, err = es.Sign(claims, true)
+	require.NoError(b, err)
+	rs256, err = rs.Sign(claims, true)
+	require.NoError(b, err)
+	return c, apiKey, es256, rs256
+}
+
 // BenchmarkAuthCycle is BenchmarkAcquireReleaseCycle's cycle (through the router, no Redis)
-// without authentication and with an API key: the difference is what authentication costs a
-// cycle in the HTTP layer (two key hashes, two permission and prefix checks, one token principal
-// check).
+// without authentication, with an API key and with JWTs (ES256, RS256): the difference is what
+// authentication costs a cycle in the HTTP layer (two key hashes or two JWT verifications, two
+// permission and prefix checks, one token principal check).
 func BenchmarkAuthCycle(b *testing.B) {
 	tokens, _ := lockcore.NewTokens([]byte("bench-secret-bench-secret-bench-secret"))
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	limits := api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour}
-	c, key, _ := authConfig(b)
+	c, key, es256, rs256 := jwtBenchConfig(b)
 	for _, tc := range []struct {
 		name string
 		auth Authenticator
 		key  string
-	}{{"off", nil, ""}, {"api-key", c, key}} {
+	}{{"off", nil, ""}, {"api-key", c, key}, {"jwt-es256", c, es256}, {"jwt-rs256", c, rs256}} {
 		b.Run(tc.name, func(b *testing.B) {
 			h := NewRouter(principalLocker{instantLocker{tokens}}, Options{Logger: log, Limits: limits, Auth: tc.auth})
 			b.ReportAllocs()
@@ -184,8 +214,8 @@ func authCycle(b *testing.B, h http.Handler, key string) {
 	}
 }
 
-// BenchmarkAuthCycleRedis is the whole uncontended cycle without authentication and with an API
-// key, side by side (and a third mode, see below): a real redis-server, the real lock engine, the router behind loopback HTTP
+// BenchmarkAuthCycleRedis is the whole uncontended cycle without authentication, with an API key
+// and with JWTs (ES256, RS256), side by side (and modes "off+header", "off+jwt-header", see below): a real redis-server, the real lock engine, the router behind loopback HTTP
 // servers (one per mode), 8 clients cycling on distinct names. Each iteration runs a slice of
 // cycles against each mode in turn, so that the machine's background load falls on both alike;
 // it reports each mode's cycles/s and the process's CPU (gateway and clients) per cycle:
@@ -202,7 +232,7 @@ func BenchmarkAuthCycleRedis(b *testing.B) {
 	defer svc.Close()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	limits := api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour}
-	c, key, _ := authConfig(b)
+	c, key, es256, rs256 := jwtBenchConfig(b)
 	type mode struct {
 		name, url, key string
 		auth           bool
@@ -211,7 +241,10 @@ func BenchmarkAuthCycleRedis(b *testing.B) {
 	}
 	// "off+header" sends the key to a gateway without authentication: what carrying the header
 	// costs the HTTP client and server, apart from checking it.
-	modes := []*mode{{name: "off"}, {name: "api-key", key: key, auth: true}, {name: "off+header", key: key}}
+	// "off+jwt-header" likewise sends the RS256 JWT (the longer one).
+	modes := []*mode{{name: "off"}, {name: "api-key", key: key, auth: true}, {name: "off+header", key: key},
+		{name: "jwt-es256", key: es256, auth: true}, {name: "jwt-rs256", key: rs256, auth: true},
+		{name: "off+jwt-header", key: rs256}}
 	for _, m := range modes {
 		var authn Authenticator
 		if m.auth {
@@ -238,8 +271,10 @@ func BenchmarkAuthCycleRedis(b *testing.B) {
 		b.ReportMetric(float64(m.cycles)/m.wall.Seconds(), m.name+"-cycles/s")
 		b.ReportMetric(float64(m.cpu.Microseconds())/float64(m.cycles), m.name+"-cpu-µs/cycle")
 	}
-	off, on := modes[0], modes[1]
-	b.ReportMetric(100*(1-(float64(on.cycles)/on.wall.Seconds())/(float64(off.cycles)/off.wall.Seconds())), "%-throughput-lost")
+	off := modes[0]
+	for _, on := range []*mode{modes[1], modes[3], modes[4]} {
+		b.ReportMetric(100*(1-(float64(on.cycles)/on.wall.Seconds())/(float64(off.cycles)/off.wall.Seconds())), on.name+"-%-throughput-lost")
+	}
 }
 
 // cycleFor runs acquire+release cycles against base from n clients (each on a name of its own)
@@ -321,3 +356,60 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string { return http.StatusText(e.status) + ": " + e.body }
+
+// TestGuardCertificateAndJWT: a verified client certificate's subject authenticates without an
+// Authorization header, a bearer takes precedence over it, and a JWT is verified.
+func TestGuardCertificateAndJWT(t *testing.T) {
+	tokens, err := lockcore.NewTokens([]byte("guard-test-secret-0123456789"))
+	require.NoError(t, err)
+	key, err := harness.NewJWTKey("k1")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, harness.WriteJWKS(filepath.Join(dir, "jwks.json"), key))
+	appKey, appHash := auth.NewKey()
+	path := filepath.Join(dir, "auth.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"principals":[
+		{"name":"app","keys":["`+appHash+`"],"prefixes":["app."],"permissions":["lock"]},
+		{"name":"worker","certificate_subjects":["CN=worker-1,O=acme"],"prefixes":["work."],"permissions":["lock"]}],
+		"jwt":{"jwks_file":"jwks.json","issuer":"iss","audience":"aud"}}`), 0o600))
+	c, err := auth.Load(path)
+	require.NoError(t, err)
+	locker := &recordingLocker{instantLocker: instantLocker{tokens}}
+	h := NewRouter(locker, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: c,
+		Limits: api.Limits{DefaultTTL: time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour}})
+	do := func(path, bearer, subject string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{"owner":"o"}`))
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		if subject != "" {
+			leaf := &x509.Certificate{Subject: pkix.Name{CommonName: "worker-1", Organization: []string{"acme"}}}
+			if subject != leaf.Subject.String() {
+				leaf.Subject = pkix.Name{CommonName: subject}
+			}
+			req.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf}}}
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	assert.Equal(t, http.StatusCreated, do("/locks/work.a", "", "CN=worker-1,O=acme").Code)
+	w := do("/locks/work.a", "", "stranger")
+	assert.Equal(t, http.StatusUnauthorized, w.Code)
+	assert.Contains(t, w.Body.String(), `subject \"CN=stranger\" is no principal's`)
+	// Both: the bearer's principal (app may not use work.).
+	assert.Equal(t, http.StatusForbidden, do("/locks/work.a", appKey, "CN=worker-1,O=acme").Code)
+	assert.Equal(t, http.StatusCreated, do("/locks/app.a", appKey, "CN=worker-1,O=acme").Code)
+
+	jwt, err := key.Sign(map[string]any{"iss": "iss", "aud": "aud", "sub": "svc", "exp": time.Now().Add(time.Minute).Unix(),
+		"leasegate_prefixes": "jobs.", "leasegate_permissions": "lock"}, true)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, do("/locks/jobs.a", jwt, "").Code)
+	w = do("/locks/app.a", jwt, "")
+	assert.Equal(t, http.StatusForbidden, w.Code)
+	assert.Contains(t, w.Body.String(), `principal \"jwt:svc\"`)
+	w = do("/locks/jobs.a", jwt[:len(jwt)-4]+"AAAA", "")
+	assert.Equal(t, http.StatusUnauthorized, w.Code)
+	assert.Contains(t, w.Body.String(), "the JWT is not accepted")
+	assert.Equal(t, []string{"worker", "app", "jwt:svc"}, locker.principals)
+}

@@ -80,6 +80,27 @@
 //	group.KeepAlive()
 //	err = transfer(group.Context(), group.Fence("account.17"), group.Fence("account.42"))
 //
+// # Authentication and HTTPS
+//
+// A gateway with an auth file (LEASEGATE_AUTH_FILE) wants an API key on every call but its
+// probes. WithAPIKey sends one as "Authorization: Bearer KEY" on every request of the Gateway:
+// acquires, renewals, releases, the events streams of watched leases and the calls made through
+// Gateway.API. Without a key (or with one the gateway does not know) a call fails with an error
+// matching ErrUnauthenticated (401), and one the key's principal may not make with ErrForbidden
+// (403), whose *ProblemError names the missing Permission or the Name outside its prefixes; the
+// message carries the gateway's detail. For a gateway serving HTTPS with a certificate a private
+// CA signed, WithCAFile trusts that CA's certificate (instead of the system's roots, as curl
+// --cacert does), and WithTLSConfig takes a whole *tls.Config (a client certificate for a gateway
+// that requires one, say). Both give the Gateway an *http.Client of its own, replacing one given
+// with WithHTTPClient: to keep your own client, set its transport's TLSClientConfig yourself,
+// with LoadCAFile for the RootCAs.
+//
+//	gw, err := leasegate.New("https://locks.internal:8443",
+//		leasegate.WithAPIKey(os.Getenv("LEASEGATE_API_KEY")), // "" sends no header
+//		leasegate.WithCAFile("/etc/leasegate/ca.crt"))
+//	_, err = gw.Lock(ctx, "billing.nightly", leasegate.LockOptions{Owner: "cron-7"})
+//	if errors.Is(err, leasegate.ErrUnauthenticated) { ... } // no key, or an unknown one
+//
 // client.gen.go is the generated client (oapi-codegen, from openapi.yaml: cd sdk/go && go generate; a
 // test fails when it is stale); Gateway.API exposes it for calls this layer does not wrap.
 package leasegate

@@ -32,6 +32,13 @@ var (
 	// ErrLeaseForced: an operator force-released the lock (DELETE /locks/{name}?force=true), as
 	// the lease's events stream told (Lease.Err: a *LostError, which matches ErrLeaseGone too).
 	ErrLeaseForced = errors.New("lease force-released")
+	// ErrUnauthenticated: the gateway authenticates (an auth file) and the request carried no API
+	// key, or one it does not know (401 unauthenticated): see WithAPIKey.
+	ErrUnauthenticated = errors.New("not authenticated: no API key, or one the gateway does not know")
+	// ErrForbidden: the API key's principal may not make the call: it lacks the permission
+	// (Problem.Permission) or no prefix of its covers the name (Problem.Name), or the Lease-Token
+	// is another principal's (403 forbidden).
+	ErrForbidden = errors.New("forbidden to this API key's principal")
 )
 
 // ProblemError is a problem+json answer from the gateway.
@@ -51,8 +58,8 @@ func (e *ProblemError) Error() string {
 	return b.String()
 }
 
-// Is matches ErrHeld, ErrLeaseGone, ErrUpgradeRefused, ErrSemaphoreFull and ErrPermitsMismatch
-// by problem type.
+// Is matches ErrHeld, ErrLeaseGone, ErrUpgradeRefused, ErrSemaphoreFull, ErrPermitsMismatch,
+// ErrUnauthenticated and ErrForbidden by problem type.
 func (e *ProblemError) Is(target error) bool {
 	switch target {
 	case ErrHeld:
@@ -65,6 +72,10 @@ func (e *ProblemError) Is(target error) bool {
 		return e.Type == "urn:leasegate:problem:semaphore-full"
 	case ErrPermitsMismatch:
 		return e.Type == "urn:leasegate:problem:permits-mismatch"
+	case ErrUnauthenticated:
+		return e.Type == "urn:leasegate:problem:unauthenticated"
+	case ErrForbidden:
+		return e.Type == "urn:leasegate:problem:forbidden"
 	}
 	return false
 }

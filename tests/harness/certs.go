@@ -1,12 +1,15 @@
 package harness
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -14,6 +17,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/MicahParks/jwkset"
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // CA is a certificate authority of a test's own (ECDSA P-256, valid for a day) that issues
@@ -132,4 +138,71 @@ func writePEM(path, kind string, der []byte) error {
 func serialNumber() *big.Int {
 	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 	return n
+}
+
+// JWTKey is a JWT signing key of a test's own with its key ID: ECDSA P-256 (ES256) from
+// NewJWTKey, RSA 2048 (RS256) from NewRSAJWTKey.
+type JWTKey struct {
+	KID    string
+	key    crypto.Signer
+	method jwt.SigningMethod
+	alg    jwkset.ALG
+}
+
+// NewJWTKey generates an ES256 JWTKey.
+func NewJWTKey(kid string) (*JWTKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	return &JWTKey{KID: kid, key: key, method: jwt.SigningMethodES256, alg: jwkset.AlgES256}, nil
+}
+
+// NewRSAJWTKey generates an RS256 JWTKey.
+func NewRSAJWTKey(kid string) (*JWTKey, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	return &JWTKey{KID: kid, key: key, method: jwt.SigningMethodRS256, alg: jwkset.AlgRS256}, nil
+}
+
+// Sign returns a compact JWT of claims, with the key's kid in its header when withKID.
+func (k *JWTKey) Sign(claims map[string]any, withKID bool) (string, error) {
+	t := jwt.NewWithClaims(k.method, jwt.MapClaims(claims))
+	if withKID {
+		t.Header["kid"] = k.KID
+	}
+	return t.SignedString(k.key)
+}
+
+// WriteJWKS writes a JWK Set of the keys' public halves to path (jwkset does the encoding).
+func WriteJWKS(path string, keys ...*JWTKey) error {
+	var set jwkset.JWKSMarshal
+	for _, k := range keys {
+		jwk, err := jwkset.NewJWKFromKey(k.key.Public(), jwkset.JWKOptions{
+			Metadata: jwkset.JWKMetadataOptions{KID: k.KID, ALG: k.alg, USE: jwkset.UseSig}})
+		if err != nil {
+			return err
+		}
+		set.Keys = append(set.Keys, jwk.Marshal())
+	}
+	b, err := json.Marshal(set)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// WritePublicKeyPEM writes the keys' public halves to path as PEM "PUBLIC KEY" blocks.
+func WritePublicKeyPEM(path string, keys ...*JWTKey) error {
+	var out []byte
+	for _, k := range keys {
+		der, err := x509.MarshalPKIXPublicKey(k.key.Public())
+		if err != nil {
+			return err
+		}
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})...)
+	}
+	return os.WriteFile(path, out, 0o600)
 }

@@ -16,6 +16,8 @@ export const ProblemType = {
   BackendUnavailable: "urn:leasegate:problem:backend-unavailable",
   ShuttingDown: "urn:leasegate:problem:shutting-down",
   TooManyWaiters: "urn:leasegate:problem:too-many-waiters",
+  Unauthenticated: "urn:leasegate:problem:unauthenticated",
+  Forbidden: "urn:leasegate:problem:forbidden",
   Internal: "urn:leasegate:problem:internal",
 } as const;
 
@@ -121,6 +123,28 @@ export class LeaseGoneError extends LeasegateProblemError {
   }
 }
 
+/**
+ * 401 `unauthenticated`: the gateway authenticates (it has an auth file) and the request carried
+ * no API key, or one it does not know. Give the client one:
+ * `createLeasegateClient(url, { apiKey })`.
+ */
+export class UnauthenticatedError extends LeasegateProblemError {}
+
+/**
+ * 403 `forbidden`: the API key's principal may not make this call: it lacks the `permission`, or
+ * no prefix of its covers the name (`problem.name`), or the lease token is another principal's.
+ * `detail` says which.
+ */
+export class ForbiddenError extends LeasegateProblemError {
+  /** The permission the principal lacks (`"lock"`, `"inspect"`, `"admin"`), if that is why. */
+  readonly permission: string | undefined;
+
+  constructor(problem: Problem) {
+    super(problem);
+    this.permission = problem.permission;
+  }
+}
+
 /** What a lease holds: a lock, a permit of a semaphore, or the members of a multi-lock. */
 export type LeaseResource = "lock" | "semaphore" | "multilock";
 
@@ -212,6 +236,10 @@ export function toLeasegateError(error: unknown, response: Response): LeasegateP
       return new PermitsMismatchError(problem);
     case ProblemType.LeaseGone:
       return new LeaseGoneError(problem);
+    case ProblemType.Unauthenticated:
+      return new UnauthenticatedError(problem);
+    case ProblemType.Forbidden:
+      return new ForbiddenError(problem);
     default:
       return new LeasegateProblemError(problem);
   }

@@ -16,6 +16,7 @@ export {
   type Holder,
   type InvalidParam,
   type LeasegateClient,
+  type LeasegateClientOptions,
   type LockState,
   type Mode,
   type MultiLockGrant,
@@ -31,6 +32,7 @@ export {
   createLeasegateClient,
 } from "./client.js";
 export {
+  ForbiddenError,
   HeldError,
   LeaseGoneError,
   LeaseLostError,
@@ -41,6 +43,7 @@ export {
   PermitsMismatchError,
   ProblemType,
   SemaphoreFullError,
+  UnauthenticatedError,
   UpgradeRefusedError,
   toLeasegateError,
 } from "./errors.js";

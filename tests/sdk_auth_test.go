@@ -1,0 +1,170 @@
+package tests
+
+import (
+	"context"
+	"crypto/x509"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	leasegate "github.com/leasegate/leasegate/sdk/go"
+	"github.com/leasegate/leasegate/tests/harness"
+)
+
+// securedEnv is a gateway that authenticates (an auth file of testPrincipals) and serves HTTPS
+// with a certificate of a private CA: what the clients' --api-key and --ca-file options are for.
+type securedEnv struct {
+	gw         *harness.Gateway
+	caFile     string
+	principals map[string]*authPrincipal
+	// client trusts the CA and sends no API key (see as).
+	client *harness.Client
+}
+
+func newSecuredEnv(t *testing.T) *securedEnv {
+	t.Helper()
+	dir := t.TempDir()
+	ca, pair, err := harness.WriteServerCertificates(dir)
+	require.NoError(t, err)
+	ps := testPrincipals()
+	authPath := filepath.Join(dir, "auth.json")
+	require.NoError(t, os.WriteFile(authPath, authFile(ps), 0o600))
+	_, deploy := testRedis(t)
+	opts := withEnv(deploy, "", map[string]string{"LEASEGATE_AUTH_FILE": authPath})
+	opts.TLS = &harness.GatewayTLS{CertFile: pair.CertFile, KeyFile: pair.KeyFile, RootCAs: ca.Pool}
+	gw := harness.NewGateway(t, opts)
+	require.True(t, strings.HasPrefix(gw.URL, "https://"), gw.URL)
+	return &securedEnv{gw: gw, caFile: ca.File, principals: ps, client: harness.NewTLSClient(t, gw.URL, opts.TLS.ClientConfig())}
+}
+
+// as returns headers authenticating as principal name.
+func (e *securedEnv) as(name string) harness.Headers {
+	return harness.Headers{"Authorization": "Bearer " + e.principals[name].key}
+}
+
+// held reports whether lock is held, asking as "ops".
+func (e *securedEnv) held(t *testing.T, lock string) bool {
+	t.Helper()
+	r := e.client.Do(http.MethodGet, "/locks/"+lock, e.as("ops"), "")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	return r.JSON()["held"] == true
+}
+
+// TestGoSDKAuthAPIKeyAndCAFile: WithAPIKey and WithCAFile against an HTTPS gateway that
+// authenticates. The key goes with every request, the events stream of a kept-alive lease
+// included (a force release reaches Done through it); without it the gateway answers 401
+// (ErrUnauthenticated), a name outside the principal's prefixes 403 (ErrForbidden), and without
+// the CA file the certificate is not trusted.
+func TestGoSDKAuthAPIKeyAndCAFile(t *testing.T) {
+	t.Parallel()
+	e := newSecuredEnv(t)
+	ctx := context.Background()
+	name := "sdk-auth"
+
+	anonymous, err := leasegate.New(e.gw.URL, leasegate.WithCAFile(e.caFile))
+	require.NoError(t, err)
+	_, err = anonymous.Lock(ctx, name, leasegate.LockOptions{Owner: "nobody"})
+	require.ErrorIs(t, err, leasegate.ErrUnauthenticated)
+	assert.Contains(t, err.Error(), "Authorization: Bearer", "the message has the problem's detail")
+
+	untrusting, err := leasegate.New(e.gw.URL, leasegate.WithAPIKey(e.principals["ops"].key))
+	require.NoError(t, err)
+	_, err = untrusting.Lock(ctx, name, leasegate.LockOptions{Owner: "nobody"})
+	var unknownCA x509.UnknownAuthorityError
+	require.ErrorAs(t, err, &unknownCA, "%v", err)
+
+	gw, err := leasegate.New(e.gw.URL, leasegate.WithAPIKey(e.principals["ops"].key), leasegate.WithCAFile(e.caFile))
+	require.NoError(t, err)
+	lease, err := gw.Lock(ctx, name, leasegate.LockOptions{Owner: "sdk", TTL: 30 * time.Second})
+	require.NoError(t, err)
+	st, err := gw.Inspect(ctx, name, lease.Token)
+	require.NoError(t, err)
+	require.NotNil(t, st.Yours)
+	assert.True(t, *st.Yours)
+	require.NoError(t, lease.Renew(ctx, 0))
+	lease.KeepAlive() // and watch its events stream, which opens only with the key
+	eventually(t, 5*time.Second, "the events stream opened", lease.Watching)
+	sent := time.Now()
+	r := e.client.Do(http.MethodDelete, "/locks/"+name+"?force=true", e.as("ops"), "")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	waitDone(t, lease.Done(), sent, 5*time.Second, "force release")
+	assert.ErrorIs(t, lease.Err(), leasegate.ErrLeaseForced)
+
+	again, err := gw.Lock(ctx, name, leasegate.LockOptions{Owner: "sdk"})
+	require.NoError(t, err)
+	released, err := again.Release(ctx)
+	require.NoError(t, err)
+	assert.True(t, released)
+	assert.False(t, e.held(t, name))
+
+	billing, err := leasegate.New(e.gw.URL, leasegate.WithAPIKey(e.principals["billing"].key), leasegate.WithCAFile(e.caFile))
+	require.NoError(t, err)
+	_, err = billing.Lock(ctx, "orders."+name, leasegate.LockOptions{Owner: "sdk"})
+	require.ErrorIs(t, err, leasegate.ErrForbidden)
+	var p *leasegate.ProblemError
+	require.ErrorAs(t, err, &p)
+	require.NotNil(t, p.Name)
+	assert.Equal(t, "orders."+name, *p.Name)
+}
+
+// TestGoSDKAuthOptionErrors: New refuses a CA file without a certificate and a key that no header
+// can carry; an empty key sends none.
+func TestGoSDKAuthOptionErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "ca.crt")
+	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600))
+	for _, opt := range []leasegate.ClientOption{
+		leasegate.WithCAFile(notPEM),
+		leasegate.WithCAFile(filepath.Join(dir, "missing.crt")),
+		leasegate.WithAPIKey("lgk_abc\n"),
+	} {
+		_, err := leasegate.New("https://127.0.0.1:1", opt)
+		assert.Error(t, err)
+	}
+	_, err := leasegate.New("http://127.0.0.1:1", leasegate.WithAPIKey(""))
+	assert.NoError(t, err)
+}
+
+// TestTypeScriptSDKAuth runs sdk/typescript/test/auth.test.mjs against an HTTPS gateway that
+// authenticates: the client's apiKey goes with every request (its events stream included), 401
+// and 403 become UnauthenticatedError and ForbiddenError, and Node trusts the private CA through
+// NODE_EXTRA_CA_CERTS. The SDK is compiled into a directory of the test's own, so that this
+// test runs beside TestTypeScriptSDK, whose `npm run build` replaces dist/.
+func TestTypeScriptSDKAuth(t *testing.T) {
+	t.Parallel()
+	dir := typescriptSDKDir(t)
+	e := newSecuredEnv(t)
+
+	out := t.TempDir()
+	require.NoError(t, os.Symlink(filepath.Join(dir, "node_modules"), filepath.Join(out, "node_modules")))
+	ctx, cancel := context.WithTimeout(context.Background(), npmTimeout)
+	defer cancel()
+	tsc := exec.CommandContext(ctx, "node", filepath.Join(dir, "node_modules", "typescript", "bin", "tsc"),
+		"-p", filepath.Join(dir, "tsconfig.json"), "--outDir", filepath.Join(out, "dist"), "--declaration", "false")
+	if b, err := tsc.CombinedOutput(); err != nil {
+		t.Fatalf("tsc: %v\n%s", err, b)
+	}
+
+	node := exec.CommandContext(ctx, "node", "--test", filepath.Join(dir, "test", "auth.test.mjs"))
+	node.Dir = dir
+	node.Env = append(os.Environ(), "NO_COLOR=1",
+		"LEASEGATE_SDK_MODULE="+filepath.Join(out, "dist", "index.js"),
+		"LEASEGATE_AUTH_URL="+e.gw.URL,
+		"LEASEGATE_API_KEY="+e.principals["ops"].key,
+		"LEASEGATE_LIMITED_API_KEY="+e.principals["billing"].key,
+		"NODE_EXTRA_CA_CERTS="+e.caFile)
+	b, err := node.CombinedOutput()
+	s := summary(string(b))
+	if err != nil || !strings.Contains(s, "fail 0") || !strings.Contains(s, "skipped 0") {
+		t.Fatalf("node --test test/auth.test.mjs: %v (%s)\n%s", err, s, b)
+	}
+	t.Logf("node:test: %s", s)
+}
