@@ -162,8 +162,12 @@ func (rl *redlock) reenter(ctx context.Context, keys, args []string) ([]rueidis.
 			rl.giveBack(r.m, keys, args, lease, want)
 		}
 	}
-	rl.onEach(got, undo)
-	f.rest(undo)
+	if args[7] == "0" { // with an Idempotency-Key the client's retry replays the re-entry instead
+		rl.onEach(got, undo)
+		f.rest(undo)
+	} else {
+		f.rest(nil)
+	}
 	return rl.refusal(got, entered)
 }
 
