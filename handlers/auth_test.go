@@ -235,7 +235,8 @@ func BenchmarkAuthCycleRedis(b *testing.B) {
 	c, key, es256, rs256 := jwtBenchConfig(b)
 	type mode struct {
 		name, url, key string
-		auth           bool
+		auth, tls      bool
+		hc             *http.Client
 		cycles         int64
 		wall, cpu      time.Duration
 	}
@@ -244,23 +245,35 @@ func BenchmarkAuthCycleRedis(b *testing.B) {
 	// "off+jwt-header" likewise sends the RS256 JWT (the longer one).
 	modes := []*mode{{name: "off"}, {name: "api-key", key: key, auth: true}, {name: "off+header", key: key},
 		{name: "jwt-es256", key: es256, auth: true}, {name: "jwt-rs256", key: rs256, auth: true},
-		{name: "off+jwt-header", key: rs256}}
+		{name: "off+jwt-header", key: rs256},
+		// HTTPS (TLS 1.3, an ECDSA certificate of httptest's) without and with an API key.
+		{name: "tls", tls: true}, {name: "tls+api-key", key: key, auth: true, tls: true}}
+	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
 	for _, m := range modes {
 		var authn Authenticator
 		if m.auth {
 			authn = c
 		}
-		srv := httptest.NewServer(NewRouter(svc, Options{Logger: log, Limits: limits, Auth: authn}))
+		h := NewRouter(svc, Options{Logger: log, Limits: limits, Auth: authn})
+		srv, mc := httptest.NewUnstartedServer(h), hc
+		if m.tls {
+			srv.StartTLS()
+			ttr := srv.Client().Transport.(*http.Transport).Clone()
+			ttr.MaxIdleConns, ttr.MaxIdleConnsPerHost = 64, 64
+			defer ttr.CloseIdleConnections()
+			mc = &http.Client{Transport: ttr}
+		} else {
+			srv.Start()
+		}
 		defer srv.Close()
-		m.url = srv.URL
+		m.url, m.hc = srv.URL, mc
 	}
-	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr}
 	const clients, slice = 8, 250 * time.Millisecond
 	for b.Loop() {
 		for _, m := range modes {
-			n, wall, cpu, err := cycleFor(hc, m.url, m.key, clients, slice)
+			n, wall, cpu, err := cycleFor(m.hc, m.url, m.key, clients, slice)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -272,7 +285,7 @@ func BenchmarkAuthCycleRedis(b *testing.B) {
 		b.ReportMetric(float64(m.cpu.Microseconds())/float64(m.cycles), m.name+"-cpu-µs/cycle")
 	}
 	off := modes[0]
-	for _, on := range []*mode{modes[1], modes[3], modes[4]} {
+	for _, on := range []*mode{modes[1], modes[3], modes[4], modes[6], modes[7]} {
 		b.ReportMetric(100*(1-(float64(on.cycles)/on.wall.Seconds())/(float64(off.cycles)/off.wall.Seconds())), on.name+"-%-throughput-lost")
 	}
 }

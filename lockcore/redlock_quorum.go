@@ -260,6 +260,7 @@ func (rl *redlock) inspect(ctx context.Context, keys, args []string) ([]rueidis.
 	type view struct {
 		reply []rueidis.RedisMessage
 		ttl   time.Duration
+		fence int64
 	}
 	groups := map[string][]view{}
 	var order []string
@@ -272,17 +273,17 @@ func (rl *redlock) inspect(ctx context.Context, keys, args []string) ([]rueidis.
 		if !ok {
 			return arr, nil // the caller reports it
 		}
-		id, ttl := "", time.Duration(0)
+		id, ttl, fence := "", time.Duration(0), int64(0)
 		for _, h := range st.holders() {
 			id += h.Lease + " "
 		}
 		if st.Exclusive != nil {
-			ttl = st.Exclusive.TTL
+			ttl, fence = st.Exclusive.TTL, st.Exclusive.Fence
 		}
 		if groups[id] == nil {
 			order = append(order, id)
 		}
-		groups[id] = append(groups[id], view{arr, ttl})
+		groups[id] = append(groups[id], view{arr, ttl, fence})
 	}
 	var best []view
 	for _, id := range order {
@@ -290,8 +291,18 @@ func (rl *redlock) inspect(ctx context.Context, keys, args []string) ([]rueidis.
 			best = groups[id]
 		}
 	}
+	// The TTL a majority has; and the fence the lease was granted with, the greatest its masters
+	// hold (a master that gave a lower one keeps it on its hold: see agreeOnFence).
 	slices.SortFunc(best, func(a, b view) int { return cmp.Compare(b.ttl, a.ttl) })
-	return best[min(rl.quorum, len(best))-1].reply, nil
+	ttl := best[min(rl.quorum, len(best))-1].ttl
+	top := slices.MaxFunc(best, func(a, b view) int { return cmp.Compare(a.fence, b.fence) }).fence
+	rep := best[min(rl.quorum, len(best))-1]
+	for _, v := range best { // the shortest TTL at least ttl, among the views with that fence
+		if v.fence == top && v.ttl >= ttl && (rep.fence != top || v.ttl < rep.ttl) {
+			rep = v
+		}
+	}
+	return rep.reply, nil
 }
 
 // inspectWait bounds how long an inspection waits for every master, past which it reads those that
