@@ -360,6 +360,14 @@ func (s *Service) clients() []rueidis.Client {
 	return out
 }
 
+// masterCount is how many Redis deployments hand locks on: RedLock's masters, or the one.
+func (s *Service) masterCount() int {
+	if s.rl == nil {
+		return 1
+	}
+	return len(s.rl.masters)
+}
+
 // masterReply is one master's answer to a call sent to all of them.
 type masterReply struct {
 	m       *master

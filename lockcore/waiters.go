@@ -186,7 +186,7 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 	}
 	key := ws.s.keys(ref).lock
 	// Room for one event per master: on RedLock a waiter gathers a majority's hand-offs.
-	w := &waiter{key: key, lease: lease, events: make(chan event, len(ws.s.clients())), ready: ws.subscription(key)}
+	w := &waiter{key: key, lease: lease, events: make(chan event, ws.s.masterCount()), ready: ws.subscription(key)}
 	ws.s.wg.Add(1)
 	ws.byLease[lease] = w
 	hb := ws.heartbeats[key]

@@ -1,13 +1,9 @@
 package tests
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,28 +21,9 @@ import (
 // channel once it exits (bounded by 60 s).
 func (e *securedEnv) startCLI(t *testing.T, env []string, args ...string) <-chan cliRun {
 	t.Helper()
-	bin, err := harness.GatewayBinary()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	cmd := exec.CommandContext(ctx, bin, args...)
 	// A -race binary sleeps a second before a successful exit, unless told not to.
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "GORACE=" + gorace, "LEASEGATE_SERVER=" + e.gw.URL}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Start())
-	out := make(chan cliRun, 1)
-	go func() {
-		defer cancel()
-		err := cmd.Wait()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		}
-		out <- cliRun{code: code, stdout: stdout.String(), stderr: stderr.String()}
-	}()
-	return out
+	return startCLIProcess(t, append([]string{"PATH=" + os.Getenv("PATH"), "GORACE=" + gorace, "LEASEGATE_SERVER=" + e.gw.URL}, env...), args...)
 }
 
 func (e *securedEnv) cli(t *testing.T, env []string, args ...string) cliRun {

@@ -31,11 +31,18 @@ type cliRun struct {
 // channel once it exits (bounded by 60 s).
 func (e *env) startCLI(t *testing.T, args ...string) <-chan cliRun {
 	t.Helper()
+	return startCLIProcess(t, append(os.Environ(), "LEASEGATE_SERVER="+e.gw.URL), args...)
+}
+
+// startCLIProcess runs the leasegate binary with args and the environment environ (NAME=VALUE);
+// the result arrives on the channel once it exits (bounded by 60 s).
+func startCLIProcess(t *testing.T, environ []string, args ...string) <-chan cliRun {
+	t.Helper()
 	bin, err := harness.GatewayBinary()
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "LEASEGATE_SERVER="+e.gw.URL)
+	cmd.Env = environ
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Start())
