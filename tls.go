@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -14,18 +15,25 @@ import (
 // certCheckInterval is how often, at most, a handshake looks at the certificate files.
 const certCheckInterval = time.Second
 
-// fileStamp is what tells a file's change: its modification time and size.
-type fileStamp struct {
-	modTime time.Time
-	size    int64
+// certFiles is what was read of the pair's two files, and their digests: a file's change is told
+// by its content, since a replacement renamed into place within the file system's timestamp
+// granularity can keep both the modification time and the size.
+type certFiles struct {
+	cert, key []byte
+	digest    [2][sha256.Size]byte // zero for a file that cannot be read
 }
 
-func stampOf(path string) (fileStamp, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{}, err
+func readCertFiles(certFile, keyFile string) (certFiles, error) {
+	var f certFiles
+	var err error
+	if f.cert, err = os.ReadFile(certFile); err != nil {
+		return certFiles{}, err
 	}
-	return fileStamp{modTime: fi.ModTime(), size: fi.Size()}, nil
+	if f.key, err = os.ReadFile(keyFile); err != nil {
+		return certFiles{}, err
+	}
+	f.digest = [2][sha256.Size]byte{sha256.Sum256(f.cert), sha256.Sum256(f.key)}
+	return f, nil
 }
 
 // certReloader serves the certificate pair in two files and reloads it when either file changes,
@@ -37,29 +45,30 @@ type certReloader struct {
 
 	mu      sync.Mutex
 	cert    *tls.Certificate
-	loaded  [2]fileStamp // the files' stamps when cert was read
-	failing bool         // the files at stamps failed have been tried, and the error logged
-	failed  [2]fileStamp // (a file that cannot be stat'ed has zero stamps)
+	loaded  [2][sha256.Size]byte // the files' digests when cert was read
+	failing bool                 // the files with digests failed have been tried, and the error logged
+	failed  [2][sha256.Size]byte
 	checked time.Time
 }
 
 // newCertReloader loads the pair; an error here is a start-up error.
 func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {
 	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log}
-	stamps, err := r.stamps()
+	files, err := readCertFiles(certFile, keyFile)
 	if err == nil {
-		r.cert, err = loadPair(certFile, keyFile)
+		r.cert, err = parsePair(files.cert, files.key)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("LEASEGATE_TLS_CERT_FILE, LEASEGATE_TLS_KEY_FILE: %w", err)
 	}
-	r.loaded, r.checked = stamps, time.Now()
+	r.loaded, r.checked = files.digest, time.Now()
 	return r, nil
 }
 
 // GetCertificate is tls.Config.GetCertificate: the current pair, re-read first when the files'
-// stamps changed since it was read (checked at most once per certCheckInterval). A pair that fails
-// to load leaves the last good one in service; the failure is logged once per change of the files.
+// contents changed since it was read (checked at most once per certCheckInterval). A pair that
+// fails to load leaves the last good one in service; the failure is logged once per change of the
+// files.
 func (r *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -68,42 +77,37 @@ func (r *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 		return r.cert, nil
 	}
 	r.checked = now
-	// Stat before reading: a file replaced after the stat differs from the stamps kept, so the
-	// next check reads it again.
-	stamps, err := r.stamps()
-	if err == nil && stamps == r.loaded || r.failing && stamps == r.failed {
+	files, err := readCertFiles(r.certFile, r.keyFile)
+	if err == nil && files.digest == r.loaded || r.failing && files.digest == r.failed {
 		return r.cert, nil
 	}
 	var cert *tls.Certificate
 	if err == nil {
-		cert, err = loadPair(r.certFile, r.keyFile)
+		cert, err = parsePair(files.cert, files.key)
 	}
 	if err != nil {
-		r.failing, r.failed = true, stamps
+		r.failing, r.failed = true, files.digest
 		r.log.Error("TLS certificate reload failed; still serving the last good certificate",
 			"cert_file", r.certFile, "key_file", r.keyFile, "err", err)
 		return r.cert, nil
 	}
-	r.cert, r.loaded, r.failing = cert, stamps, false
+	r.cert, r.loaded, r.failing = cert, files.digest, false
 	r.log.Info("TLS certificate reloaded", certAttrs(cert)...)
 	return r.cert, nil
 }
 
-func (r *certReloader) stamps() ([2]fileStamp, error) {
-	c, err := stampOf(r.certFile)
-	if err != nil {
-		return [2]fileStamp{}, err
-	}
-	k, err := stampOf(r.keyFile)
-	if err != nil {
-		return [2]fileStamp{}, err
-	}
-	return [2]fileStamp{c, k}, nil
-}
-
 // loadPair reads a PEM certificate chain and its key, refusing a certificate outside its validity.
 func loadPair(certFile, keyFile string) (*tls.Certificate, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	files, err := readCertFiles(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return parsePair(files.cert, files.key)
+}
+
+// parsePair parses a PEM certificate chain and its key, refusing a certificate outside its validity.
+func parsePair(certPEM, keyPEM []byte) (*tls.Certificate, error) {
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}

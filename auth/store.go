@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,8 +12,8 @@ import (
 )
 
 // Store serves the Config of an auth file and reloads it: on Reload (SIGHUP), and when the
-// modification time or size of the file, or of the JWKS or PEM file its "jwt" member names,
-// changes (Watch polls them). A file that fails to load leaves the last
+// content of the file, or of the JWKS or PEM file its "jwt" member names, changes (Watch polls
+// them). A file that fails to load leaves the last
 // good Config in service and is logged once per change. Safe for concurrent use.
 type Store struct {
 	path string
@@ -43,19 +44,17 @@ func stampsOf(path, keyFile string) (stamps, error) {
 	return st, nil
 }
 
-// stamp is what tells a file's change: its modification time and size (zero when it cannot be
-// stat'ed).
-type stamp struct {
-	modTime time.Time
-	size    int64
-}
+// stamp is what tells a file's change: the digest of its content (zero when it cannot be read).
+// Not its modification time and size: a replacement renamed into place within the file system's
+// timestamp granularity can keep both.
+type stamp [sha256.Size]byte
 
 func stampOf(path string) (stamp, error) {
-	fi, err := os.Stat(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return stamp{}, err
 	}
-	return stamp{fi.ModTime(), fi.Size()}, nil
+	return sha256.Sum256(b), nil
 }
 
 // Open loads the auth file at path; an error here is a start-up error. log (default

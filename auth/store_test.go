@@ -34,8 +34,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// writeFile replaces path's contents, moving its modification time on so that a change within
-// the file system's time granularity is still seen.
+// writeFile replaces path's contents, keeping its modification time: a change is told by content.
 func writeFile(t *testing.T, path string, data []byte, mtime time.Time) {
 	t.Helper()
 	require.NoError(t, os.WriteFile(path, data, 0o600))
@@ -67,7 +66,7 @@ func TestStoreReloads(t *testing.T) {
 	assert.ErrorIs(t, err, auth.ErrUnauthenticated)
 
 	// A broken file keeps the last good one, and is logged once.
-	writeFile(t, path, []byte(`{"principals": [`), now.Add(2*time.Second))
+	writeFile(t, path, []byte(`{"principals": [`), now)
 	require.Eventually(t, func() bool { return bytes.Count([]byte(logs.String()), []byte("reload failed")) == 1 }, 5*time.Second, 5*time.Millisecond)
 	_, err = s.Authenticate(k2)
 	assert.NoError(t, err)
@@ -84,7 +83,7 @@ func TestStoreReloads(t *testing.T) {
 	assert.NoError(t, err)
 
 	// Fixed: back in service on the next reload.
-	writeFile(t, path, file(principal("one", h1, `"*"`, `"lock"`)), now.Add(3*time.Second))
+	writeFile(t, path, file(principal("one", h1, `"*"`, `"lock"`)), now)
 	require.NoError(t, s.Reload())
 	_, err = s.Authenticate(k1)
 	assert.NoError(t, err)
@@ -97,4 +96,27 @@ func TestOpenRefusesBrokenFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(`{"principals":[]}`), 0o600))
 	_, err = auth.Open(path, nil)
 	assert.ErrorContains(t, err, "empty")
+}
+
+// TestStoreReloadsOnHangup: SIGHUP reloads at once, whatever the polling interval.
+func TestStoreReloadsOnHangup(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "auth.json")
+	k1, h1 := auth.NewKey()
+	k2, h2 := auth.NewKey()
+	now := time.Now()
+	writeFile(t, path, file(principal("one", h1, `"*"`, `"lock"`)), now)
+	s, err := auth.Open(path, nil)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	hup := make(chan os.Signal)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Watch(ctx, time.Hour, hup) }()
+	defer func() { cancel(); <-done }()
+
+	writeFile(t, path, file(principal("two", h2, `"*"`, `"lock"`)), now)
+	hup <- os.Interrupt
+	require.Eventually(t, func() bool { _, err := s.Authenticate(k2); return err == nil }, 5*time.Second, 5*time.Millisecond)
+	_, err = s.Authenticate(k1)
+	assert.ErrorIs(t, err, auth.ErrUnauthenticated)
 }
