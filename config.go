@@ -46,6 +46,7 @@ type Config struct {
 	QuotaRate         float64       `split_words:"true" default:"0"`
 	QuotaBurst        int           `split_words:"true" default:"0"`
 	QuotaParked       int           `split_words:"true" default:"0"`
+	QuotaHeld         int           `split_words:"true" default:"0"`
 	MetricsAuth       string        `split_words:"true" default:"open"`
 }
 
@@ -60,7 +61,7 @@ func loadConfig() (Config, error) {
 		"REDLOCK_URLS", "REPLICA_ACKS", "REPLICA_ACK_TIMEOUT", "TOKEN_SECRET", "KEY_PREFIX",
 		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL",
 		"TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE", "AUTH_FILE", "METRICS_AUTH",
-		"QUOTA_RATE", "QUOTA_BURST", "QUOTA_PARKED"} {
+		"QUOTA_RATE", "QUOTA_BURST", "QUOTA_PARKED", "QUOTA_HELD"} {
 		if v, ok := os.LookupEnv("LEASEGATE_" + name); ok && strings.TrimSpace(v) == "" {
 			return Config{}, fmt.Errorf("LEASEGATE_%s is set but empty; unset it to use the default", name)
 		}
@@ -107,8 +108,10 @@ func loadConfig() (Config, error) {
 		check(cfg.QuotaRate >= 0, "QUOTA_RATE", "must not be negative, got %g", cfg.QuotaRate),
 		check(cfg.QuotaBurst >= 0, "QUOTA_BURST", "must not be negative, got %d", cfg.QuotaBurst),
 		check(cfg.QuotaParked >= 0, "QUOTA_PARKED", "must not be negative, got %d", cfg.QuotaParked),
-		check(cfg.AuthFile != "" || (cfg.QuotaRate == 0 && cfg.QuotaParked == 0), "QUOTA_RATE",
-			"and LEASEGATE_QUOTA_PARKED limit principals: they need LEASEGATE_AUTH_FILE"),
+		check(cfg.QuotaHeld >= 0, "QUOTA_HELD", "must not be negative, got %d", cfg.QuotaHeld),
+		check(cfg.AuthFile != "" || (cfg.QuotaRate == 0 && cfg.QuotaParked == 0 && cfg.QuotaHeld == 0), "QUOTA_RATE",
+			"LEASEGATE_QUOTA_PARKED and LEASEGATE_QUOTA_HELD limit principals: they need LEASEGATE_AUTH_FILE"),
+		check(cfg.QuotaHeld == 0 || len(cfg.RedlockURLs) == 0, "QUOTA_HELD", "is not offered on RedLock (LEASEGATE_REDLOCK_URLS)"),
 		check(slices.Contains([]string{"open", "admin"}, cfg.MetricsAuth), "METRICS_AUTH", "%q is not open or admin", cfg.MetricsAuth),
 		check(cfg.MetricsAuth == "open" || cfg.AuthFile != "", "METRICS_AUTH", "admin needs LEASEGATE_AUTH_FILE"),
 	)

@@ -211,6 +211,7 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		// A restarted RedLock master counts again once every lease it may have held has run
 		// out or been renewed without it (see lockcore/redlock.go).
 		RestartGuard: cfg.MaxTTL + time.Second, RedLockNewDeployment: cfg.RedlockNew,
+		MaxHeld: cfg.QuotaHeld,
 	}
 	svc, deployment, closeRedis, err := newService(ctx, cfg, tokens, opts, log)
 	if err != nil {

@@ -230,15 +230,20 @@ func BenchmarkAuthCycleRedis(b *testing.B) {
 	svc, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: harness.RandomPrefix()})
 	require.NoError(b, err)
 	defer svc.Close()
+	// The same engine counting each principal's holds (LEASEGATE_QUOTA_HELD), under a cap the
+	// benchmark never reaches.
+	held, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: harness.RandomPrefix(), MaxHeld: 1000})
+	require.NoError(b, err)
+	defer held.Close()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	limits := api.Limits{DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute, MaxHold: time.Hour}
 	c, key, es256, rs256 := jwtBenchConfig(b)
 	type mode struct {
-		name, url, key string
-		auth, tls      bool
-		hc             *http.Client
-		cycles         int64
-		wall, cpu      time.Duration
+		name, url, key   string
+		auth, tls, quota bool
+		hc               *http.Client
+		cycles           int64
+		wall, cpu        time.Duration
 	}
 	// "off+header" sends the key to a gateway without authentication: what carrying the header
 	// costs the HTTP client and server, apart from checking it.
@@ -247,7 +252,9 @@ func BenchmarkAuthCycleRedis(b *testing.B) {
 		{name: "jwt-es256", key: es256, auth: true}, {name: "jwt-rs256", key: rs256, auth: true},
 		{name: "off+jwt-header", key: rs256},
 		// HTTPS (TLS 1.3, an ECDSA certificate of httptest's) without and with an API key.
-		{name: "tls", tls: true}, {name: "tls+api-key", key: key, auth: true, tls: true}}
+		{name: "tls", tls: true}, {name: "tls+api-key", key: key, auth: true, tls: true},
+		// An API key, each principal's holds counted in Redis.
+		{name: "api-key+held", key: key, auth: true, quota: true}}
 	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
@@ -256,7 +263,11 @@ func BenchmarkAuthCycleRedis(b *testing.B) {
 		if m.auth {
 			authn = c
 		}
-		h := NewRouter(svc, Options{Logger: log, Limits: limits, Auth: authn})
+		engine := svc
+		if m.quota {
+			engine = held
+		}
+		h := NewRouter(engine, Options{Logger: log, Limits: limits, Auth: authn})
 		srv, mc := httptest.NewUnstartedServer(h), hc
 		if m.tls {
 			srv.StartTLS()
@@ -285,9 +296,11 @@ func BenchmarkAuthCycleRedis(b *testing.B) {
 		b.ReportMetric(float64(m.cpu.Microseconds())/float64(m.cycles), m.name+"-cpu-µs/cycle")
 	}
 	off := modes[0]
-	for _, on := range []*mode{modes[1], modes[3], modes[4], modes[6], modes[7]} {
+	for _, on := range []*mode{modes[1], modes[3], modes[4], modes[6], modes[7], modes[8]} {
 		b.ReportMetric(100*(1-(float64(on.cycles)/on.wall.Seconds())/(float64(off.cycles)/off.wall.Seconds())), on.name+"-%-throughput-lost")
 	}
+	keyOnly, counted := modes[1], modes[8]
+	b.ReportMetric(100*(1-(float64(counted.cycles)/counted.wall.Seconds())/(float64(keyOnly.cycles)/keyOnly.wall.Seconds())), "held-vs-api-key-%-throughput-lost")
 }
 
 // cycleFor runs acquire+release cycles against base from n clients (each on a name of its own)

@@ -54,6 +54,7 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		lostErr     *lockcore.GroupLostError
 		deniedErr   *auth.ForbiddenError
 		quotaErr    *quotaError
+		heldQuota   *lockcore.QuotaExceededError
 	)
 	switch {
 	case errors.As(err, &reqErr):
@@ -65,6 +66,10 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		p.Status, p.Type, p.Title = http.StatusTooManyRequests, api.TypeQuotaExceeded, "Quota exceeded"
 		p.RetryAfterms = ptr(quotaErr.retryAfter.Milliseconds())
 		w.Header().Set("Retry-After", retryAfterSeconds(quotaErr.retryAfter))
+	case errors.As(err, &heldQuota):
+		p.Status, p.Type, p.Title = http.StatusTooManyRequests, api.TypeQuotaExceeded, "Quota exceeded"
+		p.RetryAfterms = ptr(heldQuota.RetryAfter.Milliseconds())
+		w.Header().Set("Retry-After", retryAfterSeconds(heldQuota.RetryAfter))
 	case errors.As(err, &deniedErr):
 		p.Status, p.Type, p.Title = http.StatusForbidden, api.TypeForbidden, "Forbidden"
 		p.Permission, p.Name = string(deniedErr.Permission), deniedErr.Name

@@ -115,22 +115,35 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error
 }
 
 func (s *Service) acquireAny(ctx context.Context, req AcquireRequest) (Grant, error) {
-	if req.Token == "" && req.Wait > 0 {
-		return s.acquireWaiting(ctx, req)
+	if req.Token != "" {
+		g, err := s.reenterLease(ctx, req)
+		if err != nil {
+			return Grant{}, err
+		}
+		if !g.Watchdog { // a watchdog lease counts to its max hold already
+			s.extendHeld(ctx, g.Principal, g.TTL+heldSlack, heldMember(req.ref(), g.ID))
+		}
+		return s.settle(ctx, req, g)
+	}
+	lease := uuid.NewString()
+	member := heldMember(req.ref(), lease)
+	if err := s.countHeld(ctx, req.Principal, heldSpan(req.TTL, req.Wait, req.Watchdog, req.MaxHold), member); err != nil {
+		return Grant{}, err
 	}
 	var (
 		g   Grant
 		err error
 	)
-	if req.Token != "" {
-		g, err = s.reenterLease(ctx, req)
-	} else {
-		g, err = s.acquireNew(ctx, req)
+	if req.Wait > 0 {
+		g, err = s.acquireWaiting(ctx, req, lease)
+	} else if g, err = s.acquireNew(ctx, req, lease); err == nil {
+		g, err = s.settle(ctx, req, g)
 	}
-	if err != nil {
-		return Grant{}, err
+	// Not granted, or a retry granted the first request's lease (counted by that request).
+	if err != nil && !grantUnknown(err, req.IdempotencyKey) || err == nil && g.ID != lease {
+		s.uncountHeld(ctx, req.Principal, member)
 	}
-	return s.settle(ctx, req, g)
+	return g, err
 }
 
 // settle finishes a grant: a new watchdog lease is enrolled for renewal, and g is undone when ctx
@@ -156,9 +169,8 @@ func (s *Service) settle(ctx context.Context, req AcquireRequest, g Grant) (Gran
 	return g, nil
 }
 
-// acquireNew tries once: the lock goes to a new lease if it is free and nobody is queued.
-func (s *Service) acquireNew(ctx context.Context, req AcquireRequest) (Grant, error) {
-	lease := uuid.NewString()
+// acquireNew tries once: the lock goes to new lease lease if it is free and nobody is queued.
+func (s *Service) acquireNew(ctx context.Context, req AcquireRequest, lease string) (Grant, error) {
 	start := time.Now()
 	r, err := s.runAcquire(ctx, req, lease, "try", 0, "")
 	if err != nil {

@@ -33,6 +33,9 @@ var (
 	// ErrNotSupported: the operation cannot be offered on this deployment (RedLock: see
 	// redlock_quorum.go).
 	ErrNotSupported = errors.New("not supported on this deployment")
+	// ErrQuotaExceeded: a new lease would take its principal past Options.MaxHeld holds at once.
+	// The error is a *QuotaExceededError.
+	ErrQuotaExceeded = errors.New("quota of holds exceeded")
 )
 
 // PermitsMismatchError reports a semaphore whose size, set by whoever acquired it first while

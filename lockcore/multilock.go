@@ -85,6 +85,19 @@ func (s *Service) acquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 		req.Mode = Exclusive
 	}
 	m := MultiLease{ID: multiLeasePrefix + uuid.NewString(), Owner: req.Owner, Locks: names, Mode: req.Mode, Principal: req.Principal}
+	counted := groupHeldMembers(m)
+	if err := s.countHeld(ctx, m.Principal, heldSpan(req.TTL, req.Wait, req.Watchdog, req.MaxHold), counted...); err != nil {
+		return MultiGrant{}, err
+	}
+	g, err := s.lockGroup(ctx, req, m)
+	if err != nil && !grantUnknown(err, "") {
+		s.uncountHeld(ctx, m.Principal, counted...)
+	}
+	return g, err
+}
+
+// lockGroup takes every member of m for req, or none (giving back what it took).
+func (s *Service) lockGroup(ctx context.Context, req MultiRequest, m MultiLease) (MultiGrant, error) {
 	start := time.Now()
 	g, err := s.tryAll(ctx, req, m, start)
 	var held *HeldError
@@ -216,6 +229,7 @@ func (s *Service) ReleaseAll(ctx context.Context, token, id string) (MultiReleas
 	if err != nil {
 		return MultiReleased{}, err
 	}
+	s.uncountHeld(ctx, m.Principal, groupHeldMembers(m)...)
 	if len(lost) > 0 {
 		s.obs.Lost(kindMultiLock)
 		return MultiReleased{}, &GroupLostError{ID: m.ID, Locks: lost}
@@ -269,11 +283,17 @@ func (s *Service) RenewAll(ctx context.Context, token, id string, ttl time.Durat
 	start := time.Now()
 	r, err := s.renewGroup(ctx, m, m.Locks, ttl, false)
 	if err != nil {
+		if errors.Is(err, ErrLeaseLost) { // the members left were given back
+			s.uncountHeld(ctx, m.Principal, groupHeldMembers(m)...)
+		}
 		s.observeRefusal(kindMultiLock, err)
 		return MultiGrant{}, err
 	}
 	g := s.multiGrant(m, r.fences, r.ttl, r.watchdog, start)
 	g.Token = token
+	if !g.Watchdog { // a watchdog group counts to its max hold already
+		s.extendHeld(ctx, m.Principal, g.TTL+heldSlack, groupHeldMembers(m)...)
+	}
 	if g.Watchdog {
 		err := s.run(context.WithoutCancel(ctx), s.watchdogSchedule, []string{s.shardOf(m.ID).groups},
 			[]string{"reschedule", groupScheduleMember(m), ms(g.TTL / 3)}).Error()

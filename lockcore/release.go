@@ -2,6 +2,7 @@ package lockcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -37,6 +38,10 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, er
 		return Released{}, err
 	}
 	rel, err := s.releaseLease(ctx, l, req.IdempotencyKey, req.Mode)
+	if rel.Released || errors.Is(err, ErrLeaseLost) {
+		// A lease holding the lock both ways (a downgrade) stops counting at its first release.
+		s.uncountHeld(ctx, l.Principal, heldMember(l.Ref(), l.ID))
+	}
 	switch {
 	case err != nil:
 		s.observeRefusal(l.Kind.String(), err)

@@ -26,10 +26,16 @@ func (s *Service) Renew(ctx context.Context, ref Ref, token string, ttl time.Dur
 		if s.rl != nil && errors.Is(err, ErrLeaseLost) {
 			s.giveBackEverywhere(ctx, l) // what a minority still holds: see renewDueRedLock
 		}
+		if errors.Is(err, ErrLeaseLost) {
+			s.uncountHeld(ctx, l.Principal, heldMember(l.Ref(), l.ID))
+		}
 		s.observeRefusal(l.Kind.String(), err)
 		return Grant{}, err
 	}
 	g.Token = token
+	if !g.Watchdog { // a watchdog lease counts to its max hold already
+		s.extendHeld(ctx, l.Principal, g.TTL+heldSlack, heldMember(l.Ref(), l.ID))
+	}
 	if g.Watchdog {
 		s.reschedule(ctx, g)
 	} else if s.mayOutlive(l, g.TTL) {

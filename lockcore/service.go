@@ -76,9 +76,13 @@ type Options struct {
 	// of its Redis process, they are recorded without a restart guard. Masters that all lost
 	// their data look the same: set it on a deployment's first start only.
 	RedLockNewDeployment bool
-	LongHold             time.Duration
-	OnLongHoldSweep      func(n int, oldest time.Duration)
-	OnRedisCheck         func(up bool)
+	// MaxHeld caps the locks and semaphore permits one principal (AcquireRequest.Principal) holds
+	// at once across every replica, counting its waiting requests (0: no cap; see held_quota.go).
+	// Not on RedLock.
+	MaxHeld         int
+	LongHold        time.Duration
+	OnLongHoldSweep func(n int, oldest time.Duration)
+	OnRedisCheck    func(up bool)
 }
 
 // Service runs lock operations against one Redis deployment. Safe for concurrent use. Close it to
@@ -117,6 +121,7 @@ type Service struct {
 	failures        atomic.Int64
 
 	redlockNew bool // Options.RedLockNewDeployment
+	maxHeld    int  // Options.MaxHeld
 	// rl is the RedLock deployment when the Service runs on several independent masters
 	// (NewRedLock); nil on one Redis, Sentinel or Cluster.
 	rl *redlock
@@ -155,6 +160,12 @@ func newService(client rueidis.Client, rl *redlock, tokens *Tokens, opts Options
 	opts.TicketGrace = cmp.Or(opts.TicketGrace, 10*time.Second)
 	opts.IdempotencyWindow = cmp.Or(opts.IdempotencyWindow, 10*time.Minute)
 	opts.ReplicaAckTimeout = cmp.Or(opts.ReplicaAckTimeout, 500*time.Millisecond)
+	if opts.MaxHeld < 0 {
+		return nil, fmt.Errorf("%w: max held %d must not be negative", ErrInvalid, opts.MaxHeld)
+	}
+	if rl != nil && opts.MaxHeld > 0 {
+		return nil, fmt.Errorf("%w: the cap on held leases is not offered on RedLock (its count would need a quorum of its own)", ErrInvalid)
+	}
 	if opts.ReplicaAcks < 0 {
 		return nil, fmt.Errorf("%w: replica acks %d must not be negative", ErrInvalid, opts.ReplicaAcks)
 	}
@@ -191,6 +202,7 @@ func newService(client rueidis.Client, rl *redlock, tokens *Tokens, opts Options
 		longHold:         cmp.Or(opts.LongHold, 10*time.Minute),
 		onLongHoldSweep:  opts.OnLongHoldSweep,
 		onRedisCheck:     opts.OnRedisCheck,
+		maxHeld:          opts.MaxHeld,
 	}
 	if s.onLongHoldSweep == nil {
 		s.onLongHoldSweep = func(int, time.Duration) {}
@@ -203,7 +215,7 @@ func newService(client rueidis.Client, rl *redlock, tokens *Tokens, opts Options
 		s.dequeue: "dequeue", s.heartbeatScript: "heartbeat", s.watchdogRenew: "watchdog_renew",
 		s.watchdogSchedule: "watchdog_schedule", s.watchdogDue: "watchdog_due", s.multiAcquire: "multi_acquire",
 		s.multiRelease: "multi_release", s.multiRenew: "multi_renew", s.agedScript: "aged", forceScript: "force",
-		watchScript: "watch", watchSnapshotScript: "watch_snapshot",
+		watchScript: "watch", watchSnapshotScript: "watch_snapshot", heldScript: "held",
 	}
 	s.obs = opts.Observer
 	if s.obs == nil {

@@ -27,8 +27,8 @@ const retryPause = 50 * time.Millisecond
 // when the Service closes, a *ShutdownError with a QueueTicket; when Redis is still failing as the
 // wait ends, ErrUnavailable. Whenever it returns without a grant the waiter has left the queue,
 // and a grant that reached it meanwhile has been passed on.
-func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest) (Grant, error) {
-	g, err := s.waitAs(ctx, req, uuid.NewString())
+func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest, lease string) (Grant, error) {
+	g, err := s.waitAs(ctx, req, lease)
 	if err != nil {
 		return Grant{}, err
 	}

@@ -161,3 +161,9 @@ var redlockSettle string
 
 // RedlockSettle takes a waiter a majority granted out of the other masters' lines (RedLock).
 var RedlockSettle = lib + redlockSettle
+
+// Held counts, extends and frees the holds of one principal's ledger, the cap on what it holds at
+// once.
+//
+//go:embed held.lua
+var Held string

@@ -2,13 +2,17 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/tests/harness"
 )
 
 const probQuotaExceeded = "urn:leasegate:problem:quota-exceeded"
@@ -71,4 +75,146 @@ func TestQuotaParkedPerPrincipal(t *testing.T) {
 // opsWaiters is how many wait for lock, as the ops principal sees it.
 func (e *authEnv) opsWaiters(lock string) int64 {
 	return e.client.Do(http.MethodGet, "/locks/"+lock, e.as("ops", ""), "").Int("waiters")
+}
+
+// heldEnv is an auth environment of two gateway replicas on one Redis deployment, each capping a
+// principal's holds at max (LEASEGATE_QUOTA_HELD).
+func newHeldEnv(t *testing.T, max int) (*authEnv, [2]*harness.Client) {
+	t.Helper()
+	quota := map[string]string{"LEASEGATE_QUOTA_HELD": strconv.Itoa(max)}
+	e := newAuthEnv(t, quota)
+	quota["LEASEGATE_AUTH_FILE"] = e.path
+	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, quota))
+	return e, [2]*harness.Client{e.client, harness.NewClient(t, gw2.URL)}
+}
+
+// assertHeldQuota checks a 429 refusal of the cap on holds, and that it left name unheld.
+func (e *authEnv) assertHeldQuota(t *testing.T, r *harness.Response, name string) {
+	t.Helper()
+	require.Equal(t, http.StatusTooManyRequests, r.Status, "%s", r.Body)
+	assert.Equal(t, probQuotaExceeded, r.Str("type"))
+	assert.Contains(t, r.Str("detail"), "locks and permits")
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	if name != "" {
+		assert.Equal(t, false, e.client.Do(http.MethodGet, "/locks/"+name, e.as("ops", ""), "").JSON()["held"],
+			"the refused acquire changed nothing")
+	}
+}
+
+// TestQuotaHeldAcrossReplicas: LEASEGATE_QUOTA_HELD caps the locks and permits a principal holds
+// at once across replicas, counting its parked waiting requests and a multi-lock's members; a
+// release on either replica, a lease's expiry and a waiter giving up each free a place; re-entry
+// and renewal of a held lease stay allowed; another principal has a cap of its own.
+func TestQuotaHeldAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	e, c := newHeldEnv(t, 3)
+	as := func(p string) harness.Headers { return e.as(p, "") }
+
+	a := c[0].Do(http.MethodPost, "/locks/billing.a", as("billing"), acquireBody("w", 60000))
+	require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
+	b := c[1].Do(http.MethodPost, "/locks/billing.b", as("billing"), `{"owner":"w","watchdog":true}`)
+	require.Equal(t, http.StatusCreated, b.Status, "%s", b.Body)
+	s := c[0].Do(http.MethodPost, "/semaphores/billing.s", as("billing"), permitBody("w", 2, 60000, 0))
+	require.Equal(t, http.StatusCreated, s.Status, "%s", s.Body)
+
+	e.assertHeldQuota(t, c[1].Do(http.MethodPost, "/locks/billing.d", as("billing"), acquireBody("w", 60000)), "billing.d")
+	e.assertHeldQuota(t, c[0].Do(http.MethodPost, "/locks/billing.d", as("billing"), waitBody("w", 60000, 5000)), "billing.d")
+	assert.Equal(t, http.StatusCreated, c[1].Do(http.MethodPost, "/locks/billing.d", as("billing-2"), acquireBody("w", 1000)).Status,
+		"another principal counts its own")
+	reenter := c[1].Do(http.MethodPost, "/locks/billing.a", e.as("billing", a.Str("token")), acquireBody("w", 60000))
+	assert.Equal(t, http.StatusOK, reenter.Status, "a re-entry is no new hold: %s", reenter.Body)
+	assert.Equal(t, http.StatusOK, c[0].Do(http.MethodPost, "/locks/billing.a/renew", e.as("billing", a.Str("token")), "").Status)
+
+	// A release on the other replica frees a place (a's two holds: the re-entry's first).
+	for range 2 {
+		require.Equal(t, http.StatusOK, c[1].Do(http.MethodDelete, "/locks/billing.a", e.as("billing", a.Str("token")), "").Status)
+	}
+	short := c[0].Do(http.MethodPost, "/locks/billing.short", as("billing"), acquireBody("w", 300))
+	require.Equal(t, http.StatusCreated, short.Status, "%s", short.Body)
+	e.assertHeldQuota(t, c[1].Do(http.MethodPost, "/locks/billing.e", as("billing"), acquireBody("w", 60000)), "billing.e")
+	// The short lease lapses without a release: its place comes back at its end (plus a second).
+	var ee *harness.Response
+	eventually(t, 10*time.Second, "the lapsed lease's place", func() bool {
+		ee = c[1].Do(http.MethodPost, "/locks/billing.e", as("billing"), acquireBody("w", 60000))
+		return ee.Status == http.StatusCreated
+	})
+	require.Equal(t, http.StatusOK, c[0].Do(http.MethodDelete, "/locks/billing.e", e.as("billing", ee.Str("token")), "").Status)
+
+	// A parked waiting request counts while it waits (a release may hand it the lock any moment);
+	// when it gives up, its place comes back.
+	w := c[0].Do(http.MethodPost, "/locks/billing.w", as("ops"), acquireBody("ops", 60000))
+	require.Equal(t, http.StatusCreated, w.Status, "%s", w.Body)
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan struct{})
+	go func() {
+		defer close(gaveUp)
+		c[1].DoContext(ctx, http.MethodPost, "/locks/billing.w", as("billing"), waitBody("w", 60000, 20000))
+	}()
+	eventually(t, 10*time.Second, "billing's waiter parked", func() bool { return e.opsWaiters("billing.w") == 1 })
+	e.assertHeldQuota(t, c[0].Do(http.MethodPost, "/locks/billing.f", as("billing"), acquireBody("w", 60000)), "billing.f")
+	cancel()
+	<-gaveUp
+	var f *harness.Response
+	eventually(t, 10*time.Second, "the place of the waiter that gave up", func() bool {
+		f = c[0].Do(http.MethodPost, "/locks/billing.f", as("billing"), acquireBody("w", 60000))
+		return f.Status == http.StatusCreated
+	})
+	require.Equal(t, http.StatusOK, c[0].Do(http.MethodDelete, "/locks/billing.f", e.as("billing", f.Str("token")), "").Status)
+
+	// A multi-lock counts each member: two more do not fit beside b and s.
+	m := []string{"billing.m1", "billing.m2"}
+	e.assertHeldQuota(t, c[1].Do(http.MethodPost, "/multilocks", as("billing"), multiBody("w", m, 60000, 0, "")), "billing.m1")
+	require.Equal(t, http.StatusOK, c[1].Do(http.MethodDelete, "/semaphores/billing.s", e.as("billing", s.Str("token")), "").Status)
+	ml := c[0].Do(http.MethodPost, "/multilocks", as("billing"), multiBody("w", m, 60000, 0, ""))
+	require.Equal(t, http.StatusCreated, ml.Status, "%s", ml.Body)
+	e.assertHeldQuota(t, c[1].Do(http.MethodPost, "/locks/billing.g", as("billing"), acquireBody("w", 60000)), "billing.g")
+	require.Equal(t, http.StatusOK, c[1].Do(http.MethodDelete, "/multilocks", e.as("billing", ml.Str("token")), "").Status)
+
+	// A waiter handed the lock keeps counting as its holder.
+	handed := make(chan *harness.Response, 1)
+	go func() {
+		handed <- c[1].Do(http.MethodPost, "/locks/billing.w", as("billing"), waitBody("w", 60000, 20000))
+	}()
+	eventually(t, 10*time.Second, "billing's waiter parked again", func() bool { return e.opsWaiters("billing.w") == 1 })
+	require.Equal(t, http.StatusOK, c[0].Do(http.MethodDelete, "/locks/billing.w", e.as("ops", w.Str("token")), "").Status)
+	h := <-handed
+	require.Equal(t, http.StatusCreated, h.Status, "%s", h.Body)
+	require.Equal(t, http.StatusCreated, c[0].Do(http.MethodPost, "/locks/billing.h", as("billing"), acquireBody("w", 60000)).Status)
+	e.assertHeldQuota(t, c[1].Do(http.MethodPost, "/locks/billing.i", as("billing"), acquireBody("w", 60000)), "billing.i")
+}
+
+// TestQuotaHeldUnderConcurrency: many concurrent new acquires of one principal, spread over two
+// replicas, never get more grants than its cap, and every refusal gives its place back: each
+// round, after the releases of the one before, exactly the cap is granted.
+func TestQuotaHeldUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	const limit, clients, rounds = 5, 16, 4
+	e, c := newHeldEnv(t, limit)
+	for round := range rounds {
+		var wg sync.WaitGroup
+		results := make([]*harness.Response, clients)
+		for i := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				name := fmt.Sprintf("/locks/billing.c%d-%d", round, i)
+				results[i] = c[i%2].Do(http.MethodPost, name, e.as("billing", ""), acquireBody("w", 60000))
+			}()
+		}
+		wg.Wait()
+		granted := 0
+		for i, r := range results {
+			switch r.Status {
+			case http.StatusCreated:
+				granted++
+				name := fmt.Sprintf("/locks/billing.c%d-%d", round, i)
+				require.Equal(t, http.StatusOK, c[(i+1)%2].Do(http.MethodDelete, name, e.as("billing", r.Str("token")), "").Status)
+			case http.StatusTooManyRequests:
+				assert.Equal(t, probQuotaExceeded, r.Str("type"))
+			default:
+				t.Fatalf("round %d: unexpected answer %d: %s", round, r.Status, r.Body)
+			}
+		}
+		require.Equal(t, limit, granted, "round %d: grants", round)
+	}
 }

@@ -469,6 +469,10 @@ func TestValidationBadConfigExits(t *testing.T) {
 		{"credentials twice", map[string]string{"LEASEGATE_REDIS_URL": "redis://u:p@127.0.0.1:1", "LEASEGATE_REDIS_PASSWORD": "x"}, "LEASEGATE_REDIS_PASSWORD"},
 		{"replica acks negative", map[string]string{"LEASEGATE_REPLICA_ACKS": "-1"}, "LEASEGATE_REPLICA_ACKS"},
 		{"replica ack timeout zero", map[string]string{"LEASEGATE_REPLICA_ACK_TIMEOUT": "0s"}, "LEASEGATE_REPLICA_ACK_TIMEOUT"},
+		{"held quota without auth", map[string]string{"LEASEGATE_QUOTA_HELD": "10"}, "LEASEGATE_QUOTA_HELD"},
+		{"held quota negative", map[string]string{"LEASEGATE_QUOTA_HELD": "-1"}, "LEASEGATE_QUOTA_HELD"},
+		{"held quota on redlock", map[string]string{"LEASEGATE_QUOTA_HELD": "10", "LEASEGATE_AUTH_FILE": "/nonexistent",
+			"LEASEGATE_REDLOCK_URLS": "redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3"}, "not offered on RedLock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -1,0 +1,140 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/leasegate/leasegate/luascripts"
+)
+
+// The cap on what one principal holds at once, across every replica (Options.MaxHeld).
+//
+// Each principal has a ledger in Redis (held.lua): a zset of the holds it counts, one per lock or
+// semaphore permit a lease of the principal holds (a multi-lock counts one per member), each
+// counted until the latest moment it can lapse. A new lease is counted before its grant is asked
+// for, and refused with a *QuotaExceededError when it would not fit; a request that ends without
+// a grant takes its count back. Release takes a hold's count back, renewals and re-entries move its
+// end. Holds that lapse, or that a crash or a lost reply left counted, stop counting at their end:
+// nothing needs to clean the ledger.
+//
+// The ledger is not updated in the scripts that grant and free: a lock and its principal's ledger
+// live in different hash tags, which a Redis Cluster cannot touch in one script, and every
+// granting script (hand-offs among them) would carry the principal. Counting first instead never
+// lets a principal hold more than its cap; the price is that a waiting request counts while it
+// waits (another replica's release may hand it the lock at any moment), and that a hold taken
+// from its lease by a force release, or a lease that lost its hold without a release, counts until
+// its end: its TTL's, or for a watchdog lease its max hold's.
+
+// heldSlack is added to the end of every count: the grant follows the count by a round trip, and
+// on Redis Cluster the lock and the ledger read different clocks.
+const heldSlack = time.Second
+
+// heldScript runs held.lua.
+var heldScript = rueidis.NewLuaScript(luascripts.Held)
+
+// QuotaExceededError refuses a new lease (or multi-lock) that would take its principal past the
+// number of holds it may have at once (Options.MaxHeld). It matches ErrQuotaExceeded.
+type QuotaExceededError struct {
+	Principal string
+	Max       int
+	// RetryAfter is when the first counted hold lapses, at most a second: a release may come sooner.
+	RetryAfter time.Duration
+}
+
+func (e *QuotaExceededError) Error() string {
+	return fmt.Sprintf("%s: principal %q holds its %d locks and permits (counting the requests it has waiting)", ErrQuotaExceeded, e.Principal, e.Max)
+}
+
+// Is makes errors.Is(err, ErrQuotaExceeded) true.
+func (e *QuotaExceededError) Is(target error) bool { return target == ErrQuotaExceeded }
+
+// heldMember is the ledger's name for the hold lease has (or may be granted) on r.
+func heldMember(r Ref, lease string) string { return r.Kind.String() + " " + r.Name + " " + lease }
+
+// groupHeldMembers are the ledger's names for a multi-lock's holds: one per member.
+func groupHeldMembers(m MultiLease) []string {
+	out := make([]string, len(m.Locks))
+	for i, name := range m.Locks {
+		out[i] = heldMember(LockRef(name), m.ID)
+	}
+	return out
+}
+
+// heldSpan is how long a new lease is counted: its wait, then its TTL, or a watchdog lease's max
+// hold and its last TTL after it.
+func heldSpan(ttl, wait time.Duration, watchdog bool, maxHold time.Duration) time.Duration {
+	if watchdog {
+		ttl += maxHold
+	}
+	return wait + ttl + heldSlack
+}
+
+// heldOn says whether principal's holds are counted: a cap is set and the caller is authenticated.
+func (s *Service) heldOn(principal string) bool { return s.maxHeld > 0 && principal != "" }
+
+// countHeld counts members for principal for span before their grant is asked for, or refuses them
+// with a *QuotaExceededError when they would not fit under the cap.
+func (s *Service) countHeld(ctx context.Context, principal string, span time.Duration, members ...string) error {
+	if !s.heldOn(principal) {
+		return nil
+	}
+	if len(members) > s.maxHeld {
+		return &QuotaExceededError{Principal: principal, Max: s.maxHeld}
+	}
+	reply, err := s.runHeld(ctx, principal, "reserve", span, members)
+	if err != nil {
+		return err
+	}
+	r, err := ints(reply)
+	if err != nil || len(r) < 1 || (r[0] == 0 && len(r) != 2) {
+		return unexpectedReply("held", principal, r, err)
+	}
+	if r[0] == 0 {
+		return &QuotaExceededError{Principal: principal, Max: s.maxHeld, RetryAfter: min(time.Duration(r[1])*time.Millisecond, time.Second)}
+	}
+	return nil
+}
+
+// extendHeld makes members of principal still counted count span from now at least (a renewal or
+// a re-entry moved their end). A failure is logged: the holds may stop counting before they end.
+func (s *Service) extendHeld(ctx context.Context, principal string, span time.Duration, members ...string) {
+	if !s.heldOn(principal) {
+		return
+	}
+	if _, err := s.runHeld(ctx, principal, "extend", span, members); err != nil {
+		s.log.Warn("moving a hold's end in its principal's count failed; it may stop counting before it ends",
+			"principal", principal, "err", err)
+	}
+}
+
+// uncountHeld takes members out of principal's count: released, or never granted. A failure is
+// logged: they count until their end.
+func (s *Service) uncountHeld(ctx context.Context, principal string, members ...string) {
+	if !s.heldOn(principal) {
+		return
+	}
+	if _, err := s.runHeld(ctx, principal, "free", 0, members); err != nil {
+		s.log.Warn("taking holds out of their principal's count failed; they count until they would have lapsed",
+			"principal", principal, "err", err)
+	}
+}
+
+// grantUnknown says whether err leaves it unknown if a grant was made (and kept): its count stays
+// until its end. A request with an Idempotency-Key keeps a grant its caller left for its retry.
+func grantUnknown(err error, idempotencyKey string) bool {
+	return errors.Is(err, ErrUnavailable) || (idempotencyKey != "" && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)))
+}
+
+func (s *Service) runHeld(ctx context.Context, principal, op string, span time.Duration, members []string) ([]rueidis.RedisMessage, error) {
+	args := append([]string{op, ms(span), strconv.Itoa(s.maxHeld)}, members...)
+	res := s.run(context.WithoutCancel(ctx), heldScript, []string{s.prefix + "held:{" + principal + "}"}, args)
+	if err := res.Error(); err != nil {
+		return nil, s.classify(err)
+	}
+	return res.ToArray()
+}
