@@ -243,9 +243,11 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		// A long-poll may hold a request for up to MaxWait before answering.
-		WriteTimeout:   cfg.MaxWait + 15*time.Second,
-		IdleTimeout:    2 * time.Minute,
-		MaxHeaderBytes: 64 << 10,
+		WriteTimeout: cfg.MaxWait + 15*time.Second,
+		IdleTimeout:  2 * time.Minute,
+		// Headers over handlers.MaxHeaderBytes reach the router, which answers 431 in
+		// problem+json; only those over four times that are cut off by net/http, in plain text.
+		MaxHeaderBytes: 4 * handlers.MaxHeaderBytes,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		TLSConfig:      tlsConfig,
 	}

@@ -24,6 +24,7 @@ const (
 	TypeUnauthenticated    = "urn:leasegate:problem:unauthenticated"
 	TypeForbidden          = "urn:leasegate:problem:forbidden"
 	TypeQuotaExceeded      = "urn:leasegate:problem:quota-exceeded"
+	TypeHeadersTooLarge    = "urn:leasegate:problem:headers-too-large"
 )
 
 // Problem is an RFC 9457 problem details body, with leasegate's extension members.

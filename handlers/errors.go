@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -28,6 +29,8 @@ func (e *requestError) Error() string { return e.detail }
 var (
 	errNotFound         = &requestError{http.StatusNotFound, api.TypeNotFound, "Not found", "no such route", nil}
 	errMethodNotAllowed = &requestError{http.StatusMethodNotAllowed, api.TypeMethodNotAllowed, "Method not allowed", "this route does not accept that method", nil}
+	errHeadersTooLarge  = &requestError{http.StatusRequestHeaderFieldsTooLarge, api.TypeHeadersTooLarge, "Request headers too large",
+		fmt.Sprintf("the request line and headers take more than %d KiB", MaxHeaderBytes>>10), nil}
 )
 
 func invalidRequest(detail string, params []api.InvalidParam) error {

@@ -154,6 +154,31 @@ func accessLog(log *slog.Logger, policy AccessLog, m Metrics) func(http.Handler)
 	}
 }
 
+// MaxHeaderBytes bounds a request's line and headers: a larger request is answered 431
+// headers-too-large. The http.Server in front must let larger ones through to the handler (its
+// own MaxHeaderBytes above this), else net/http answers them itself, in plain text.
+const MaxHeaderBytes = 64 << 10
+
+// limitHeaders answers 431 to a request whose line and headers take more than MaxHeaderBytes,
+// counted as net/http reads them (a header line is its name, ": ", its value and CRLF).
+func limitHeaders(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: \r\n") + len(r.Host)
+			for k, vs := range r.Header {
+				for _, v := range vs {
+					n += len(k) + len(v) + 4
+				}
+			}
+			if n > MaxHeaderBytes {
+				writeError(w, r, log, errHeadersTooLarge)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
 // singleHeaders answers 400 to a request that carries one of these headers more than once: which
 // one a proxy in front acts on is anybody's guess (Go's Header.Get takes the first), so the
 // gateway acts on none.

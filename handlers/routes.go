@@ -76,7 +76,7 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	)
 
 	r := chi.NewRouter()
-	r.Use(accessLog(opts.Logger, opts.AccessLog, opts.Metrics), recoverer(opts.Logger),
+	r.Use(accessLog(opts.Logger, opts.AccessLog, opts.Metrics), recoverer(opts.Logger), limitHeaders(opts.Logger),
 		singleHeaders(opts.Logger, leaseTokenHeader, idempotencyKeyHeader))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {

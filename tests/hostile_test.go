@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/tests/harness"
 )
 
 // TestTokensAlteredCharacterByCharacter changes a valid token one character at a time, at every
@@ -53,24 +55,30 @@ func flipped(c byte) byte {
 	return 'A'
 }
 
-// TestOversizedHeadersAndSlowClients: headers over the 64 KB limit are refused (431) without
-// touching Redis, a client that never finishes its headers is cut off after the server's 5 s
+// TestOversizedHeadersAndSlowClients: headers over the 64 KB limit are refused (431, a
+// headers-too-large problem; over 256 KB net/http's own plain-text 431) without touching Redis, a
+// client that never finishes its headers is cut off after the server's 5 s
 // header timeout, and 500 idle connections do not stop the gateway from serving.
 func TestOversizedHeadersAndSlowClients(t *testing.T) {
 	t.Parallel()
 	standaloneOnly(t, "counts script calls on one Redis server")
 	e := newEnv(t, nil)
 	before := evalCalls(t, e)
-	// net/http answers this itself, in plain text (README says so): a plain client, not the
-	// spec-checking one.
+	big := e.client.Do(http.MethodPost, "/locks/big", harness.Headers{"Lease-Token": strings.Repeat("A", 70<<10)}, acquireBody("w", 1000))
+	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, big.Status, "%s", big.Body)
+	assert.Equal(t, "application/problem+json", big.Header.Get("Content-Type"))
+	assert.Equal(t, "urn:leasegate:problem:headers-too-large", big.Str("type"))
+	// Past four times the limit net/http stops reading and answers itself, in plain text (README
+	// says so): a plain client, not the spec-checking one.
 	req, err := http.NewRequest(http.MethodGet, e.gw.URL+"/locks/big", nil)
 	require.NoError(t, err)
-	req.Header.Set("Lease-Token", strings.Repeat("A", 70<<10))
+	req.Header.Set("Lease-Token", strings.Repeat("A", 300<<10))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
 	assert.Equal(t, before, evalCalls(t, e))
+	assert.Equal(t, false, e.client.Do(http.MethodGet, "/locks/big", nil, "").JSON()["held"])
 
 	addr := strings.TrimPrefix(e.gw.URL, "http://")
 	slow, err := net.Dial("tcp", addr)

@@ -523,6 +523,7 @@ type Owner = string
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -846,6 +847,7 @@ type SemaphoreNameParam = string
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -872,6 +874,7 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -898,6 +901,7 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -924,6 +928,7 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -950,6 +955,7 @@ type ClientError = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -979,6 +985,7 @@ type Healthy = Health
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -1005,6 +1012,7 @@ type Internal = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -1031,6 +1039,7 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -1063,6 +1072,7 @@ type MultiLockRenewed = MultiLockGrant
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -1089,6 +1099,7 @@ type NotSupported = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -1115,6 +1126,7 @@ type QuotaExceeded = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -1141,6 +1153,7 @@ type SemaphoreConflict = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
@@ -1167,6 +1180,7 @@ type Unauthenticated = Problem
 // | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
 // | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
 // | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |

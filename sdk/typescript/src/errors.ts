@@ -6,6 +6,7 @@ export const ProblemType = {
   InvalidLockName: "urn:leasegate:problem:invalid-lock-name",
   InvalidLeaseToken: "urn:leasegate:problem:invalid-lease-token",
   BodyTooLarge: "urn:leasegate:problem:body-too-large",
+  HeadersTooLarge: "urn:leasegate:problem:headers-too-large",
   LockHeld: "urn:leasegate:problem:lock-held",
   UpgradeRefused: "urn:leasegate:problem:upgrade-refused",
   SemaphoreFull: "urn:leasegate:problem:semaphore-full",
@@ -18,6 +19,8 @@ export const ProblemType = {
   TooManyWaiters: "urn:leasegate:problem:too-many-waiters",
   Unauthenticated: "urn:leasegate:problem:unauthenticated",
   Forbidden: "urn:leasegate:problem:forbidden",
+  QuotaExceeded: "urn:leasegate:problem:quota-exceeded",
+  NotSupported: "urn:leasegate:problem:not-supported",
   Internal: "urn:leasegate:problem:internal",
 } as const;
 

@@ -988,6 +988,7 @@ export interface components {
          *     | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
          *     | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
          *     | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+         *     | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
          *     | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
          *     | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
          *     | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
