@@ -181,6 +181,10 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if name := store.Config().OwnHeldQuota(); name != "" && cfg.QuotaHeld == 0 {
+			return fmt.Errorf("LEASEGATE_AUTH_FILE: principal %q has a \"held\" quota of its own, which needs the holds counted: "+
+				"set LEASEGATE_QUOTA_HELD (the cap of principals without one)", name)
+		}
 		// The file is re-read on SIGHUP and when it changes; requests in flight, parked ones
 		// included, and leases are untouched by a reload.
 		hup := make(chan os.Signal, 1)

@@ -17,10 +17,12 @@ import (
 // The auth file (LEASEGATE_AUTH_FILE) is JSON (docs/auth.md; deploy/auth.example.json):
 //
 //	{"principals": [{"name": "billing", "keys": ["sha256:<64 hex>"],
-//	                 "prefixes": ["billing.", "shared.reports."], "permissions": ["lock", "inspect"]}]}
+//	                 "prefixes": ["billing.", "shared.reports."], "permissions": ["lock", "inspect"],
+//	                 "quotas": {"held": 500}}]}
 //
 // Member names match exactly and unknown members are errors, so that a typo never loosens the
-// file. The top-level "jwt" member configures bearer JWTs (jwt.go); a principal's
+// file. A principal's optional "quotas" ("rate", "burst", "parked", "held") replace the gateway's
+// defaults for it. The top-level "jwt" member configures bearer JWTs (jwt.go); a principal's
 // "certificate_subjects" are the verified client-certificate subjects that authenticate as it.
 
 // fileFormat is the auth file as written.
@@ -35,6 +37,7 @@ type principalFormat struct {
 	Prefixes            []string     `json:"prefixes"`
 	Permissions         []Permission `json:"permissions"`
 	CertificateSubjects []string     `json:"certificate_subjects"`
+	Quotas              Quotas       `json:"quotas"`
 }
 
 // keyHashPrefix starts every stored key hash.
@@ -86,6 +89,17 @@ func (c *Config) AuthenticateCertificate(subject string) (*Principal, error) {
 		return p, nil
 	}
 	return nil, ErrUnauthenticated
+}
+
+// OwnHeldQuota returns the name of a principal with a "held" quota of its own ("" for none): it
+// takes effect only while the gateway counts holds (LEASEGATE_QUOTA_HELD).
+func (c *Config) OwnHeldQuota() string {
+	for _, p := range c.Principals {
+		if p.Quotas.Held != nil {
+			return p.Name
+		}
+	}
+	return ""
 }
 
 // KeyFile returns the JWKS or PEM file the "jwt" member names ("" without one), relative paths
@@ -189,7 +203,8 @@ func decodeStrict(data []byte, v any) error {
 
 // checkNames refuses member names that encoding/json matched up to case ("Keys" for "keys").
 func checkNames(data []byte) error {
-	known := append([]string{"principals", "jwt", "name", "keys", "prefixes", "permissions", "certificate_subjects"}, jwtMembers...)
+	known := append([]string{"principals", "jwt", "name", "keys", "prefixes", "permissions", "certificate_subjects",
+		"quotas", "rate", "burst", "parked", "held"}, jwtMembers...)
 	type frame struct{ object, wantKey bool }
 	var stack []frame
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -246,7 +261,10 @@ func checkPrincipal(pf principalFormat, jwtNamed bool) (*Principal, [][sha256.Si
 		}
 		hashes = append(hashes, h)
 	}
-	p := &Principal{Name: pf.Name, Prefixes: pf.Prefixes, Permissions: pf.Permissions}
+	if err := pf.Quotas.check(); err != nil {
+		return nil, nil, err
+	}
+	p := &Principal{Name: pf.Name, Prefixes: pf.Prefixes, Permissions: pf.Permissions, Quotas: pf.Quotas}
 	if len(pf.Prefixes) == 0 {
 		return nil, nil, errors.New(`"prefixes" is empty: give the lock-name prefixes it may use, or "*" for all`)
 	}

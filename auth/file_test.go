@@ -125,3 +125,37 @@ func TestHashKey(t *testing.T) {
 	other, _ := auth.NewKey()
 	assert.NotEqual(t, key, other)
 }
+
+// TestParseQuotas: a principal's own "quotas" are read as given (absent members stay nil, 0 is
+// kept: no limit), negative ones and misspelt member names are refused.
+func TestParseQuotas(t *testing.T) {
+	_, h := auth.NewKey()
+	_, h2 := auth.NewKey()
+	withQuotas := func(name, hash, quotas string) string {
+		return `{"name":"` + name + `","keys":["` + hash + `"],"prefixes":["*"],"permissions":["lock"],"quotas":` + quotas + `}`
+	}
+	c, err := auth.Parse(file(withQuotas("batch", h, `{"rate":2.5,"burst":10,"parked":0,"held":500}`), principal("plain", h2, `"*"`, `"lock"`)))
+	require.NoError(t, err)
+	q := c.Principals[0].Quotas
+	require.NotNil(t, q.Rate)
+	require.NotNil(t, q.Burst)
+	require.NotNil(t, q.Parked)
+	require.NotNil(t, q.Held)
+	assert.Equal(t, 2.5, *q.Rate)
+	assert.Equal(t, 10, *q.Burst)
+	assert.Equal(t, 0, *q.Parked)
+	assert.Equal(t, 500, *q.Held)
+	assert.Equal(t, auth.Quotas{}, c.Principals[1].Quotas)
+	assert.Equal(t, "batch", c.OwnHeldQuota())
+
+	for _, tc := range []struct{ quotas, want string }{
+		{`{"held":-1}`, `"held" must not be negative`},
+		{`{"rate":-0.5}`, `"rate" must not be negative`},
+		{`{"Held":5}`, "Held"},
+		{`{"held":"5"}`, "not a valid auth file"},
+		{`{"held":5,"extra":1}`, "unknown field"},
+	} {
+		_, err := auth.Parse(file(withQuotas("batch", h, tc.quotas)))
+		assert.ErrorContains(t, err, tc.want, tc.quotas)
+	}
+}

@@ -4,6 +4,7 @@
 package auth
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -28,13 +29,40 @@ var permissions = []Permission{Lock, Inspect, Admin}
 // AllNames is the prefix that covers every name.
 const AllNames = "*"
 
+// Quotas are a principal's own quotas (the auth file's "quotas" member), in place of the gateway's
+// defaults (LEASEGATE_QUOTA_RATE, _BURST, _PARKED and _HELD): a nil field keeps the default, 0 means
+// no limit. A principal of a JWT's claims has none.
+type Quotas struct {
+	Rate   *float64 `json:"rate"`   // requests per second on one replica
+	Burst  *int     `json:"burst"`  // the rate's bucket size (default: the rate, at least 1)
+	Parked *int     `json:"parked"` // waiting requests parked at once on one replica
+	Held   *int     `json:"held"`   // locks and permits held at once across replicas
+}
+
+// check refuses negative quotas.
+func (q Quotas) check() error {
+	if q.Rate != nil && *q.Rate < 0 {
+		return fmt.Errorf(`"quotas": "rate" must not be negative, got %g`, *q.Rate)
+	}
+	for _, v := range []struct {
+		name string
+		n    *int
+	}{{"burst", q.Burst}, {"parked", q.Parked}, {"held", q.Held}} {
+		if v.n != nil && *v.n < 0 {
+			return fmt.Errorf(`"quotas": %q must not be negative, got %d`, v.name, *v.n)
+		}
+	}
+	return nil
+}
+
 // Principal is one identity of the auth file. A Principal is never changed once loaded: a reload
 // builds new ones, so it is safe for concurrent use.
 type Principal struct {
 	Name        string
 	Prefixes    []string // lock-name prefixes, or AllNames
 	Permissions []Permission
-	all         bool // Prefixes holds AllNames
+	Quotas      Quotas // its own quotas, in place of the gateway's defaults
+	all         bool   // Prefixes holds AllNames
 	perms       uint8
 }
 

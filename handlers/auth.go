@@ -60,7 +60,7 @@ func (g *guard) need(perm auth.Permission, sc scope, next http.HandlerFunc) http
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := g.authorize(r, perm, sc)
 		if err == nil {
-			err = g.quotas.allow(p.Name)
+			err = g.quotas.allow(p)
 		}
 		if err != nil {
 			writeError(w, r, g.log, err)

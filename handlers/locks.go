@@ -83,8 +83,9 @@ func readAcquire[B validating[api.Acquire]](h *lockHandlers, w http.ResponseWrit
 // grant, 200 for a re-entry. A waiting request runs on this goroutine until it is granted, its
 // wait runs out, or its client leaves (which ends r.Context()).
 func (h *lockHandlers) grant(w http.ResponseWriter, r *http.Request, req lockcore.AcquireRequest, location string, body func(lockcore.Grant) any) {
+	req.HeldCap = heldCap(principalFrom(r.Context()))
 	if req.Wait > 0 && req.Token == "" {
-		done, err := h.quotas.park(req.Principal)
+		done, err := h.quotas.park(principalFrom(r.Context()))
 		if err != nil {
 			writeError(w, r, h.log, err)
 			return

@@ -35,7 +35,7 @@ func (h *lockHandlers) acquireMulti(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if req.Wait > 0 {
-		done, err := h.quotas.park(principalName(r.Context()))
+		done, err := h.quotas.park(p)
 		if err != nil {
 			writeError(w, r, h.log, err)
 			return
@@ -47,7 +47,8 @@ func (h *lockHandlers) acquireMulti(w http.ResponseWriter, r *http.Request) {
 		mode = lockcore.Shared
 	}
 	g, err := h.locker.AcquireAll(r.Context(), lockcore.MultiRequest{Locks: req.Locks, Mode: mode, Owner: req.Owner,
-		TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold, Principal: principalName(r.Context())})
+		TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold, Principal: principalName(r.Context()),
+		HeldCap: heldCap(p)})
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return

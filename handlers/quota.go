@@ -7,13 +7,17 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/leasegate/leasegate/auth"
 )
 
 // Quotas are per-principal limits on one gateway replica, so that one client cannot take the
 // service down: requests per second (a token bucket, golang.org/x/time/rate) and waiting requests
-// parked at once. They apply to authenticated principals only (LEASEGATE_AUTH_FILE); without
-// authentication the replica-wide LEASEGATE_MAX_WAITERS still bounds parked requests. Over a
-// limit a request is answered 429 quota-exceeded with Retry-After, before anything else is done.
+// parked at once. These are the defaults; a principal's own "quotas" in the auth file replace
+// them for it (auth.Quotas). They apply to authenticated principals only (LEASEGATE_AUTH_FILE);
+// without authentication the replica-wide LEASEGATE_MAX_WAITERS still bounds parked requests. Over
+// a limit a request is answered 429 quota-exceeded with Retry-After, before anything else is done.
+// (The cap on holds across replicas is lockcore's: see AcquireRequest.HeldCap.)
 type Quotas struct {
 	Rate   float64 // requests per second per principal (0: no limit)
 	Burst  int     // the bucket's size: requests a principal may send at once (default: Rate, at least 1)
@@ -30,7 +34,7 @@ func (e *quotaError) Error() string {
 	return fmt.Sprintf("principal %q is over its quota of %s on this replica", e.principal, e.limit)
 }
 
-// quotas keeps each principal's use of its Quotas on this replica.
+// quotas keeps each principal's use of its quotas on this replica.
 type quotas struct {
 	cfg Quotas
 
@@ -52,10 +56,26 @@ const (
 )
 
 func newQuotas(cfg Quotas) *quotas {
-	if cfg.Rate > 0 && cfg.Burst <= 0 {
-		cfg.Burst = max(int(math.Ceil(cfg.Rate)), 1)
-	}
 	return &quotas{cfg: cfg, by: map[string]*principalUse{}}
+}
+
+// limits are p's quotas: its own where the auth file gives them, else the defaults.
+func (q *quotas) limits(p *auth.Principal) (perSecond float64, burst, parked int) {
+	perSecond, burst, parked = q.cfg.Rate, q.cfg.Burst, q.cfg.Parked
+	own := p.Quotas
+	if own.Rate != nil {
+		perSecond, burst = *own.Rate, 0 // the default burst goes with the default rate
+	}
+	if own.Burst != nil {
+		burst = *own.Burst
+	}
+	if own.Parked != nil {
+		parked = *own.Parked
+	}
+	if perSecond > 0 && burst <= 0 {
+		burst = max(int(math.Ceil(perSecond)), 1)
+	}
+	return perSecond, burst, parked
 }
 
 // use returns principal's use, made on its first request. Call with q.mu held.
@@ -70,45 +90,57 @@ func (q *quotas) use(principal string, now time.Time) *principalUse {
 			}
 		}
 		u = &principalUse{}
-		if q.cfg.Rate > 0 {
-			u.limiter = rate.NewLimiter(rate.Limit(q.cfg.Rate), q.cfg.Burst)
-		}
 		q.by[principal] = u
 	}
 	u.seen = now
 	return u
 }
 
-// allow takes one request from principal's bucket, or says when to retry. An empty principal (no
+// allow takes one request from p's bucket, or says when to retry. A nil principal (no
 // authentication) is not limited.
-func (q *quotas) allow(principal string) error {
-	if q == nil || q.cfg.Rate <= 0 || principal == "" {
+func (q *quotas) allow(p *auth.Principal) error {
+	if q == nil || p == nil {
+		return nil
+	}
+	perSecond, burst, _ := q.limits(p)
+	if perSecond <= 0 {
 		return nil
 	}
 	now := time.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	u := q.use(principal, now)
+	u := q.use(p.Name, now)
+	switch {
+	case u.limiter == nil:
+		u.limiter = rate.NewLimiter(rate.Limit(perSecond), burst)
+	case u.limiter.Limit() != rate.Limit(perSecond) || u.limiter.Burst() != burst: // the auth file was reloaded
+		u.limiter.SetLimitAt(now, rate.Limit(perSecond))
+		u.limiter.SetBurstAt(now, burst)
+	}
 	if u.limiter.AllowN(now, 1) {
 		return nil
 	}
 	r := u.limiter.ReserveN(now, 1) // when a token would be there; not taken
 	wait := r.DelayFrom(now)
 	r.CancelAt(now)
-	return &quotaError{principal: principal, limit: fmt.Sprintf("%g requests per second", q.cfg.Rate), retryAfter: wait}
+	return &quotaError{principal: p.Name, limit: fmt.Sprintf("%g requests per second", perSecond), retryAfter: wait}
 }
 
-// park counts a waiting request of principal until done is called, or refuses it when principal
-// has its quota of parked requests already.
-func (q *quotas) park(principal string) (done func(), err error) {
-	if q == nil || q.cfg.Parked <= 0 || principal == "" {
+// park counts a waiting request of p until done is called, or refuses it when p has its quota of
+// parked requests already.
+func (q *quotas) park(p *auth.Principal) (done func(), err error) {
+	if q == nil || p == nil {
+		return func() {}, nil
+	}
+	_, _, parked := q.limits(p)
+	if parked <= 0 {
 		return func() {}, nil
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	u := q.use(principal, time.Now())
-	if u.parked >= q.cfg.Parked {
-		return nil, &quotaError{principal: principal, limit: fmt.Sprintf("%d parked waiting requests", q.cfg.Parked), retryAfter: time.Second}
+	u := q.use(p.Name, time.Now())
+	if u.parked >= parked {
+		return nil, &quotaError{principal: p.Name, limit: fmt.Sprintf("%d parked waiting requests", parked), retryAfter: time.Second}
 	}
 	u.parked++
 	var once sync.Once
@@ -119,4 +151,16 @@ func (q *quotas) park(principal string) (done func(), err error) {
 			q.mu.Unlock()
 		})
 	}, nil
+}
+
+// heldCap is the cap on holds a new lease of p's counts against (lockcore.AcquireRequest.HeldCap):
+// its own "held" quota (0 there: none, -1 here), else 0, the gateway's default.
+func heldCap(p *auth.Principal) int {
+	switch {
+	case p == nil || p.Quotas.Held == nil:
+		return 0
+	case *p.Quotas.Held == 0:
+		return -1
+	}
+	return *p.Quotas.Held
 }

@@ -39,6 +39,9 @@ type AcquireRequest struct {
 	// Principal is the authenticated caller ("" without authentication), minted into a new
 	// lease's token. A re-entry keeps its token's.
 	Principal string
+	// HeldCap is Principal's own cap on its holds, in place of Options.MaxHeld: 0 keeps that
+	// default, -1 is no cap. It applies only while the Service counts holds (Options.MaxHeld).
+	HeldCap int
 }
 
 // Grant is a held lease as the caller should see it.
@@ -127,7 +130,7 @@ func (s *Service) acquireAny(ctx context.Context, req AcquireRequest) (Grant, er
 	}
 	lease := uuid.NewString()
 	member := heldMember(req.ref(), lease)
-	if err := s.countHeld(ctx, req.Principal, heldSpan(req.TTL, req.Wait, req.Watchdog, req.MaxHold), member); err != nil {
+	if err := s.countHeld(ctx, req.Principal, req.HeldCap, heldSpan(req.TTL, req.Wait, req.Watchdog, req.MaxHold), member); err != nil {
 		return Grant{}, err
 	}
 	var (

@@ -78,15 +78,20 @@ func heldSpan(ttl, wait time.Duration, watchdog bool, maxHold time.Duration) tim
 func (s *Service) heldOn(principal string) bool { return s.maxHeld > 0 && principal != "" }
 
 // countHeld counts members for principal for span before their grant is asked for, or refuses them
-// with a *QuotaExceededError when they would not fit under the cap.
-func (s *Service) countHeld(ctx context.Context, principal string, span time.Duration, members ...string) error {
-	if !s.heldOn(principal) {
+// with a *QuotaExceededError when they would not fit under its cap: own (see AcquireRequest.HeldCap)
+// or Options.MaxHeld.
+func (s *Service) countHeld(ctx context.Context, principal string, own int, span time.Duration, members ...string) error {
+	limit := s.maxHeld
+	if own != 0 {
+		limit = own
+	}
+	if !s.heldOn(principal) || limit < 0 {
 		return nil
 	}
-	if len(members) > s.maxHeld {
-		return &QuotaExceededError{Principal: principal, Max: s.maxHeld}
+	if len(members) > limit {
+		return &QuotaExceededError{Principal: principal, Max: limit}
 	}
-	reply, err := s.runHeld(ctx, principal, "reserve", span, members)
+	reply, err := s.runHeld(ctx, principal, "reserve", limit, span, members)
 	if err != nil {
 		return err
 	}
@@ -95,7 +100,7 @@ func (s *Service) countHeld(ctx context.Context, principal string, span time.Dur
 		return unexpectedReply("held", principal, r, err)
 	}
 	if r[0] == 0 {
-		return &QuotaExceededError{Principal: principal, Max: s.maxHeld, RetryAfter: min(time.Duration(r[1])*time.Millisecond, time.Second)}
+		return &QuotaExceededError{Principal: principal, Max: limit, RetryAfter: min(time.Duration(r[1])*time.Millisecond, time.Second)}
 	}
 	return nil
 }
@@ -106,7 +111,7 @@ func (s *Service) extendHeld(ctx context.Context, principal string, span time.Du
 	if !s.heldOn(principal) {
 		return
 	}
-	if _, err := s.runHeld(ctx, principal, "extend", span, members); err != nil {
+	if _, err := s.runHeld(ctx, principal, "extend", 0, span, members); err != nil {
 		s.log.Warn("moving a hold's end in its principal's count failed; it may stop counting before it ends",
 			"principal", principal, "err", err)
 	}
@@ -118,7 +123,7 @@ func (s *Service) uncountHeld(ctx context.Context, principal string, members ...
 	if !s.heldOn(principal) {
 		return
 	}
-	if _, err := s.runHeld(ctx, principal, "free", 0, members); err != nil {
+	if _, err := s.runHeld(ctx, principal, "free", 0, 0, members); err != nil {
 		s.log.Warn("taking holds out of their principal's count failed; they count until they would have lapsed",
 			"principal", principal, "err", err)
 	}
@@ -130,8 +135,8 @@ func grantUnknown(err error, idempotencyKey string) bool {
 	return errors.Is(err, ErrUnavailable) || (idempotencyKey != "" && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)))
 }
 
-func (s *Service) runHeld(ctx context.Context, principal, op string, span time.Duration, members []string) ([]rueidis.RedisMessage, error) {
-	args := append([]string{op, ms(span), strconv.Itoa(s.maxHeld)}, members...)
+func (s *Service) runHeld(ctx context.Context, principal, op string, limit int, span time.Duration, members []string) ([]rueidis.RedisMessage, error) {
+	args := append([]string{op, ms(span), strconv.Itoa(limit)}, members...)
 	res := s.run(context.WithoutCancel(ctx), heldScript, []string{s.prefix + "held:{" + principal + "}"}, args)
 	if err := res.Error(); err != nil {
 		return nil, s.classify(err)

@@ -32,6 +32,8 @@ type MultiRequest struct {
 	MaxHold  time.Duration // bounds a watchdog group: not renewed past MaxHold after its grant
 	// Principal is the authenticated caller ("" without authentication), minted into the token.
 	Principal string
+	// HeldCap is as AcquireRequest's: Principal's own cap on its holds (0: the default; -1: none).
+	HeldCap int
 }
 
 // MultiGrant is a held multi-lock as the caller should see it.
@@ -86,7 +88,7 @@ func (s *Service) acquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 	}
 	m := MultiLease{ID: multiLeasePrefix + uuid.NewString(), Owner: req.Owner, Locks: names, Mode: req.Mode, Principal: req.Principal}
 	counted := groupHeldMembers(m)
-	if err := s.countHeld(ctx, m.Principal, heldSpan(req.TTL, req.Wait, req.Watchdog, req.MaxHold), counted...); err != nil {
+	if err := s.countHeld(ctx, m.Principal, req.HeldCap, heldSpan(req.TTL, req.Wait, req.Watchdog, req.MaxHold), counted...); err != nil {
 		return MultiGrant{}, err
 	}
 	g, err := s.lockGroup(ctx, req, m)

@@ -27,6 +27,7 @@ type authPrincipal struct {
 	name, key   string
 	prefixes    []string
 	permissions []auth.Permission
+	quotas      string // its "quotas" member, JSON ("": none)
 }
 
 // testPrincipals are the principals every auth test starts with: keys fresh per test.
@@ -50,8 +51,12 @@ func testPrincipals() map[string]*authPrincipal {
 func authFile(ps map[string]*authPrincipal) []byte {
 	var entries []string
 	for _, p := range ps {
-		entries = append(entries, fmt.Sprintf(`{"name":%q,"keys":[%q],"prefixes":%s,"permissions":%s}`,
-			p.name, auth.HashKey(p.key), jsonList(p.prefixes), jsonList(p.permissions)))
+		quotas := ""
+		if p.quotas != "" {
+			quotas = `,"quotas":` + p.quotas
+		}
+		entries = append(entries, fmt.Sprintf(`{"name":%q,"keys":[%q],"prefixes":%s,"permissions":%s%s}`,
+			p.name, auth.HashKey(p.key), jsonList(p.prefixes), jsonList(p.permissions), quotas))
 	}
 	return []byte(`{"principals":[` + strings.Join(entries, ",\n") + "]}\n")
 }
@@ -73,7 +78,12 @@ type authEnv struct {
 
 func newAuthEnv(t *testing.T, gwEnv map[string]string) *authEnv {
 	t.Helper()
-	ps := testPrincipals()
+	return newAuthEnvOf(t, testPrincipals(), gwEnv)
+}
+
+// newAuthEnvOf is newAuthEnv with principals ps.
+func newAuthEnvOf(t *testing.T, ps map[string]*authPrincipal, gwEnv map[string]string) *authEnv {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "auth.json")
 	require.NoError(t, os.WriteFile(path, authFile(ps), 0o600))
 	env := map[string]string{"LEASEGATE_AUTH_FILE": path}

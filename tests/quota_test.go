@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -81,8 +84,14 @@ func (e *authEnv) opsWaiters(lock string) int64 {
 // principal's holds at max (LEASEGATE_QUOTA_HELD).
 func newHeldEnv(t *testing.T, max int) (*authEnv, [2]*harness.Client) {
 	t.Helper()
+	return newHeldEnvOf(t, testPrincipals(), max)
+}
+
+// newHeldEnvOf is newHeldEnv with principals ps.
+func newHeldEnvOf(t *testing.T, ps map[string]*authPrincipal, max int) (*authEnv, [2]*harness.Client) {
+	t.Helper()
 	quota := map[string]string{"LEASEGATE_QUOTA_HELD": strconv.Itoa(max)}
-	e := newAuthEnv(t, quota)
+	e := newAuthEnvOf(t, ps, quota)
 	quota["LEASEGATE_AUTH_FILE"] = e.path
 	gw2 := harness.NewGateway(t, e.gatewayOptions(e.gw.KeyPrefix, quota))
 	return e, [2]*harness.Client{e.client, harness.NewClient(t, gw2.URL)}
@@ -217,4 +226,62 @@ func TestQuotaHeldUnderConcurrency(t *testing.T) {
 		}
 		require.Equal(t, limit, granted, "round %d: grants", round)
 	}
+}
+
+// TestQuotaOwnPerPrincipal: a principal's own "quotas" in the auth file replace the defaults for
+// it: a held cap of its own (lower, or 0 for none) across replicas, and a rate of its own while
+// the default has none.
+func TestQuotaOwnPerPrincipal(t *testing.T) {
+	t.Parallel()
+	ps := testPrincipals()
+	ps["billing"].quotas = `{"held": 1, "rate": 1, "burst": 20}`
+	ps["ops"].quotas = `{"held": 0}`
+	e, c := newHeldEnvOf(t, ps, 2)
+	as := func(p string) harness.Headers { return e.as(p, "") }
+
+	require.Equal(t, http.StatusCreated, c[0].Do(http.MethodPost, "/locks/billing.own1", as("billing"), acquireBody("w", 60000)).Status)
+	e.assertHeldQuota(t, c[1].Do(http.MethodPost, "/locks/billing.own2", as("billing"), acquireBody("w", 60000)), "billing.own2")
+	for i := range 2 { // billing-2 has the default cap, 2
+		r := c[i].Do(http.MethodPost, "/locks/billing.two"+strconv.Itoa(i), as("billing-2"), acquireBody("w", 60000))
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	}
+	e.assertHeldQuota(t, c[0].Do(http.MethodPost, "/locks/billing.two2", as("billing-2"), acquireBody("w", 60000)), "billing.two2")
+	for i := range 5 { // ops: no cap of its own
+		r := c[i%2].Do(http.MethodPost, "/locks/ops.free"+strconv.Itoa(i), as("ops"), acquireBody("w", 60000))
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	}
+
+	// billing's own rate: its burst of 20 is soon spent (it made 2 requests above); billing-2
+	// has no rate limit, the default.
+	limited := 0
+	for range 40 {
+		if c[0].Do(http.MethodGet, "/locks/billing.own1", as("billing"), "").Status == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	assert.Positive(t, limited, "billing's own rate of 1/s with a burst of 20")
+	for range 40 {
+		require.Equal(t, http.StatusOK, c[0].Do(http.MethodGet, "/locks/billing.own1", as("billing-2"), "").Status)
+	}
+}
+
+// TestQuotaOwnHeldNeedsCounting: a principal's own "held" quota without LEASEGATE_QUOTA_HELD
+// (which turns the counting on) stops the gateway at start, naming both.
+func TestQuotaOwnHeldNeedsCounting(t *testing.T) {
+	t.Parallel()
+	bin, err := harness.GatewayBinary()
+	require.NoError(t, err)
+	ps := testPrincipals()
+	ps["billing"].quotas = `{"held": 5}`
+	path := filepath.Join(t.TempDir(), "auth.json")
+	require.NoError(t, os.WriteFile(path, authFile(ps), 0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = gatewayEnv("127.0.0.1:1", map[string]string{"LEASEGATE_AUTH_FILE": path})
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, ctx.Err(), "the gateway started; output:\n%s", out)
+	require.Error(t, err, "want a non-zero exit; output:\n%s", out)
+	assert.Contains(t, string(out), `principal "billing" has a "held" quota`)
+	assert.Contains(t, string(out), "LEASEGATE_QUOTA_HELD")
 }

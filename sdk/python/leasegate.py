@@ -34,7 +34,12 @@ gives back a second hold, a retried acquire gets the same lease (or 410 once tha
 and then ``acquire`` starts afresh with a new key). In a waiting ``acquire``, a 409 that ends a
 long-poll is a definite "not granted", so the next long-poll is a new request with a new key. (A
 gateway older than the header ignores it; a retried release may then answer 410.) Multi-lock
-calls take no Idempotency-Key: see :meth:`Client.lock_all`.
+calls take no Idempotency-Key: see :meth:`Client.lock_all`. A 429 (:class:`QuotaExceededError`) is
+never retried, nor is a certificate the client does not trust.
+
+Authentication and HTTPS: ``Client("https://locks.internal:8443", api_key=key,
+ca_file="/etc/leasegate/ca.crt")`` sends ``Authorization: Bearer <key>`` with every request and
+trusts only that CA's certificates (see :class:`Client`).
 
 Never outliving a lease. :attr:`RenewableLease.valid_until` is a conservative bound (on
 :func:`time.monotonic`'s clock) on when the lease can lapse: the TTL of its latest grant or
@@ -49,6 +54,7 @@ import contextlib
 import http.client
 import json
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -79,6 +85,9 @@ __all__ = [
     "UpgradeRefusedError",
     "PermitsMismatchError",
     "LeaseGoneError",
+    "UnauthenticatedError",
+    "ForbiddenError",
+    "QuotaExceededError",
     "TransportError",
     "LeaseLostError",
 ]
@@ -99,6 +108,9 @@ SEMAPHORE_FULL: Final = PROBLEM_PREFIX + "semaphore-full"
 UPGRADE_REFUSED: Final = PROBLEM_PREFIX + "upgrade-refused"
 PERMITS_MISMATCH: Final = PROBLEM_PREFIX + "permits-mismatch"
 LEASE_GONE: Final = PROBLEM_PREFIX + "lease-gone"
+UNAUTHENTICATED: Final = PROBLEM_PREFIX + "unauthenticated"
+FORBIDDEN: Final = PROBLEM_PREFIX + "forbidden"
+QUOTA_EXCEEDED: Final = PROBLEM_PREFIX + "quota-exceeded"
 
 _T = TypeVar("_T")
 
@@ -295,6 +307,36 @@ class LeaseGoneError(LeasegateError):
     answered this freed the others."""
 
 
+class UnauthenticatedError(LeasegateError):
+    """401 ``unauthenticated``: the gateway authenticates (it has an auth file) and the request
+    carried no API key, or one it does not know. Give the client one: ``Client(url, api_key=...)``.
+    """
+
+
+class ForbiddenError(LeasegateError):
+    """403 ``forbidden``: the API key's principal may not make this call: it lacks the
+    :attr:`permission`, or no prefix of its covers the :attr:`name`, or the lease token is another
+    principal's. ``detail`` says which."""
+
+    @property
+    def permission(self) -> str | None:
+        """The permission the principal lacks (``"lock"``, ``"inspect"``, ``"admin"``), if that
+        is why."""
+        return _str_or_none(self.problem.get("permission"))
+
+    @property
+    def name(self) -> str | None:
+        """The lock or semaphore name outside the principal's prefixes, if that is why."""
+        return _str_or_none(self.problem.get("name"))
+
+
+class QuotaExceededError(LeasegateError):
+    """429 ``quota-exceeded``: the API key's principal is over one of its quotas (requests per
+    second or parked waiting requests on the replica, or locks and permits held at once); nothing
+    was done. Never retried by the client: retry after ``retry_after_ms`` (or ``retry_after_s``,
+    the ``Retry-After`` header) if the work can wait."""
+
+
 class TransportError(LeasegateError):
     """The gateway could not be reached or its answer was cut off (``status`` 0).
 
@@ -309,6 +351,9 @@ _PROBLEM_CLASSES: Final[dict[str, type[LeasegateError]]] = {
     UPGRADE_REFUSED: UpgradeRefusedError,
     PERMITS_MISMATCH: PermitsMismatchError,
     LEASE_GONE: LeaseGoneError,
+    UNAUTHENTICATED: UnauthenticatedError,
+    FORBIDDEN: ForbiddenError,
+    QUOTA_EXCEEDED: QuotaExceededError,
 }
 
 
@@ -683,6 +728,12 @@ def _never_sent(e: TransportError) -> bool:
     return isinstance(e.__cause__, (ConnectionRefusedError, socket.gaierror))
 
 
+def _hopeless(e: TransportError) -> bool:
+    """Whether a TransportError cannot go away by sending again: the gateway's certificate
+    failed verification (an untrusted CA, another host name). Such errors are never retried."""
+    return isinstance(e.__cause__, ssl.SSLCertVerificationError)
+
+
 def _acquire_body(owner: str, ttl_ms: int | None, watchdog: bool, max_hold_ms: int | None) -> dict[str, Any]:
     """The members an acquire of a lock and of a semaphore share (unset ones left out)."""
     body: dict[str, Any] = {"owner": owner}
@@ -709,21 +760,59 @@ class Client:
 
     Safe to share between threads: every request uses its own connection. ``timeout`` bounds
     each socket operation of a request, in seconds; a long-poll gets its ``wait_ms`` on top.
+
+    A gateway with an auth file (``LEASEGATE_AUTH_FILE``) wants an API key: ``api_key`` is sent
+    as ``Authorization: Bearer <key>`` with every request (kept out of reprs and errors). Without
+    one (or with one it does not know) it answers :class:`UnauthenticatedError`, and a call the
+    key's principal may not make :class:`ForbiddenError`. Over ``https://``, the gateway's
+    certificate is checked against the system's CAs, or only against those of ``ca_file`` (PEM)
+    for a gateway whose certificate a private CA signed, or as ``ssl_context`` says (a client
+    certificate, say). The client reads no environment variable: pass
+    ``os.environ.get("LEASEGATE_API_KEY")`` yourself if that is where the key is.
     """
 
-    def __init__(self, base_url: str, timeout: float = 35.0) -> None:
-        """``base_url``: scheme, host, port and an optional path prefix of the gateway."""
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = 35.0,
+        *,
+        api_key: str | None = None,
+        ca_file: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """``base_url``: scheme, host, port and an optional path prefix of the gateway.
+
+        ``api_key``: sent as ``Authorization: Bearer <key>``; None or ``""`` sends no header (so
+        that a key read from an unset variable leaves the client unauthenticated), and a key
+        holding a control character (a newline left from a file, say) is a ValueError.
+        ``ca_file``: trust only the CA certificates in this PEM file (as ``curl --cacert``);
+        reading it may raise :class:`OSError` or :class:`ssl.SSLError`. ``ssl_context``: the
+        context of every HTTPS connection, instead of either default. Both are for ``https://``
+        URLs only, and exclude each other (ValueError).
+        """
         u = urllib.parse.urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"leasegate: base_url must be an http(s) URL, got {base_url!r}")
         if timeout <= 0:
             raise ValueError("leasegate: timeout must be positive")
+        if ca_file is not None and ssl_context is not None:
+            raise ValueError("leasegate: ca_file and ssl_context exclude each other: give one")
+        if (ca_file is not None or ssl_context is not None) and u.scheme != "https":
+            raise ValueError(f"leasegate: ca_file and ssl_context need an https:// base_url, got {base_url!r}")
+        if api_key and any(ord(c) < 0x20 or ord(c) == 0x7F for c in api_key):
+            raise ValueError("leasegate: api_key holds a control character (a newline?): no HTTP header can carry it")
+        if ca_file is not None:
+            ssl_context = ssl.create_default_context(cafile=ca_file)
+            ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
         self.base_url = base_url
         self.timeout = timeout
         self._scheme = u.scheme
         self._host = u.hostname
         self._port = u.port
         self._prefix = u.path.rstrip("/")
+        self._ssl_context = ssl_context
+        # A credential: kept out of reprs, errors and the headers a retry loop handles.
+        self._authorization = f"Bearer {api_key}" if api_key else None
 
     def __repr__(self) -> str:
         return f"Client({self.base_url!r}, timeout={self.timeout!r})"
@@ -1023,7 +1112,7 @@ class Client:
                 ans = self._send("POST", path, body=body, headers=headers, timeout=socket_timeout)
             except TransportError as e:
                 failures += 1
-                if not self._may_retry(failures, deadline) or not (keyed or _never_sent(e)):
+                if _hopeless(e) or not self._may_retry(failures, deadline) or not (keyed or _never_sent(e)):
                     raise
                 self._pause(_backoff(failures), deadline)
                 continue
@@ -1132,8 +1221,8 @@ class Client:
                 timeout = min(timeout, max(deadline - now, 0.05))
             try:
                 ans = self._send(method, path, body=body, headers=headers, timeout=timeout)
-            except TransportError:
-                if attempt >= tries:
+            except TransportError as e:
+                if attempt >= tries or _hopeless(e):
                     raise
                 pause = _backoff(attempt)
                 if deadline is not None and time.monotonic() + pause >= deadline:
@@ -1159,7 +1248,7 @@ class Client:
         conn: http.client.HTTPConnection
         t = self.timeout if timeout is None else timeout
         if self._scheme == "https":
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=t)
+            conn = http.client.HTTPSConnection(self._host, self._port, timeout=t, context=self._ssl_context)
         else:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=t)
         h = {
@@ -1172,6 +1261,8 @@ class Client:
             h["Content-Type"] = "application/json"
         if headers:
             h.update(headers)
+        if self._authorization is not None:
+            h["Authorization"] = self._authorization
         try:
             conn.request(method, self._prefix + path, body=data, headers=h)
             resp = conn.getresponse()
