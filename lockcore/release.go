@@ -24,6 +24,8 @@ type Released struct {
 	Released bool  // the hold's count reached zero: that hold is given back
 	Holds    int64 // remaining count of that hold
 	Mode     Mode  // the hold that was given back (or decremented)
+	// otherHeld: the lease still holds the lock the other way (a downgrade's shared hold).
+	otherHeld bool
 }
 
 // Release gives back one hold of the lease req.Token names. It returns ErrInvalidToken for a bad
@@ -38,8 +40,10 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, er
 		return Released{}, err
 	}
 	rel, err := s.releaseLease(ctx, l, req.IdempotencyKey, req.Mode)
-	if rel.Released || errors.Is(err, ErrLeaseLost) {
-		// A lease holding the lock both ways (a downgrade) stops counting at its first release.
+	// The hold's count goes when the lease holds nothing more: a release that gave back one hold
+	// of a lease holding the lock both ways, or that names a mode the lease does not hold, leaves
+	// it counted.
+	if rel.Released && !rel.otherHeld || errors.Is(err, ErrLeaseLost) && req.Mode == "" {
 		s.uncountHeld(ctx, l.Principal, heldMember(l.Ref(), l.ID))
 	}
 	switch {
@@ -64,7 +68,7 @@ func (s *Service) releaseLease(ctx context.Context, l Lease, idempotencyKey stri
 	if err != nil {
 		return Released{}, err
 	}
-	r, err := ints(reply) // {-1} | {holds, shared} | {0, watchdog, shared}
+	r, err := ints(reply) // {-1} | {holds, shared} | {0, watchdog (2: the lease holds the lock the other way), shared}
 	if err != nil || len(r) < 1 {
 		return Released{}, unexpectedReply("release", l.Lock, r, err)
 	}
@@ -76,7 +80,7 @@ func (s *Service) releaseLease(ctx context.Context, l Lease, idempotencyKey stri
 	}
 	// Answers an older build remembered for a retry carry no mode: they were exclusive.
 	shared := (r[0] > 0 && len(r) == 2 && r[1] == 1) || (r[0] == 0 && len(r) == 3 && r[2] == 1)
-	released := Released{Released: r[0] == 0, Holds: r[0], Mode: Exclusive}
+	released := Released{Released: r[0] == 0, Holds: r[0], Mode: Exclusive, otherHeld: r[0] == 0 && len(r) > 1 && r[1] == 2}
 	if shared || l.Kind == KindSemaphore {
 		released.Mode = Shared
 	}

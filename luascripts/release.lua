@@ -6,7 +6,8 @@
 --    | {0, watchdog, shared}  that hold is given back: what it leaves fits goes to the waiters at
 --                             the head of the line (see promote in lib.lua); watchdog is 1 when
 --                             the lease now holds nothing and had a watchdog duty, which the
---                             caller drops
+--                             caller drops, and 2 when the lease still holds the lock the other
+--                             way (its shared hold, after a downgrade)
 -- A lease that holds a lock both ways gives back its exclusive hold first: it keeps its shared one
 -- (a downgrade), so no exclusive waiter gets in between. The releasing lease leaves the queue
 -- first, so a hold can never be handed straight back to it. A retry of a release that was applied
@@ -26,7 +27,7 @@ local function after(ttl, wd, still_held, shared)
     promote()
   end
   if still_held then
-    wd = 0
+    wd = 2
   end
   return remember(latch, idem_ms, ttl, {0, wd, shared})
 end

@@ -285,3 +285,33 @@ func TestQuotaOwnHeldNeedsCounting(t *testing.T) {
 	assert.Contains(t, string(out), `principal "billing" has a "held" quota`)
 	assert.Contains(t, string(out), "LEASEGATE_QUOTA_HELD")
 }
+
+// TestQuotaHeldDowngrade: a lease holding a lock both ways (an exclusive holder that took a shared
+// hold too) counts once, and keeps counting until its last hold is given back, whichever goes
+// first; a release naming a mode the lease does not hold leaves it counted.
+func TestQuotaHeldDowngrade(t *testing.T) {
+	t.Parallel()
+	e, c := newHeldEnv(t, 2)
+	as := func(p string) harness.Headers { return e.as(p, "") }
+	for _, first := range []string{"", "?mode=shared"} {
+		name := "billing.dg" + strconv.Itoa(len(first))
+		x := c[0].Do(http.MethodPost, "/locks/"+name, as("billing"), acquireBody("w", 60000))
+		require.Equal(t, http.StatusCreated, x.Status, "%s", x.Body)
+		tok := e.as("billing", x.Str("token"))
+		require.Equal(t, http.StatusOK, c[1].Do(http.MethodPost, "/locks/"+name, tok, sharedBody("w", 60000, 0)).Status)
+		other := c[0].Do(http.MethodPost, "/locks/billing.other", as("billing"), acquireBody("w", 60000))
+		require.Equal(t, http.StatusCreated, other.Status, "both ways is one count: %s", other.Body)
+
+		require.Equal(t, http.StatusOK, c[1].Do(http.MethodDelete, "/locks/"+name+first, tok, "").Status, "the first hold")
+		wrong := map[string]string{"": "?mode=exclusive", "?mode=shared": "?mode=shared"}[first] // the hold now gone
+		require.Equal(t, http.StatusGone, c[1].Do(http.MethodDelete, "/locks/"+name+wrong, tok, "").Status)
+		e.assertHeldQuota(t, c[0].Do(http.MethodPost, "/locks/billing.third", as("billing"), acquireBody("w", 60000)), "billing.third")
+
+		require.Equal(t, http.StatusOK, c[0].Do(http.MethodDelete, "/locks/"+name, tok, "").Status, "the last hold")
+		third := c[0].Do(http.MethodPost, "/locks/billing.third", as("billing"), acquireBody("w", 60000))
+		require.Equal(t, http.StatusCreated, third.Status, "%s", third.Body)
+		for _, r := range []*harness.Response{other, third} {
+			require.Equal(t, http.StatusOK, c[1].Do(http.MethodDelete, "/locks/"+r.Str("lock"), e.as("billing", r.Str("token")), "").Status)
+		}
+	}
+}
