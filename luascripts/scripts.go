@@ -17,6 +17,8 @@
 //	            (on Redis Cluster both are 8 shards: Pwatchdog:{0}..{7} and Pwatchdog:{i}:multi)
 //	P{N}:watch  hash  replica -> until when it streams N's live events, plus :seq and :epoch; it
 //	            exists only while some replica streams N's events (see notify in lib.lua)
+//	Pheld:{A}   zset  the holds principal A counts -> until when (ms, Redis time): its ledger for
+//	            the cap on what it holds at once (held.lua; only with LEASEGATE_QUOTA_HELD)
 //
 // A multi-lock's members are ordinary locks held by one lease "m-<uuid>"; its scripts
 // (multi_*.lua) take the keys of every member, which may live in different hash tags.
