@@ -123,9 +123,9 @@ func (s *Service) acquireAny(ctx context.Context, req AcquireRequest) (Grant, er
 		if err != nil {
 			return Grant{}, err
 		}
-		if !g.Watchdog { // a watchdog lease counts to its max hold already
-			s.extendHeld(ctx, g.Principal, g.TTL+heldSlack, heldMember(req.ref(), g.ID))
-		}
+		// Counted to its new TTL's end at least (a watchdog lease's count, to its max hold, is
+		// never shortened).
+		s.extendHeld(ctx, g.Principal, g.TTL+heldSlack, heldMember(req.ref(), g.ID))
 		return s.settle(ctx, req, g)
 	}
 	lease := uuid.NewString()

@@ -293,9 +293,7 @@ func (s *Service) RenewAll(ctx context.Context, token, id string, ttl time.Durat
 	}
 	g := s.multiGrant(m, r.fences, r.ttl, r.watchdog, start)
 	g.Token = token
-	if !g.Watchdog { // a watchdog group counts to its max hold already
-		s.extendHeld(ctx, m.Principal, g.TTL+heldSlack, groupHeldMembers(m)...)
-	}
+	s.extendHeld(ctx, m.Principal, g.TTL+heldSlack, groupHeldMembers(m)...) // never shortened
 	if g.Watchdog {
 		err := s.run(context.WithoutCancel(ctx), s.watchdogSchedule, []string{s.shardOf(m.ID).groups},
 			[]string{"reschedule", groupScheduleMember(m), ms(g.TTL / 3)}).Error()

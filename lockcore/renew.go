@@ -33,9 +33,7 @@ func (s *Service) Renew(ctx context.Context, ref Ref, token string, ttl time.Dur
 		return Grant{}, err
 	}
 	g.Token = token
-	if !g.Watchdog { // a watchdog lease counts to its max hold already
-		s.extendHeld(ctx, l.Principal, g.TTL+heldSlack, heldMember(l.Ref(), l.ID))
-	}
+	s.extendHeld(ctx, l.Principal, g.TTL+heldSlack, heldMember(l.Ref(), l.ID)) // never shortened
 	if g.Watchdog {
 		s.reschedule(ctx, g)
 	} else if s.mayOutlive(l, g.TTL) {
