@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -24,7 +25,7 @@ type Config struct {
 	RedisTLSCA        string        `envconfig:"REDIS_TLS_CA"`
 	RedlockURLs       []string      `envconfig:"REDLOCK_URLS"`
 	RedlockNew        bool          `envconfig:"REDLOCK_NEW_DEPLOYMENT"`
-	ReplicaAcks       int           `split_words:"true" default:"0"`
+	ReplicaAcks       ReplicaAcks   `split_words:"true" default:"0"`
 	ReplicaAckTimeout time.Duration `split_words:"true" default:"500ms"`
 	TokenSecret       string        `split_words:"true"`
 	KeyPrefix         string        `split_words:"true" default:"leasegate:"`
@@ -80,12 +81,11 @@ func loadConfig() (Config, error) {
 		check(listenErr == nil, "LISTEN", "%q is not host:port", cfg.Listen),
 		check(redisErr == nil, "REDIS_ADDR", "%q is not host:port", cfg.RedisAddr),
 		check(cfg.RedisURL == "" || os.Getenv("LEASEGATE_REDIS_ADDR") == "", "REDIS_URL", "and LEASEGATE_REDIS_ADDR are both set: give one"),
-		check(cfg.ReplicaAcks >= 0, "REPLICA_ACKS", "must not be negative, got %d", cfg.ReplicaAcks),
 		check(len(cfg.RedlockURLs) == 0 || slices.Contains([]int{3, 5, 7}, len(cfg.RedlockURLs)), "REDLOCK_URLS",
 			"takes 3, 5 or 7 comma-separated Redis URLs, got %d", len(cfg.RedlockURLs)),
 		check(len(cfg.RedlockURLs) == 0 || (cfg.RedisURL == "" && os.Getenv("LEASEGATE_REDIS_ADDR") == ""), "REDLOCK_URLS",
 			"and LEASEGATE_REDIS_URL or LEASEGATE_REDIS_ADDR are both set: give one deployment"),
-		check(len(cfg.RedlockURLs) == 0 || cfg.ReplicaAcks == 0, "REPLICA_ACKS",
+		check(len(cfg.RedlockURLs) == 0 || cfg.ReplicaAcks.off(), "REPLICA_ACKS",
 			"does not apply to RedLock's independent masters (LEASEGATE_REDLOCK_URLS)"),
 		check(cfg.ReplicaAckTimeout > 0, "REPLICA_ACK_TIMEOUT", "must be positive, got %v", cfg.ReplicaAckTimeout),
 		check(cfg.TokenSecret == "" || len(cfg.TokenSecret) >= 16, "TOKEN_SECRET", "must be at least 16 bytes"),
@@ -115,4 +115,34 @@ func loadConfig() (Config, error) {
 		check(slices.Contains([]string{"open", "admin"}, cfg.MetricsAuth), "METRICS_AUTH", "%q is not open or admin", cfg.MetricsAuth),
 		check(cfg.MetricsAuth == "open" || cfg.AuthFile != "", "METRICS_AUTH", "admin needs LEASEGATE_AUTH_FILE"),
 	)
+}
+
+// ReplicaAcks is LEASEGATE_REPLICA_ACKS: how many replicas acknowledge each grant, a number (0:
+// none) or "all", every replica the deployment knows (Sentinel and Cluster only).
+type ReplicaAcks struct {
+	N   int
+	All bool
+}
+
+// Decode reads a number or "all" (envconfig.Decoder).
+func (r *ReplicaAcks) Decode(v string) error {
+	if strings.EqualFold(strings.TrimSpace(v), "all") {
+		*r = ReplicaAcks{All: true}
+		return nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is neither a number of replicas (0 or more) nor \"all\"", v)
+	}
+	*r = ReplicaAcks{N: n}
+	return nil
+}
+
+func (r ReplicaAcks) off() bool { return !r.All && r.N == 0 }
+
+func (r ReplicaAcks) String() string {
+	if r.All {
+		return "all"
+	}
+	return strconv.Itoa(r.N)
 }

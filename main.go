@@ -137,6 +137,12 @@ func newService(ctx context.Context, cfg Config, tokens *lockcore.Tokens, opts l
 		client.Close()
 		return nil, "", nil, err
 	}
+	if cfg.ReplicaAcks.All {
+		if opts.CountReplicas, err = replicaCounter(opt, client); err != nil {
+			client.Close()
+			return nil, "", nil, err
+		}
+	}
 	svc, err := lockcore.New(client, tokens, opts)
 	if err != nil {
 		client.Close()
@@ -210,7 +216,7 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	}
 	opts := lockcore.Options{
 		KeyPrefix: cfg.KeyPrefix, Logger: log, MaxWaiters: cfg.MaxWaiters, FenceTTL: cfg.FenceTTL,
-		ReplicaAcks: cfg.ReplicaAcks, ReplicaAckTimeout: cfg.ReplicaAckTimeout,
+		ReplicaAcks: cfg.ReplicaAcks.N, ReplicaAckTimeout: cfg.ReplicaAckTimeout,
 		Observer: observer, LongHold: cfg.LongHold, OnLongHoldSweep: m.SetLongHolds, OnRedisCheck: m.SetRedisUp,
 		// A restarted RedLock master counts again once every lease it may have held has run
 		// out or been renewed without it (see lockcore/redlock.go).
@@ -255,7 +261,7 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		TLSConfig:      tlsConfig,
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "redis", deployment, "replica_acks", cfg.ReplicaAcks, "key_prefix", cfg.KeyPrefix)
+	log.Info("listening", "addr", ln.Addr().String(), "redis", deployment, "replica_acks", cfg.ReplicaAcks.String(), "key_prefix", cfg.KeyPrefix)
 
 	served := make(chan error, 1)
 	go func() {

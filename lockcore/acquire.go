@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/rueidis"
 )
 
 // AcquireRequest asks for a lock, or a semaphore's permit. Validation of its ranges is the
@@ -177,7 +178,9 @@ func (s *Service) acquireNew(ctx context.Context, req AcquireRequest, lease stri
 	start := time.Now()
 	r, err := s.runAcquire(ctx, req, lease, "try", 0, "")
 	if err != nil {
-		s.undoUnacked(ctx, err, Lease{Lock: req.Lock, Kind: req.Kind, ID: lease}, req.mode())
+		if notAcked(err) && r.status == acquireGranted {
+			s.undoUnacked(ctx, Lease{Lock: req.Lock, Kind: req.Kind, ID: lease}, req.mode())
+		}
 		return Grant{}, err
 	}
 	switch r.status {
@@ -243,15 +246,29 @@ const (
 
 // runAcquire runs acquire.lua in mode "try" or "wait". A waiter queues at arrival (µs, Redis
 // time) when it is not 0, else at the place queue ticket ticketID keeps (taken once), else now.
+// With replica acks, a grant (or a replayed one) the replicas did not acknowledge is returned
+// with a *notAckedError; any other answer needs no acknowledgement and is returned as it is.
 func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease, mode string, arrival int64, ticketID string) (acquireReply, error) {
 	k := s.keys(req.ref())
 	reply, err := s.runWithKeys(ctx, s.acquire, req.ref(), []string{k.ticket(ticketID), k.latch("acquire", "", req.IdempotencyKey)},
 		lease, ms(req.TTL), req.Owner, flag(req.Watchdog), mode, s.waiters.replica,
 		strconv.FormatInt(arrival, 10), ms(req.MaxHold), s.idemMs(req.IdempotencyKey), req.mode().arg(),
 		strconv.FormatInt(req.Permits, 10))
-	if err != nil {
+	if err != nil && !notAcked(err) {
 		return acquireReply{}, err
 	}
+	r, derr := s.decodeAcquire(req, reply)
+	if derr != nil {
+		return acquireReply{}, derr
+	}
+	if err != nil && (r.status == acquireGranted || r.status == acquireReplayed) {
+		return r, err
+	}
+	return r, nil
+}
+
+// decodeAcquire reads acquire.lua's reply.
+func (s *Service) decodeAcquire(req AcquireRequest, reply []rueidis.RedisMessage) (acquireReply, error) {
 	if len(reply) == 5 && reply[2].IsString() { // {acquireReplayed, fence, lease, pttl, used}
 		fence, err := reply[1].AsInt64()
 		lease, err2 := reply[2].ToString()
@@ -294,12 +311,10 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 	start := time.Now()
 	reply, err := s.runWithKeys(ctx, s.reenter, req.ref(), []string{s.keys(req.ref()).latch("reenter", l.ID, req.IdempotencyKey)},
 		l.ID, ms(req.TTL), s.idemMs(req.IdempotencyKey), req.mode().arg(), strconv.FormatInt(req.Permits, 10))
-	if err != nil {
-		if req.IdempotencyKey == "" { // with a key, the retry replays the re-entry instead
-			s.undoUnacked(ctx, err, l, req.mode())
-		}
+	if err != nil && !notAcked(err) {
 		return Grant{}, err
 	}
+	acked := err
 	r, err := ints(reply)
 	if err == nil && len(r) == 4 { // an answer an older build remembered for a retry: no used count
 		r = append(r, 0)
@@ -316,6 +331,11 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 		return Grant{}, &PermitsMismatchError{Semaphore: req.Lock, Permits: r[1]}
 	case len(r) != 5:
 		return Grant{}, unexpectedReply("reenter", req.Lock, r, nil)
+	case acked != nil: // the re-entry took one more hold: that hold, and only it, is given back
+		if req.IdempotencyKey == "" { // with a key, the retry replays the re-entry instead
+			s.undoUnacked(ctx, l, req.mode())
+		}
+		return Grant{}, acked
 	}
 	ttl := time.Duration(r[3]) * time.Millisecond // a replayed answer's: what the lease has left
 	g := Grant{Lease: l, Mode: req.mode(), Token: req.Token, TTL: ttl, ExpiresAt: start.Add(s.validity(ttl)), Holds: r[0],
@@ -329,13 +349,17 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 	return g, nil
 }
 
-// undoUnacked gives back the hold of mode a grant the replicas did not acknowledge gave l (when
-// err says so), so that a grant the client is told failed holds nothing, even on the old master.
-func (s *Service) undoUnacked(ctx context.Context, err error, l Lease, mode Mode) {
+// notAcked reports whether err says the replicas did not acknowledge a write in time.
+func notAcked(err error) bool {
 	var na *notAckedError
-	if !errors.As(err, &na) {
-		return
-	}
+	return errors.As(err, &na)
+}
+
+// undoUnacked gives back the one hold of mode that a grant the replicas did not acknowledge gave
+// l, so that a grant the client is told failed holds nothing, even on the old master. Only a reply
+// that says a hold was taken is undone: a refusal took nothing, and undoing it would take back a
+// hold the lease had before.
+func (s *Service) undoUnacked(ctx context.Context, l Lease, mode Mode) {
 	if _, rerr := s.releaseLease(context.WithoutCancel(ctx), l, "", mode); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 		s.log.Warn("giving back a grant the replicas did not acknowledge failed; it runs out with its TTL", l.Kind.String(), l.Lock, "err", rerr)
 	}

@@ -198,7 +198,7 @@ func (h *eventHub) beginSnapshot(st *Stream) (end func(), err error) {
 // runWatch runs watch.lua's op ("keep" or "drop") for this replica's entry of wl.
 func (h *eventHub) runWatch(ctx context.Context, wl *watchedLock, op string) (int64, error) {
 	n, err := h.s.run(ctx, watchScript, []string{watchKey(wl.key)}, []string{op, h.ws.replica, ms(watchTTL)}).AsInt64()
-	return n, h.s.classify(err)
+	return n, classify(err)
 }
 
 // deliver hands an event message (see notify in lib.lua) to the streams of its lock. It runs on

@@ -139,7 +139,7 @@ func (s *Service) runHeld(ctx context.Context, principal, op string, limit int, 
 	args := append([]string{op, ms(span), strconv.Itoa(limit)}, members...)
 	res := s.run(context.WithoutCancel(ctx), heldScript, []string{s.prefix + "held:{" + principal + "}"}, args)
 	if err := res.Error(); err != nil {
-		return nil, s.classify(err)
+		return nil, classify(err)
 	}
 	return res.ToArray()
 }

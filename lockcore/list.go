@@ -41,7 +41,7 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 		c := masters[node]
 		entry, err := c.Do(ctx, c.B().Scan().Cursor(scan).Match(match).Count(int64(limit)).Type("hash").Build()).AsScanEntry()
 		if err != nil {
-			return nil, "", s.classify(err)
+			return nil, "", classify(err)
 		}
 		for _, key := range entry.Elements {
 			if ref, ok := s.heldKeyRef(key, kind); ok && !seen[ref] {
@@ -121,7 +121,7 @@ func (s *Service) masters(ctx context.Context) ([]rueidis.Client, error) {
 		c := nodes[addr]
 		role, err := c.Do(ctx, c.B().Role().Build()).ToArray()
 		if err != nil {
-			return nil, s.classify(err)
+			return nil, classify(err)
 		}
 		if len(role) > 0 {
 			if r, _ := role[0].ToString(); r == "master" {

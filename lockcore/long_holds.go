@@ -151,7 +151,7 @@ func (s *Service) oldestHolds(ctx context.Context, minAge time.Duration, limit i
 func (s *Service) agedBefore(ctx context.Context, key string, age time.Duration, limit int) ([]rueidis.ZScore, error) {
 	r, err := s.run(ctx, s.agedScript, []string{key}, []string{ms(age), strconv.Itoa(limit)}).ToArray()
 	if err != nil {
-		return nil, s.classify(err)
+		return nil, classify(err)
 	}
 	if len(r) == 0 {
 		return nil, nil

@@ -123,7 +123,7 @@ func (s *Service) lockGroup(ctx context.Context, req MultiRequest, m MultiLease)
 			[]string{"enroll", groupScheduleMember(m), ms(g.TTL / 3), agedGroupMember(m), strconv.FormatInt(slices.Min(g.Fences)/1000, 10)}).Error()
 		if err != nil {
 			s.releaseGroup(context.WithoutCancel(ctx), m) // a watchdog group nobody would renew is worse than none
-			return MultiGrant{}, s.classify(err)
+			return MultiGrant{}, classify(err)
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -46,15 +46,19 @@ func (s *Service) Renew(ctx context.Context, ref Ref, token string, ttl time.Dur
 // which the expiry is counted.
 func (s *Service) renewLease(ctx context.Context, l Lease, ttl time.Duration, start time.Time) (Grant, error) {
 	reply, err := s.runQueued(ctx, s.renew, l.Ref(), l.ID, ms(ttl))
-	if err != nil {
+	if err != nil && !notAcked(err) {
 		return Grant{}, err
 	}
+	acked := err
 	r, err := ints(reply) // {0} | {holds, fence, ttl, watchdog, shared, used, size}
 	if err != nil || (len(r) != 1 && len(r) != 7) {
 		return Grant{}, unexpectedReply("renew", l.Lock, r, err)
 	}
-	if r[0] == 0 {
+	if r[0] == 0 { // a refusal needs no acknowledgement
 		return Grant{}, fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, l.Kind, l.Lock, l.ID)
+	}
+	if acked != nil { // renewed, but not on enough replicas to be promised
+		return Grant{}, acked
 	}
 	l.Fence, ttl = r[1], time.Duration(r[2])*time.Millisecond
 	g := Grant{Lease: l, Mode: Exclusive, TTL: ttl, ExpiresAt: start.Add(s.validity(ttl)), Holds: r[0], Watchdog: r[3] == 1,

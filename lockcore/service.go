@@ -62,6 +62,10 @@ type Options struct {
 	// not acknowledge in time is undone and answered ErrUnavailable (see replica_acks.go).
 	ReplicaAcks       int
 	ReplicaAckTimeout time.Duration
+	// CountReplicas, when set (and ReplicaAcks is 0), makes every replica the deployment knows
+	// acknowledge each grant: it counts them, and is asked again every few seconds. Until its
+	// first count succeeds, grants answer ErrUnavailable.
+	CountReplicas func(context.Context) (int, error)
 	// Observer hears grants, releases, waits, watchdog renewals and script calls, for metrics.
 	// Default: nobody.
 	Observer Observer
@@ -103,12 +107,8 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the Service started
 
-	// acks replicas must acknowledge each grant within ackTimeout (0: none); acked holds the
-	// scripts whose writes are waited for.
-	cluster    bool // Redis Cluster: sharded pub/sub, per-slot steps (see slots.go)
-	acks       int64
-	ackTimeout time.Duration
-	acked      map[*rueidis.Lua]ackedScript
+	cluster bool         // Redis Cluster: sharded pub/sub, per-slot steps (see slots.go)
+	acks    *replicaAcks // nil unless grants wait for replicas (see replica_acks.go)
 
 	obs        Observer
 	contention contention // the most contended names (contention.go)
@@ -169,6 +169,9 @@ func newService(client rueidis.Client, rl *redlock, tokens *Tokens, opts Options
 	if opts.ReplicaAcks < 0 {
 		return nil, fmt.Errorf("%w: replica acks %d must not be negative", ErrInvalid, opts.ReplicaAcks)
 	}
+	if opts.ReplicaAcks > 0 && opts.CountReplicas != nil {
+		return nil, fmt.Errorf("%w: replica acks are a number or every replica, not both", ErrInvalid)
+	}
 	if opts.Liveness <= opts.Heartbeat {
 		return nil, fmt.Errorf("%w: liveness %v must exceed the heartbeat %v", ErrInvalid, opts.Liveness, opts.Heartbeat)
 	}
@@ -223,16 +226,22 @@ func newService(client rueidis.Client, rl *redlock, tokens *Tokens, opts Options
 	}
 	s.cluster = client.Mode() == rueidis.ClientModeCluster
 	s.shards = scheduleShards(opts.KeyPrefix, s.cluster)
-	s.acks, s.ackTimeout = int64(opts.ReplicaAcks), opts.ReplicaAckTimeout
-	s.acked = map[*rueidis.Lua]ackedScript{
-		s.acquire: newAckedScript(luascripts.Acquire), s.reenter: newAckedScript(luascripts.Reenter),
-		s.renew: newAckedScript(luascripts.Renew), s.multiAcquire: newAckedScript(luascripts.MultiAcquire),
-		s.multiRenew: newAckedScript(luascripts.MultiRenew),
-	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if opts.ReplicaAcks > 0 || opts.CountReplicas != nil {
+		s.acks = &replicaAcks{client: client, timeout: cmp.Or(opts.ReplicaAckTimeout, 500*time.Millisecond),
+			fixed: int64(opts.ReplicaAcks), count: opts.CountReplicas, log: s.log,
+			scripts: map[*rueidis.Lua]ackedScript{
+				s.acquire: newAckedScript(luascripts.Acquire), s.reenter: newAckedScript(luascripts.Reenter),
+				s.renew: newAckedScript(luascripts.Renew), s.multiAcquire: newAckedScript(luascripts.MultiAcquire),
+				s.multiRenew: newAckedScript(luascripts.MultiRenew),
+			}}
+		if s.acks.fixed == 0 {
+			s.wg.Go(func() { s.acks.recount(s.ctx) })
+		}
+	}
 	s.redlockNew = opts.RedLockNewDeployment
 	if rl != nil {
-		if opts.ReplicaAcks > 0 {
+		if s.acks != nil {
 			return nil, fmt.Errorf("%w: replica acks do not apply to RedLock's independent masters", ErrInvalid)
 		}
 		s.rl = rl
@@ -291,7 +300,7 @@ func (s *Service) Ping(ctx context.Context) error {
 	if s.rl != nil {
 		return s.rl.ping(ctx)
 	}
-	return s.classify(s.client.Do(ctx, s.client.B().Ping().Build()).Error())
+	return classify(s.client.Do(ctx, s.client.B().Ping().Build()).Error())
 }
 
 // exec runs script once. The round trip is detached from ctx's cancellation so that a caller who
@@ -305,14 +314,14 @@ func (s *Service) exec(ctx context.Context, script *rueidis.Lua, keys, args []st
 	if s.rl != nil {
 		return s.rl.exec(ctx, script, keys, args)
 	}
-	if s.acks > 0 {
-		if a, ok := s.acked[script]; ok {
-			return s.execAcked(ctx, a, keys, args)
+	if s.acks != nil {
+		if a, ok := s.acks.scripts[script]; ok {
+			return s.acks.exec(ctx, a, keys, args)
 		}
 	}
 	res := s.run(context.WithoutCancel(ctx), script, keys, args)
 	if err := res.Error(); err != nil {
-		return nil, s.classify(err)
+		return nil, classify(err)
 	}
 	return res.ToArray()
 }
@@ -340,7 +349,7 @@ func (s *Service) runOn(ctx context.Context, c rueidis.Client, script *rueidis.L
 }
 
 // classify turns a Redis or transport error into ErrUnavailable where retrying later can help.
-func (s *Service) classify(err error) error {
+func classify(err error) error {
 	if err == nil {
 		return nil
 	}

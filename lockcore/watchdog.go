@@ -74,7 +74,7 @@ func (s *Service) enroll(ctx context.Context, g Grant) error {
 func (s *Service) runSchedule(ctx context.Context, keys []string, args ...string) error {
 	ctx = context.WithoutCancel(ctx)
 	if s.rl == nil {
-		return s.classify(s.run(ctx, s.watchdogSchedule, keys, args).Error())
+		return classify(s.run(ctx, s.watchdogSchedule, keys, args).Error())
 	}
 	f := s.rl.send(ctx, s.watchdogSchedule, keys, args)
 	took := func(r masterReply) bool { return r.res.Error() == nil }

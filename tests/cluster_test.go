@@ -1,8 +1,12 @@
 package tests
 
 import (
+	"cmp"
+	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,4 +196,144 @@ func TestClusterReplicaAckedGrants(t *testing.T) {
 	}
 	m := lockAll(w.c(1), "mover", []string{"ack-a", "ack-b", "ack-c"}, 60000, 0, "")
 	require.Equal(t, http.StatusCreated, m.Status, "%s", m.Body)
+}
+
+// TestClusterAckedGrantsThroughSlotMigrations: with LEASEGATE_REPLICA_ACKS=1, clients take and
+// give back one lock as fast as they can while its slot migrates back and forth between masters
+// (MOVED, ASK and TRYAGAIN on the way). Every gateway stays up (the script and WAIT once went
+// through a rueidis path that panicked on the redirects, killing the process), no two clients
+// hold the lock at once, fences rise in grant order, and every grant's release finds it held.
+func TestClusterAckedGrantsThroughSlotMigrations(t *testing.T) {
+	t.Parallel()
+	w := newClusterWorld(t, map[string]string{"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "5s"})
+	require.NoError(t, w.rig.WaitReplicated(10*time.Second))
+	name := w.namesOnDistinctMasters(t, 1)[0]
+	slot := harness.KeySlot(w.lockKey(name))
+
+	var (
+		holder                 atomic.Int64 // the worker holding the lock as its client believes, or -1
+		mu                     sync.Mutex
+		fences                 []int64 // in grant order
+		overlaps, lost, broken atomic.Int64
+		stop                   atomic.Bool
+		wg                     sync.WaitGroup
+	)
+	holder.Store(-1)
+	for i := range 6 {
+		wg.Go(func() {
+			c := w.c(i)
+			for k := 0; !stop.Load() && k < 100000; k++ {
+				body := fmt.Sprintf(`{"owner":"w%d","ttl_ms":10000,"wait_ms":3000}`, i)
+				r, err := c.Send(t.Context(), http.MethodPost, "/locks/"+name, nil, body)
+				if err != nil {
+					broken.Add(1)
+					return // the gateway died: the assertion below says so
+				}
+				if r.Status != http.StatusCreated {
+					continue
+				}
+				if !holder.CompareAndSwap(-1, int64(i)) {
+					overlaps.Add(1)
+				}
+				mu.Lock()
+				fences = append(fences, r.Int("fence"))
+				mu.Unlock()
+				// The work: the lock is this grant's, as Redis has it (through the migrations).
+				st, err := c.Send(t.Context(), http.MethodGet, "/locks/"+name, nil, "")
+				for try := 0; try < 40 && err == nil && st.Status == http.StatusServiceUnavailable; try++ {
+					st, err = c.Send(t.Context(), http.MethodGet, "/locks/"+name, nil, "")
+				}
+				if err != nil || st.Str("owner") != fmt.Sprintf("w%d", i) || st.Int("fence") != r.Int("fence") {
+					lost.Add(1)
+					t.Errorf("w%d: its grant (fence %d) is not what the lock holds: %v %v", i, r.Int("fence"), st, err)
+				}
+				holder.CompareAndSwap(int64(i), -1) // the release is about to be sent: no longer believed held
+				h := harness.Headers{"Lease-Token": r.Str("token"), "Idempotency-Key": fmt.Sprintf("rel-%d-%d", i, k)}
+				rel, err := c.Send(t.Context(), http.MethodDelete, "/locks/"+name, h, "")
+				for try := 0; try < 40 && (err != nil || rel.Status == http.StatusServiceUnavailable); try++ {
+					if err != nil {
+						broken.Add(1)
+					}
+					rel, err = c.Send(t.Context(), http.MethodDelete, "/locks/"+name, h, "")
+				}
+				if err != nil || rel.Status != http.StatusOK {
+					lost.Add(1)
+					t.Errorf("w%d: the release of a grant (fence %d) answered %v %v", i, r.Int("fence"), rel, err)
+				}
+			}
+		})
+	}
+	granted := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(fences)
+	}
+	for m := range 20 {
+		before := granted()
+		eventually(t, 20*time.Second, "grants go on between migrations", func() bool { return granted() >= before+3 })
+		from := w.rig.NodeForSlot(slot)
+		var to *harness.Redis
+		for _, n := range w.rig.Masters() {
+			if n.Addr != from.Addr {
+				to = n
+				break
+			}
+		}
+		require.NotNil(t, to)
+		require.NoError(t, w.rig.MigrateSlot(slot, from, to), "migration %d", m+1)
+	}
+	stop.Store(true)
+	wg.Wait()
+
+	t.Logf("%d grants through 20 migrations; %d requests without an answer", granted(), broken.Load())
+	assert.Zero(t, overlaps.Load(), "two clients held the lock at once")
+	assert.Zero(t, lost.Load(), "grants lost")
+	assert.Zero(t, broken.Load(), "requests without an answer: a gateway died")
+	mu.Lock()
+	for i := 1; i < len(fences); i++ {
+		assert.Greater(t, fences[i], fences[i-1], "fences rise in grant order")
+	}
+	mu.Unlock()
+	for i := range 2 {
+		assert.Equal(t, http.StatusOK, w.c(i).Do(http.MethodGet, "/healthz", nil, "").Status, "gateway %d is up", i)
+	}
+	assert.Equal(t, false, w.c(0).Do(http.MethodGet, "/locks/"+name, nil, "").JSON()["held"])
+}
+
+// TestClusterReplicaAcksAll: LEASEGATE_REPLICA_ACKS=all on a Cluster with a replica per master
+// waits for that replica; while one replica is down, grants on its master's slots answer 503 (a
+// failed replica still counts) and the other masters' grants go on; once it is back, they resume.
+func TestClusterReplicaAcksAll(t *testing.T) {
+	t.Parallel()
+	w := newClusterWorld(t, map[string]string{"LEASEGATE_REPLICA_ACKS": "all", "LEASEGATE_REPLICA_ACK_TIMEOUT": "2s"})
+	require.NoError(t, w.rig.WaitReplicated(10*time.Second))
+	names := w.namesOnDistinctMasters(t, 2)
+	for _, name := range names {
+		eventually(t, 10*time.Second, name+" granted with every replica's acknowledgement", func() bool {
+			return w.c(0).Do(http.MethodPost, "/locks/"+name, nil, acquireBody("first", 60000)).Status == http.StatusCreated
+		})
+		replica := w.rig.ReplicaOf(w.rig.NodeForKey(w.lockKey(name)))
+		assert.Equal(t, w.lockKey(name), replica.MustDo(t, "KEYS", w.lockKey(name)), "%s: on the replica when answered", name)
+	}
+	master := w.rig.NodeForKey(w.lockKey(names[0]))
+	down := w.rig.ReplicaOf(master)
+	require.NoError(t, down.Kill())
+	var same, other string // a fresh name on the master whose replica is down, one on another master
+	for i := 0; (same == "" || other == "") && i < 1000; i++ {
+		n := "fresh-" + strconv.Itoa(i)
+		if w.rig.NodeForKey(w.lockKey(n)).Addr == master.Addr {
+			same = cmp.Or(same, n)
+		} else {
+			other = cmp.Or(other, n)
+		}
+	}
+	r := w.c(1).Do(http.MethodPost, "/locks/"+same, nil, acquireBody("second", 60000))
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "its master's replica is down: %s", r.Body)
+	assert.Equal(t, false, w.c(1).Do(http.MethodGet, "/locks/"+same, nil, "").JSON()["held"], "the unacknowledged grant was undone")
+	r = w.c(1).Do(http.MethodPost, "/locks/"+other, nil, acquireBody("second", 60000))
+	assert.Equal(t, http.StatusCreated, r.Status, "another master's grants go on: %s", r.Body)
+	require.NoError(t, down.Restart())
+	eventually(t, 20*time.Second, "grants resume once the replica is back", func() bool {
+		return w.c(1).Do(http.MethodPost, "/locks/"+same, nil, acquireBody("third", 60000)).Status == http.StatusCreated
+	})
 }

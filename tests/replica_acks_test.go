@@ -113,3 +113,66 @@ func TestReplicaAckedGrantIsUndoneWithoutAReplica(t *testing.T) {
 		return r.Status == http.StatusCreated
 	})
 }
+
+// TestReplicaAckedReentryUndoesOnlyItsOwnHold: a re-entry the replicas do not acknowledge is
+// answered 503 and gives back the one hold it took, never the lease's earlier holds; a re-entry
+// or renewal that took nothing (the lease is gone, a semaphore of another size) answers what it
+// found, not 503, and takes nothing back.
+func TestReplicaAckedReentryUndoesOnlyItsOwnHold(t *testing.T) {
+	t.Parallel()
+	master, replica := newReplicatedRedis(t)
+	gw := harness.NewGateway(t, harness.GatewayOptions{Redis: master, Env: map[string]string{
+		"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "200ms"}})
+	c := harness.NewClient(t, gw.URL)
+
+	g := c.Do(http.MethodPost, "/locks/re", nil, acquireBody("worker", 60000))
+	require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
+	again := c.Do(http.MethodPost, "/locks/re", tokenHeader(g.Str("token")), acquireBody("worker", 60000))
+	require.Equal(t, http.StatusOK, again.Status, "%s", again.Body)
+	require.Equal(t, int64(2), again.Int("holds"))
+	permit := c.Do(http.MethodPost, "/semaphores/pool", nil, permitBody("worker", 3, 60000, 0))
+	require.Equal(t, http.StatusCreated, permit.Status, "%s", permit.Body)
+	gone := c.Do(http.MethodPost, "/locks/gone", nil, acquireBody("worker", 60000))
+	require.Equal(t, http.StatusCreated, gone.Status, "%s", gone.Body)
+	require.Equal(t, http.StatusOK, c.Do(http.MethodDelete, "/locks/gone", tokenHeader(gone.Str("token")), "").Status)
+
+	require.NoError(t, replica.Kill())
+	eventually(t, 10*time.Second, "the master sees no replica", func() bool {
+		info, err := master.Do("INFO", "replication")
+		return err == nil && strings.Contains(info, "connected_slaves:0")
+	})
+
+	r := c.Do(http.MethodPost, "/locks/re", tokenHeader(g.Str("token")), acquireBody("worker", 60000))
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "an unacknowledged re-entry: %s", r.Body)
+	st := c.Do(http.MethodGet, "/locks/re", nil, "")
+	assert.Equal(t, int64(2), st.Int("holds"), "the re-entry's hold, and only it, was given back: %s", st.Body)
+
+	r = c.Do(http.MethodPost, "/semaphores/pool", tokenHeader(permit.Str("token")), permitBody("worker", 4, 60000, 0))
+	assert.Equal(t, http.StatusConflict, r.Status, "a re-entry with another size is refused, not 503: %s", r.Body)
+	r = c.Do(http.MethodPost, "/locks/gone", tokenHeader(gone.Str("token")), acquireBody("worker", 60000))
+	assert.Equal(t, http.StatusGone, r.Status, "a re-entry of a lease that holds nothing is 410, not 503: %s", r.Body)
+	r = c.Do(http.MethodPost, "/locks/gone/renew", tokenHeader(gone.Str("token")), "")
+	assert.Equal(t, http.StatusGone, r.Status, "so is its renewal: %s", r.Body)
+
+	// Releases need no acknowledgement: two holds, two releases, then the lock is free.
+	for i, left := range []bool{true, false} {
+		rel := c.Do(http.MethodDelete, "/locks/re", tokenHeader(g.Str("token")), "")
+		require.Equal(t, http.StatusOK, rel.Status, "release %d: %s", i+1, rel.Body)
+		assert.Equal(t, left, c.Do(http.MethodGet, "/locks/re", nil, "").JSON()["held"], "after release %d", i+1)
+	}
+	rel := c.Do(http.MethodDelete, "/semaphores/pool", tokenHeader(permit.Str("token")), "")
+	assert.Equal(t, http.StatusOK, rel.Status, "the permit was kept: %s", rel.Body)
+}
+
+// TestReplicaAcksAllNeedsSentinelOrCluster: "every replica" needs a deployment that keeps a record
+// of its replicas; on a single Redis the gateway refuses to start, saying what to set instead.
+func TestReplicaAcksAllNeedsSentinelOrCluster(t *testing.T) {
+	t.Parallel()
+	r := harness.NewRedis(t, harness.RedisOptions{})
+	_, err := harness.StartGateway(t.TempDir(), harness.GatewayOptions{Redis: r, Env: map[string]string{"LEASEGATE_REPLICA_ACKS": "all"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "LEASEGATE_REPLICA_ACKS=all needs Sentinel or a Cluster")
+	_, err = harness.StartGateway(t.TempDir(), harness.GatewayOptions{Redis: r, Env: map[string]string{"LEASEGATE_REPLICA_ACKS": "most"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `"most" is neither a number of replicas (0 or more) nor "all"`)
+}
