@@ -348,22 +348,31 @@ func (s *Service) runOn(ctx context.Context, c rueidis.Client, script *rueidis.L
 	return res
 }
 
-// classify turns a Redis or transport error into ErrUnavailable where retrying later can help.
+// classify turns a Redis or transport error into ErrUnavailable where retrying later can help:
+// among them a Cluster redirection (ASK, MOVED) still there when a call stopped following them,
+// as during a slot migration that outlasts replicaAcks' redirectBudget.
 func classify(err error) error {
 	if err == nil {
 		return nil
 	}
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
-		msg := rerr.Error()
-		for _, transient := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"} {
-			if strings.HasPrefix(msg, transient) {
-				return fmt.Errorf("%w: %s", ErrUnavailable, msg)
-			}
+		if transientReply(rerr.Error()) {
+			return fmt.Errorf("%w: %s", ErrUnavailable, rerr.Error())
 		}
 		return fmt.Errorf("redis: %w", err)
 	}
 	// Anything else is the transport: refused or broken connections, timeouts, a closing client.
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// transientReply reports whether a Redis error reply says to try again later.
+func transientReply(msg string) bool {
+	for _, transient := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "ASK ", "MOVED "} {
+		if strings.HasPrefix(msg, transient) {
+			return true
+		}
+	}
+	return false
 }
 
 // runQueued runs one of the scripts built on lib.lua on lock: they take all of the lock's keys and

@@ -321,6 +321,20 @@ func (c *ClusterRig) AwaitFailover(timeout time.Duration) (newMasterAddr string,
 // batches, then SETSLOT NODE on to, from and the other masters. It returns once every running
 // node agrees that to serves slot. Clients meanwhile get ASK redirections for moved keys.
 func (c *ClusterRig) MigrateSlot(slot int, from, to *Redis) error {
+	return c.migrateSlot(slot, from, to, 100, nil)
+}
+
+// MigrateSlotPaced is MigrateSlot one key at a time, calling pause between keys (a fault's
+// pacing, e.g. 20-200 ms). The slot stays half-moved meanwhile: single-key commands on moved keys
+// get ASK redirections, and a command or script naming keys on both sides answers TRYAGAIN
+// ("Multiple keys request during rehashing of slot") until the last key has moved.
+func (c *ClusterRig) MigrateSlotPaced(slot int, from, to *Redis, pause func() time.Duration) error {
+	return c.migrateSlot(slot, from, to, 1, pause)
+}
+
+// migrateSlot moves slot from one master to another, batch keys per MIGRATE, waiting pause()
+// (when set) after each MIGRATE.
+func (c *ClusterRig) migrateSlot(slot int, from, to *Redis, batch int, pause func() time.Duration) error {
 	s := strconv.Itoa(slot)
 	fromID, err := from.Do("CLUSTER", "MYID")
 	if err != nil {
@@ -338,7 +352,7 @@ func (c *ClusterRig) MigrateSlot(slot int, from, to *Redis) error {
 	}
 	host, port, _ := net.SplitHostPort(to.Addr)
 	for {
-		keys, err := from.DoList("CLUSTER", "GETKEYSINSLOT", s, "100")
+		keys, err := from.DoList("CLUSTER", "GETKEYSINSLOT", s, strconv.Itoa(batch))
 		if err != nil {
 			return fmt.Errorf("GETKEYSINSLOT on %s: %w", from.Addr, err)
 		}
@@ -348,6 +362,9 @@ func (c *ClusterRig) MigrateSlot(slot int, from, to *Redis) error {
 		args := append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, keys...)
 		if _, err := from.Do(args...); err != nil {
 			return fmt.Errorf("MIGRATE from %s: %w", from.Addr, err)
+		}
+		if pause != nil {
+			<-time.After(pause()) // the fault's pacing, not synchronisation
 		}
 	}
 	// The new owner first, so that it bumps its config epoch and wins over stale views.
@@ -377,6 +394,22 @@ func (c *ClusterRig) MigrateSlot(slot int, from, to *Redis) error {
 			}
 		}
 		return fmt.Errorf("slot %d is not yet served by %s", slot, to.Addr)
+	})
+}
+
+// AwaitHealthy waits until the rig is whole again after a fault: every node running and in one
+// healthy cluster (cluster_state:ok everywhere, no node flagged failing, the same slots and roles
+// in every view, three slot-serving masters) and every replica in sync with its master. A killed
+// master must have been restarted first (it comes back as a replica). It returns what was missing
+// last when timeout passes first.
+func (c *ClusterRig) AwaitHealthy(timeout time.Duration) error {
+	return pollUntil(timeout, 20*time.Millisecond, func() error {
+		for _, r := range c.nodes {
+			if !r.Running() {
+				return fmt.Errorf("node %s is not running", r.Addr)
+			}
+		}
+		return c.ready()
 	})
 }
 

@@ -118,6 +118,7 @@ type Gateway struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	exitErr error
+	crashed bool // the process exited while cmd was still set: not by Stop or Kill
 }
 
 // NewGateway starts a gateway for t and stops it (SIGTERM) when t ends. When t failed, the
@@ -209,6 +210,7 @@ func (g *Gateway) start(bin string, env map[string]string) error {
 		logf.Close()
 		g.mu.Lock()
 		g.exitErr = err
+		g.crashed = g.cmd == cmd // Stop and Kill clear cmd before they signal
 		g.mu.Unlock()
 		close(done)
 	}()
@@ -230,6 +232,9 @@ func (g *Gateway) start(bin string, env map[string]string) error {
 		return resp.StatusCode == http.StatusOK
 	})
 	if err != nil {
+		g.mu.Lock()
+		g.cmd = nil // not a crash: the harness gives up on it
+		g.mu.Unlock()
 		_ = cmd.Process.Kill()
 		<-done
 		return fmt.Errorf("gateway %s: %w; log:\n%s", g.URL, err, g.Logs())
@@ -269,6 +274,19 @@ func (g *Gateway) signal(sig syscall.Signal) error {
 	return g.exitErr
 }
 
+// Crashed reports whether the gateway's process exited on its own (a panic, a fatal error, an
+// exit of its own accord) rather than by Stop or Kill, and then its exit status and log tail. It
+// stays true once the process has crashed, also after a later Stop. Safe for concurrent use.
+func (g *Gateway) Crashed() (bool, string) {
+	g.mu.Lock()
+	crashed, exitErr := g.crashed, g.exitErr
+	g.mu.Unlock()
+	if !crashed {
+		return false, ""
+	}
+	return true, fmt.Sprintf("gateway %s exited on its own (%v); log tail:\n%s", g.URL, exitErr, tail(g.Logs(), 40))
+}
+
 // Hangup sends SIGHUP to the running gateway (which re-reads its auth file) and returns at once.
 func (g *Gateway) Hangup() error {
 	g.mu.Lock()
@@ -294,6 +312,9 @@ func (g *Gateway) Logs() string {
 	b, _ := os.ReadFile(g.logPath)
 	return string(b)
 }
+
+// LogTail returns the last lines lines the gateway has written so far.
+func (g *Gateway) LogTail(lines int) string { return tail(g.Logs(), lines) }
 
 // RandomPrefix returns a fresh key prefix such as "t3f9a1c2e:".
 func RandomPrefix() string {

@@ -251,6 +251,10 @@ func (s *SentinelRig) Master() *Redis {
 	return n
 }
 
+// MasterAddr returns the current master's address as the first sentinel that answers names it,
+// or an error when none answers: Master for goroutines other than the test's.
+func (s *SentinelRig) MasterAddr() (string, error) { return s.masterAddr() }
+
 // Replicas returns the running master and replica processes other than Master().
 func (s *SentinelRig) Replicas() []*Redis {
 	s.t.Helper()
@@ -324,6 +328,95 @@ func (s *SentinelRig) AwaitFailover(timeout time.Duration) (newMasterAddr string
 	s.master = newMasterAddr
 	s.mu.Unlock()
 	return newMasterAddr, nil
+}
+
+// Failover asks the sentinels for a failover of a master that is alive (SENTINEL FAILOVER, sent
+// to each sentinel in turn until one starts it; a refusal such as NOGOODSLAVE while the replicas
+// catch up is retried until timeout), then waits as AwaitFailover does for the sentinels to agree
+// on a new master that answers ROLE "master". It returns the new master's address. The old master
+// stays up and writable until the sentinels turn it into a replica, some seconds later: see
+// AwaitSettled.
+func (s *SentinelRig) Failover(timeout time.Duration) (newMasterAddr string, err error) {
+	deadline := time.Now().Add(timeout)
+	old, err := s.masterAddr()
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	s.master = old
+	s.mu.Unlock()
+	err = pollUntil(timeout, 50*time.Millisecond, func() error {
+		var errs []error
+		for _, sen := range s.sentinels {
+			_, err := sen.Do("SENTINEL", "FAILOVER", s.set)
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, fmt.Errorf("sentinel %s: %w", sen.Addr, err))
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return "", fmt.Errorf("SENTINEL FAILOVER %s refused: %w", s.set, err)
+	}
+	return s.AwaitFailover(max(time.Until(deadline), time.Second))
+}
+
+// AwaitSettled waits until the rig is whole and quiet again after a fault: every sentinel names
+// the same master and flags it plain "master" (not down, no failover under way), that master
+// answers ROLE "master", every other node runs, answers ROLE "slave" and replicates from it, in
+// sync with what it had written once the sentinels agreed. A master that was killed must have
+// been restarted first (the sentinels then turn it into a replica). It does not wait for the
+// sentinels' own view of the replicas, which they refresh only every 10 s. It returns what was
+// missing last when timeout passes first.
+func (s *SentinelRig) AwaitSettled(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var master *Redis
+	err := pollUntil(timeout, 20*time.Millisecond, func() error {
+		var addrs []string
+		for _, sen := range s.sentinels {
+			m, err := sen.DoList("SENTINEL", "MASTER", s.set)
+			if err != nil {
+				return fmt.Errorf("sentinel %s: %w", sen.Addr, err)
+			}
+			f := pairs(m)
+			if f["flags"] != "master" {
+				return fmt.Errorf("sentinel %s flags master %s:%s %q", sen.Addr, f["ip"], f["port"], f["flags"])
+			}
+			addrs = append(addrs, net.JoinHostPort(f["ip"], f["port"]))
+		}
+		for _, a := range addrs {
+			if a != addrs[0] {
+				return fmt.Errorf("sentinels name %v", addrs)
+			}
+		}
+		master = s.node(addrs[0])
+		if master == nil {
+			return fmt.Errorf("sentinels name %s, none of the rig's servers", addrs[0])
+		}
+		if role, err := master.Role(); role != "master" {
+			return fmt.Errorf("sentinels name %s, whose role is %q (%v)", master.Addr, role, err)
+		}
+		for _, n := range s.nodes {
+			if n == master {
+				continue
+			}
+			if !n.Running() {
+				return fmt.Errorf("%s is not running", n.Addr)
+			}
+			if role, err := n.Role(); role != "slave" {
+				return fmt.Errorf("%s answers role %q (%v), master is %s", n.Addr, role, err, master.Addr)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sentinel rig not settled: %w", err)
+	}
+	s.mu.Lock()
+	s.master = master.Addr
+	s.mu.Unlock()
+	return waitReplicated(master, s.replicasOf(master), max(time.Until(deadline), time.Second))
 }
 
 // WaitReplicated waits until every running replica replicates from the current master, with its
