@@ -154,76 +154,23 @@ func newService(ctx context.Context, cfg Config, tokens *lockcore.Tokens, opts l
 // serve runs the gateway until ctx ends, then shuts down gracefully: it stops accepting, lets
 // in-flight requests finish, and releases nobody's lease.
 func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: level}))
-
-	secret := []byte(cfg.TokenSecret)
-	if len(secret) == 0 {
-		secret = make([]byte, 32)
-		_, _ = rand.Read(secret)
-		log.Warn("LEASEGATE_TOKEN_SECRET is unset: using a random secret, so tokens from this process are valid on no other replica and not after a restart")
-	}
-	tokens, err := lockcore.NewTokens(secret)
+	log := newLogger(cfg, stdout)
+	tokens, err := newTokens(cfg, log)
 	if err != nil {
 		return err
 	}
-
-	var tlsConfig *tls.Config
-	if cfg.TLSCertFile != "" {
-		reloader, err := newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, log)
-		if err != nil {
-			return err
-		}
-		if tlsConfig, err = serverTLS(cfg, reloader); err != nil {
-			return err
-		}
-		log.Info("serving HTTPS", append(certAttrs(reloader.cert), "client_certificates", cfg.TLSClientCAFile != "")...)
+	tlsConfig, err := httpsConfig(cfg, log)
+	if err != nil {
+		return err
 	}
-
-	var authn handlers.Authenticator
-	if cfg.AuthFile != "" {
-		store, err := auth.Open(cfg.AuthFile, log)
-		if err != nil {
-			return err
-		}
-		if name := store.Config().OwnHeldQuota(); name != "" && cfg.QuotaHeld == 0 {
-			return fmt.Errorf("LEASEGATE_AUTH_FILE: principal %q has a \"held\" quota of its own, which needs the holds counted: "+
-				"set LEASEGATE_QUOTA_HELD (the cap of principals without one)", name)
-		}
-		// The file is re-read on SIGHUP and when it changes; requests in flight, parked ones
-		// included, and leases are untouched by a reload.
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		watchCtx, stopWatch := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		go func() { defer close(watched); store.Watch(watchCtx, authCheckInterval, hup) }()
-		defer func() { stopWatch(); <-watched }()
-		authn = store
-		log.Info("authentication on", "auth_file", cfg.AuthFile, "principals", len(store.Config().Principals), "metrics_auth", cfg.MetricsAuth)
-	} else {
-		log.Warn("LEASEGATE_AUTH_FILE is unset: authentication is off, and anyone who can reach the gateway may take, inspect, list and force-release every lock")
+	authn, stopAuth, err := startAuth(ctx, cfg, log)
+	if err != nil {
+		return err
 	}
+	defer stopAuth()
 
 	m := metrics.New(cfg.LongHold)
-	var (
-		observer      lockcore.Observer = m
-		routerMetrics handlers.Metrics  = m
-	)
-	if !cfg.Metrics {
-		observer, routerMetrics = nil, nil
-	}
-	opts := lockcore.Options{
-		KeyPrefix: cfg.KeyPrefix, Logger: log, MaxWaiters: cfg.MaxWaiters, FenceTTL: cfg.FenceTTL,
-		ReplicaAcks: cfg.ReplicaAcks.N, ReplicaAckTimeout: cfg.ReplicaAckTimeout,
-		Observer: observer, LongHold: cfg.LongHold, OnLongHoldSweep: m.SetLongHolds, OnRedisCheck: m.SetRedisUp,
-		// A restarted RedLock master counts again once every lease it may have held has run
-		// out or been renewed without it (see lockcore/redlock.go).
-		RestartGuard: cfg.MaxTTL + time.Second, RedLockNewDeployment: cfg.RedlockNew,
-		MaxHeld: cfg.QuotaHeld,
-	}
-	svc, deployment, closeRedis, err := newService(ctx, cfg, tokens, opts, log)
+	svc, deployment, closeRedis, err := newService(ctx, cfg, tokens, engineOptions(cfg, log, m), log)
 	if err != nil {
 		return err
 	}
@@ -236,7 +183,96 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	router := handlers.NewRouter(svc, handlers.Options{
+	srv := newHTTPServer(cfg, log, tlsConfig, newRouter(cfg, log, svc, m, authn))
+	log.Info("listening", "addr", ln.Addr().String(), "redis", deployment, "replica_acks", cfg.ReplicaAcks.String(), "key_prefix", cfg.KeyPrefix)
+	return serveUntilDone(ctx, cfg, log, srv, ln, svc)
+}
+
+// newLogger writes JSON lines to stdout at LEASEGATE_LOG_LEVEL.
+func newLogger(cfg Config, stdout io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	return slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: level}))
+}
+
+// newTokens is the lease-token codec, keyed by LEASEGATE_TOKEN_SECRET (a random key when unset).
+func newTokens(cfg Config, log *slog.Logger) (*lockcore.Tokens, error) {
+	secret := []byte(cfg.TokenSecret)
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret)
+		log.Warn("LEASEGATE_TOKEN_SECRET is unset: using a random secret, so tokens from this process are valid on no other replica and not after a restart")
+	}
+	return lockcore.NewTokens(secret)
+}
+
+// httpsConfig is the TLS configuration when LEASEGATE_TLS_CERT_FILE is set (nil: plain HTTP); the
+// certificate is reloaded when its files change.
+func httpsConfig(cfg Config, log *slog.Logger) (*tls.Config, error) {
+	if cfg.TLSCertFile == "" {
+		return nil, nil
+	}
+	reloader, err := newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, log)
+	if err != nil {
+		return nil, err
+	}
+	tlsConfig, err := serverTLS(cfg, reloader)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("serving HTTPS", append(certAttrs(reloader.cert), "client_certificates", cfg.TLSClientCAFile != "")...)
+	return tlsConfig, nil
+}
+
+// startAuth opens LEASEGATE_AUTH_FILE and re-reads it on SIGHUP and when it changes, until the
+// returned stop is called; requests in flight, parked ones included, and leases are untouched by
+// a reload. Without an auth file, authentication is off (nil).
+func startAuth(ctx context.Context, cfg Config, log *slog.Logger) (authn handlers.Authenticator, stop func(), err error) {
+	if cfg.AuthFile == "" {
+		log.Warn("LEASEGATE_AUTH_FILE is unset: authentication is off, and anyone who can reach the gateway may take, inspect, list and force-release every lock")
+		return nil, func() {}, nil
+	}
+	store, err := auth.Open(cfg.AuthFile, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if name := store.Config().OwnHeldQuota(); name != "" && cfg.QuotaHeld == 0 {
+		return nil, nil, fmt.Errorf("LEASEGATE_AUTH_FILE: principal %q has a \"held\" quota of its own, which needs the holds counted: "+
+			"set LEASEGATE_QUOTA_HELD (the cap of principals without one)", name)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); store.Watch(watchCtx, authCheckInterval, hup) }()
+	log.Info("authentication on", "auth_file", cfg.AuthFile, "principals", len(store.Config().Principals), "metrics_auth", cfg.MetricsAuth)
+	return store, func() { stopWatch(); <-watched; signal.Stop(hup) }, nil
+}
+
+// engineOptions are lockcore's options from cfg, reporting to m unless metrics are off.
+func engineOptions(cfg Config, log *slog.Logger, m *metrics.Metrics) lockcore.Options {
+	var observer lockcore.Observer = m
+	if !cfg.Metrics {
+		observer = nil
+	}
+	return lockcore.Options{
+		KeyPrefix: cfg.KeyPrefix, Logger: log, MaxWaiters: cfg.MaxWaiters, FenceTTL: cfg.FenceTTL,
+		ReplicaAcks: cfg.ReplicaAcks.N, ReplicaAckTimeout: cfg.ReplicaAckTimeout,
+		Observer: observer, LongHold: cfg.LongHold, OnLongHoldSweep: m.SetLongHolds, OnRedisCheck: m.SetRedisUp,
+		// A restarted RedLock master counts again once every lease it may have held has run
+		// out or been renewed without it (see lockcore/redlock.go).
+		RestartGuard: cfg.MaxTTL + time.Second, RedLockNewDeployment: cfg.RedlockNew,
+		MaxHeld: cfg.QuotaHeld,
+	}
+}
+
+// newRouter is the HTTP API on svc.
+func newRouter(cfg Config, log *slog.Logger, svc *lockcore.Service, m *metrics.Metrics, authn handlers.Authenticator) http.Handler {
+	var routerMetrics handlers.Metrics = m
+	if !cfg.Metrics {
+		routerMetrics = nil
+	}
+	return handlers.NewRouter(svc, handlers.Options{
 		Limits:      api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
 		Logger:      log,
 		AccessLog:   handlers.AccessLog(cfg.AccessLog),
@@ -248,7 +284,11 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		MetricsAuth: cfg.MetricsAuth == "admin",
 		Quotas:      handlers.Quotas{Rate: cfg.QuotaRate, Burst: cfg.QuotaBurst, Parked: cfg.QuotaParked},
 	})
-	srv := &http.Server{
+}
+
+// newHTTPServer serves router with the gateway's timeouts and header bounds.
+func newHTTPServer(cfg Config, log *slog.Logger, tlsConfig *tls.Config, router http.Handler) *http.Server {
+	return &http.Server{
 		Handler:           router,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
@@ -261,12 +301,17 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		TLSConfig:      tlsConfig,
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "redis", deployment, "replica_acks", cfg.ReplicaAcks.String(), "key_prefix", cfg.KeyPrefix)
+}
 
+// serveUntilDone serves on ln until ctx ends, then shuts down within LEASEGATE_SHUTDOWN_TIMEOUT:
+// waiting requests end first (they leave their queues and answer 503 with "Connection: close", so
+// their clients retry on another replica), other in-flight requests finish, and nobody's lease is
+// released.
+func serveUntilDone(ctx context.Context, cfg Config, log *slog.Logger, srv *http.Server, ln net.Listener, svc *lockcore.Service) error {
 	served := make(chan error, 1)
 	go func() {
-		if tlsConfig != nil {
-			served <- srv.ServeTLS(ln, "", "") // the pair comes from tlsConfig.GetCertificate
+		if srv.TLSConfig != nil {
+			served <- srv.ServeTLS(ln, "", "") // the pair comes from TLSConfig.GetCertificate
 		} else {
 			served <- srv.Serve(ln)
 		}
@@ -278,9 +323,6 @@ func serve(ctx context.Context, cfg Config, stdout io.Writer) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
-	// Waiting requests end first: they leave their queues and answer 503 with "Connection: close",
-	// so their clients retry on another replica. Other in-flight requests finish. Nobody's lease is
-	// released.
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	srv.SetKeepAlivesEnabled(false)

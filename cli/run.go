@@ -34,67 +34,20 @@ import (
 // instead of at the next renewal; SIGKILL follows after grace. After a loss run exits
 // ExitLeaseLost.
 func (c *command) run(ctx context.Context, args []string) int {
-	f := c.flags("run", "(--lock NAME [--lock NAME...] [--shared] | --semaphore NAME --permits N) [--owner O] [--ttl D] [--wait D] [--grace D] [--server URL] -- COMMAND [ARGS...]")
-	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock or permit")
-	ttl := durationFlag(f.fs, "ttl", 30*time.Second, "lease time to live; renewed every ttl/3")
-	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock or a free permit")
-	grace := durationFlag(f.fs, "grace", 10*time.Second, "how long the command may take to stop after SIGTERM; clipped to fit the TTL")
-	t, code, ok := c.parse(f, args)
+	o, code, ok := c.parseRun(args)
 	if !ok {
 		return code
 	}
-	argv := f.fs.Args()
-	if len(argv) == 0 {
-		fmt.Fprintln(c.stderr, "leasegate: run needs a command after --")
-		f.fs.Usage()
-		return ExitUsage
-	}
-	if *ttl < 300*time.Millisecond {
-		fmt.Fprintln(c.stderr, "leasegate: --ttl must be at least 300ms")
-		return ExitUsage
-	}
-	margin := safetyMargin(*ttl)
-	graceSet := isSet(f.fs, "grace")
-	if graceSet && *grace+margin >= *ttl {
-		fmt.Fprintf(c.stderr, "leasegate: --grace %v does not fit in --ttl %v: the command must be gone %v before the lease can lapse\n", *grace, *ttl, margin)
-		return ExitUsage
-	}
-	// Stopping starts grace + margin before the lease can lapse; a grace of at most a third of the
-	// TTL leaves the renewal due at ttl/3 and its retries a third of the TTL to succeed first.
-	if *grace > *ttl/3 {
-		if graceSet {
-			fmt.Fprintf(c.stderr, "leasegate: --grace clipped to %v (a third of --ttl) so that renewals have time to succeed\n", *ttl/3)
-		}
-		*grace = *ttl / 3
-	}
-
 	// As shells do: 127 for a command that is not found, 126 for one that cannot be run; checked
 	// before the lock is taken.
-	if _, err := exec.LookPath(argv[0]); err != nil {
+	if _, err := exec.LookPath(o.argv[0]); err != nil {
 		fmt.Fprintf(c.stderr, "leasegate: %v\n", err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return ExitNotFound
 		}
 		return ExitCannotRun
 	}
-	// The first replica that answers grants the hold; any replica can renew or release it. (A
-	// multi-lock's acquire has no Idempotency-Key: should a replica have granted it and its answer
-	// been lost, that grant lapses with its TTL, unrenewed.)
-	var (
-		lease heldLease
-		err   error
-		key   = uuid.NewString() // one acquire, whichever replica answers
-	)
-	for _, gw := range c.gateways {
-		lease, err = t.hold(ctx, gw, *owner, *ttl, *wait, key)
-		var p *leasegate.ProblemError
-		if err == nil || errors.As(err, &p) && p.Status != 503 || ctx.Err() != nil {
-			break
-		}
-	}
-	if errors.Is(err, leasegate.ErrPermitsMismatch) {
-		err = fmt.Errorf("%w, not --permits %d (the first to take a permit while nobody holds or waits sets the size)", err, t.permits)
-	}
+	lease, err := c.holdOnAny(ctx, o)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -102,24 +55,11 @@ func (c *command) run(ctx context.Context, args []string) int {
 	// the lease is released.
 	lease.Watch(c.gateways...)
 	// Whatever happens, give the hold back (unless it was lost, which Release then says).
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		var rerr error
-		for _, gw := range c.gateways {
-			_, rerr = lease.ReleaseVia(rctx, gw)
-			if rerr == nil || errors.Is(rerr, leasegate.ErrLeaseGone) || rctx.Err() != nil {
-				break
-			}
-		}
-		if rerr != nil && !errors.Is(rerr, leasegate.ErrLeaseGone) {
-			fmt.Fprintf(c.stderr, "leasegate: releasing the %s: %v\n", t, rerr)
-		}
-	}()
+	defer c.giveBack(lease, o.t)
 
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, c.stdout, c.stderr
-	cmd.Env = append(os.Environ(), leaseEnv(t, lease)...)
+	cmd.Env = append(os.Environ(), leaseEnv(o.t, lease)...)
 	// The command gets a process group of its own, so that stopping it reaches its children too,
 	// except when stdin is a terminal: a background group reading it would be stopped (SIGTTIN).
 	if _, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS); err != nil { // not a terminal
@@ -128,6 +68,97 @@ func (c *command) run(ctx context.Context, args []string) int {
 	if err := cmd.Start(); err != nil {
 		return c.fail(err)
 	}
+	return c.supervise(ctx, o, lease, cmd)
+}
+
+// runOptions are run's flags, checked.
+type runOptions struct {
+	t                        target
+	owner                    string
+	ttl, wait, grace, margin time.Duration // margin: how long before the lease can lapse the command must be gone
+	argv                     []string
+}
+
+// parseRun reads and checks run's flags; when !ok, run exits with code.
+func (c *command) parseRun(args []string) (o runOptions, code int, ok bool) {
+	f := c.flags("run", "(--lock NAME [--lock NAME...] [--shared] | --semaphore NAME --permits N) [--owner O] [--ttl D] [--wait D] [--grace D] [--server URL] -- COMMAND [ARGS...]")
+	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock or permit")
+	ttl := durationFlag(f.fs, "ttl", 30*time.Second, "lease time to live; renewed every ttl/3")
+	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock or a free permit")
+	grace := durationFlag(f.fs, "grace", 10*time.Second, "how long the command may take to stop after SIGTERM; clipped to fit the TTL")
+	t, code, ok := c.parse(f, args)
+	if !ok {
+		return runOptions{}, code, false
+	}
+	o = runOptions{t: t, owner: *owner, ttl: *ttl, wait: *wait, grace: *grace, argv: f.fs.Args()}
+	if len(o.argv) == 0 {
+		fmt.Fprintln(c.stderr, "leasegate: run needs a command after --")
+		f.fs.Usage()
+		return runOptions{}, ExitUsage, false
+	}
+	if o.ttl < 300*time.Millisecond {
+		fmt.Fprintln(c.stderr, "leasegate: --ttl must be at least 300ms")
+		return runOptions{}, ExitUsage, false
+	}
+	o.margin = safetyMargin(o.ttl)
+	graceSet := isSet(f.fs, "grace")
+	if graceSet && o.grace+o.margin >= o.ttl {
+		fmt.Fprintf(c.stderr, "leasegate: --grace %v does not fit in --ttl %v: the command must be gone %v before the lease can lapse\n", o.grace, o.ttl, o.margin)
+		return runOptions{}, ExitUsage, false
+	}
+	// Stopping starts grace + margin before the lease can lapse; a grace of at most a third of the
+	// TTL leaves the renewal due at ttl/3 and its retries a third of the TTL to succeed first.
+	if o.grace > o.ttl/3 {
+		if graceSet {
+			fmt.Fprintf(c.stderr, "leasegate: --grace clipped to %v (a third of --ttl) so that renewals have time to succeed\n", o.ttl/3)
+		}
+		o.grace = o.ttl / 3
+	}
+	return o, 0, true
+}
+
+// holdOnAny takes the hold: the first replica that answers grants it; any replica can renew or
+// release it. (A multi-lock's acquire has no Idempotency-Key: should a replica have granted it and
+// its answer been lost, that grant lapses with its TTL, unrenewed.)
+func (c *command) holdOnAny(ctx context.Context, o runOptions) (heldLease, error) {
+	var (
+		lease heldLease
+		err   error
+		key   = uuid.NewString() // one acquire, whichever replica answers
+	)
+	for _, gw := range c.gateways {
+		lease, err = o.t.hold(ctx, gw, o.owner, o.ttl, o.wait, key)
+		var p *leasegate.ProblemError
+		if err == nil || errors.As(err, &p) && p.Status != 503 || ctx.Err() != nil {
+			break
+		}
+	}
+	if errors.Is(err, leasegate.ErrPermitsMismatch) {
+		err = fmt.Errorf("%w, not --permits %d (the first to take a permit while nobody holds or waits sets the size)", err, o.t.permits)
+	}
+	return lease, err
+}
+
+// giveBack releases lease through the replicas in turn, within 5 s; a lease already lost is
+// said so by Release, and is no error here.
+func (c *command) giveBack(lease heldLease, t target) {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var rerr error
+	for _, gw := range c.gateways {
+		_, rerr = lease.ReleaseVia(rctx, gw)
+		if rerr == nil || errors.Is(rerr, leasegate.ErrLeaseGone) || rctx.Err() != nil {
+			break
+		}
+	}
+	if rerr != nil && !errors.Is(rerr, leasegate.ErrLeaseGone) {
+		fmt.Fprintf(c.stderr, "leasegate: releasing the %s: %v\n", t, rerr)
+	}
+}
+
+// supervise renews lease while cmd runs, passes this process's signals on to it, and stops it
+// before the lease can lapse or once it is lost (see run); it returns run's exit code.
+func (c *command) supervise(ctx context.Context, o runOptions, lease heldLease, cmd *exec.Cmd) int {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
@@ -140,10 +171,11 @@ func (c *command) run(ctx context.Context, args []string) int {
 	defer stopKeeping()
 	renewed := make(chan time.Time, 1) // the lease's new ValidUntil after each renewal
 	lost := make(chan error, 1)        // a renewal answered 410
-	go keepAlive(keepCtx, lease, c.gateways, *ttl, margin, renewed, lost)
+	go keepAlive(keepCtx, lease, c.gateways, o.ttl, o.margin, renewed, lost)
 
+	grace, margin := o.grace, o.margin
 	validUntil := lease.ValidUntil()
-	termTimer := time.NewTimer(time.Until(validUntil.Add(-*grace - margin)))
+	termTimer := time.NewTimer(time.Until(validUntil.Add(-grace - margin)))
 	killTimer := time.NewTimer(time.Until(validUntil.Add(-margin)))
 	defer termTimer.Stop()
 	defer killTimer.Stop()
@@ -151,7 +183,7 @@ func (c *command) run(ctx context.Context, args []string) int {
 	stop := func(why string) {
 		if !stopping {
 			stopping = true
-			fmt.Fprintf(c.stderr, "leasegate: %s on %s; stopping the command\n", why, t)
+			fmt.Fprintf(c.stderr, "leasegate: %s on %s; stopping the command\n", why, o.t)
 			signalGroup(cmd, syscall.SIGTERM)
 		}
 	}
@@ -161,7 +193,7 @@ func (c *command) run(ctx context.Context, args []string) int {
 		if !gone {
 			gone = true
 			stopKeeping() // nothing left to renew
-			killTimer.Reset(min(*grace, time.Until(validUntil.Add(-margin))))
+			killTimer.Reset(min(grace, time.Until(validUntil.Add(-margin))))
 		}
 	}
 	leaseDone := lease.Done()
@@ -181,7 +213,7 @@ func (c *command) run(ctx context.Context, args []string) int {
 			}
 			validUntil = v
 			if !stopping {
-				termTimer.Reset(time.Until(validUntil.Add(-*grace - margin)))
+				termTimer.Reset(time.Until(validUntil.Add(-grace - margin)))
 			}
 			killTimer.Reset(time.Until(validUntil.Add(-margin)))
 		case err := <-lost:
