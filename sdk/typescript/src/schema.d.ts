@@ -1192,7 +1192,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Redis does not answer, the replica is shutting down, or it holds its cap of waiting requests. */
+        /** @description Redis does not answer (a restart, a failover, a Cluster slot migration that outlasts 2 s), the replicas did not acknowledge a grant in time (`LEASEGATE_REPLICA_ACKS`: the grant was undone; retry), the replica is shutting down, or it holds its cap of waiting requests. */
         BackendUnavailable: {
             headers: {
                 "Retry-After": components["headers"]["Retry-After"];
