@@ -18,10 +18,17 @@ import (
 	"github.com/leasegate/leasegate/api"
 )
 
-// lockName returns the validated {name} path parameter. chi matches the raw path, so the
-// parameter is unescaped first: /locks/orders%3A42 names the lock "orders:42".
+// lockName returns the validated {name} path parameter, percent-decoded exactly once, as a proxy
+// that decodes the path once reads it. chi routes on the raw path when net/url kept one (the path
+// has escapes it would not have written, such as %3A): the parameter is then still escaped, and
+// /locks/orders%3A42 names the lock "orders:42". Otherwise chi routes on the decoded path and the
+// parameter is taken as it is: /locks/%2562.dbl names "%62.dbl" (refused: '%' is no name
+// character), never "b.dbl".
 func lockName(r *http.Request) (string, error) {
-	name, err := url.PathUnescape(chi.URLParam(r, "name"))
+	name, err := chi.URLParam(r, "name"), error(nil)
+	if r.URL.RawPath != "" {
+		name, err = url.PathUnescape(name)
+	}
 	if err == nil {
 		err = api.ValidateLockName(name)
 	}

@@ -92,13 +92,26 @@ func (m *Metrics) Parked(n func() int) {
 		Help: "Waiting requests parked on this replica."}, func() float64 { return float64(n()) }))
 }
 
-// ObserveRequest counts one HTTP request; route is its chi pattern ("" for no route).
+// ObserveRequest counts one HTTP request; route is its chi pattern ("" for no route). Every label
+// has a bounded set of values, whatever clients send: the routes' patterns or "unmatched", the
+// routes' methods or "other", and the status.
 func (m *Metrics) ObserveRequest(route, method string, status int, took time.Duration) {
 	if route == "" {
 		route = "unmatched"
 	}
+	method = methodLabel(method)
 	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 	m.httpSeconds.WithLabelValues(route, method).Observe(took.Seconds())
+}
+
+// methodLabel is method when a route of the API takes it, else "other": methods are the client's
+// to choose, and each distinct label value would be a series kept until restart.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodPost, http.MethodDelete:
+		return method
+	}
+	return "other"
 }
 
 // SetRedisUp records the outcome of a Redis check.
