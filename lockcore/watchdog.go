@@ -106,19 +106,14 @@ func (s *Service) unschedule(ctx context.Context, l Lease) {
 }
 
 // dropDuty takes member off the watchdog schedule key and aged off the shard's aged holds (see
-// long_holds.go), in one round trip (two on a Cluster).
+// long_holds.go).
 func (s *Service) dropDuty(ctx context.Context, schedule, member, agedKey, aged string) error {
 	var err error
 	for _, c := range s.clients() {
-		cmds := rueidis.Commands{c.B().Zrem().Key(schedule).Member(member).Build(), c.B().Zrem().Key(agedKey).Member(aged).Build()}
-		if s.cluster { // one call each: a Cluster client's DoMulti has panicked on redirects (see replica_acks.go)
-			for _, cmd := range cmds {
-				err = cmp.Or(err, c.Do(context.WithoutCancel(ctx), cmd).Error())
-			}
-			continue
-		}
-		for _, r := range c.DoMulti(context.WithoutCancel(ctx), cmds...) {
-			err = cmp.Or(err, r.Error())
+		// One call each, not one DoMulti: a Cluster client's DoMulti has panicked on redirects
+		// (see replica_acks.go). A watchdog lease's release costs a round trip more.
+		for _, cmd := range []rueidis.Completed{c.B().Zrem().Key(schedule).Member(member).Build(), c.B().Zrem().Key(agedKey).Member(aged).Build()} {
+			err = cmp.Or(err, c.Do(context.WithoutCancel(ctx), cmd).Error())
 		}
 	}
 	return err

@@ -99,6 +99,10 @@ type history struct {
 	disturbed                []masterSpan   // RedLock: spans in which a master was down, guarded or stalled
 	crashes                  []string       // gateways that exited on their own: why, and their log tails
 	internal                 []string       // answers 5xx other than 503
+	// unknownHolds are, per lock, spans in which a lease whose client never read its grant may
+	// hold the lock (an acquire abandoned or cut off just as it was granted): idle time for the
+	// hand-off check, not a hand-off that failed.
+	unknownHolds map[string][]span
 }
 
 type span struct{ from, to time.Time }
@@ -173,6 +177,16 @@ func (h *history) add(l *held) {
 func (h *history) write(l *held, at time.Time) {
 	h.mu.Lock()
 	h.writes = append(h.writes, write{l.lock, l.owner, l.fence, at, l})
+	h.mu.Unlock()
+}
+
+// unknownHold records that a lease nobody knows of may hold lock from from to to.
+func (h *history) unknownHold(lock string, from, to time.Time) {
+	h.mu.Lock()
+	if h.unknownHolds == nil {
+		h.unknownHolds = map[string][]span{}
+	}
+	h.unknownHolds[lock] = append(h.unknownHolds[lock], span{from, to})
 	h.mu.Unlock()
 }
 
@@ -500,7 +514,9 @@ func (h *history) idleWhileWaiting(byLock map[string][]*held) (idle, waiting tim
 			from, to := g.believed()
 			holds = append(holds, span{from, to})
 		}
-		// Faults count as held: time the lock may sit idle without anything being wrong.
+		// Faults count as held, and so do leases nobody knows of: time the lock may sit idle
+		// without anything being wrong.
+		holds = append(holds, h.unknownHolds[lock]...)
 		hs := union(append(holds, h.faults...))
 		for _, w := range union(ws) {
 			waiting += w.to.Sub(w.from) - overlap(w, union(h.faults))

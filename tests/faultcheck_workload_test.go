@@ -42,6 +42,13 @@ func (fc *faultCheck) worker(i int, stop <-chan struct{}) {
 		answered := time.Now()
 		cancel()
 		if err != nil {
+			// Granted just as the client gave up, or as its replica went away: the lease holds
+			// the lock, unknown to anyone, until its TTL (a watchdog lease: its max hold).
+			unknownFor := ttl
+			if watchdog {
+				unknownFor = maxHold
+			}
+			fc.h.unknownHold(lock, answered, answered.Add(unknownFor))
 			if ctx.Err() == nil { // a replica going away: do not spin on it
 				pause := time.NewTimer(20 * time.Millisecond)
 				<-pause.C // retry back-off
