@@ -172,6 +172,9 @@ func newService(client rueidis.Client, rl *redlock, tokens *Tokens, opts Options
 	if opts.ReplicaAcks > 0 && opts.CountReplicas != nil {
 		return nil, fmt.Errorf("%w: replica acks are a number or every replica, not both", ErrInvalid)
 	}
+	if rl != nil && (opts.ReplicaAcks > 0 || opts.CountReplicas != nil) {
+		return nil, fmt.Errorf("%w: replica acks do not apply to RedLock's independent masters", ErrInvalid)
+	}
 	if opts.Liveness <= opts.Heartbeat {
 		return nil, fmt.Errorf("%w: liveness %v must exceed the heartbeat %v", ErrInvalid, opts.Liveness, opts.Heartbeat)
 	}
@@ -241,9 +244,6 @@ func newService(client rueidis.Client, rl *redlock, tokens *Tokens, opts Options
 	}
 	s.redlockNew = opts.RedLockNewDeployment
 	if rl != nil {
-		if s.acks != nil {
-			return nil, fmt.Errorf("%w: replica acks do not apply to RedLock's independent masters", ErrInvalid)
-		}
 		s.rl = rl
 		rl.start(s)
 	}
