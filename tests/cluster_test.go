@@ -44,6 +44,18 @@ func (w *clusterWorld) c(i int) *harness.Client { return w.clients[i%2] }
 // lockKey is the Redis key of lock name's exclusive holder.
 func (w *clusterWorld) lockKey(name string) string { return w.prefix + "{" + name + "}" }
 
+// otherMaster returns a master other than from.
+func (w *clusterWorld) otherMaster(t *testing.T, from *harness.Redis) *harness.Redis {
+	t.Helper()
+	for _, m := range w.rig.Masters() {
+		if m.Addr != from.Addr {
+			return m
+		}
+	}
+	t.Fatalf("no master besides %s", from.Addr)
+	return nil
+}
+
 // namesOnDistinctMasters returns n lock names whose keys live on n different masters.
 func (w *clusterWorld) namesOnDistinctMasters(t *testing.T, n int) []string {
 	t.Helper()
@@ -156,14 +168,7 @@ func TestClusterMasterFailoverAndSlotMigration(t *testing.T) {
 	// Move the lock's slot to another master, keys and all.
 	slot := harness.KeySlot(key)
 	from := w.rig.NodeForSlot(slot)
-	var to *harness.Redis
-	for _, m := range w.rig.Masters() {
-		if m.Addr != from.Addr {
-			to = m
-			break
-		}
-	}
-	require.NotNil(t, to)
+	to := w.otherMaster(t, from)
 	require.NoError(t, w.rig.MigrateSlot(slot, from, to))
 	assert.Equal(t, to.Addr, w.rig.NodeForKey(key).Addr)
 
@@ -272,15 +277,7 @@ func TestClusterAckedGrantsThroughSlotMigrations(t *testing.T) {
 		before := granted()
 		eventually(t, 20*time.Second, "grants go on between migrations", func() bool { return granted() >= before+3 })
 		from := w.rig.NodeForSlot(slot)
-		var to *harness.Redis
-		for _, n := range w.rig.Masters() {
-			if n.Addr != from.Addr {
-				to = n
-				break
-			}
-		}
-		require.NotNil(t, to)
-		require.NoError(t, w.rig.MigrateSlot(slot, from, to), "migration %d", m+1)
+		require.NoError(t, w.rig.MigrateSlot(slot, from, w.otherMaster(t, from)), "migration %d", m+1)
 	}
 	stop.Store(true)
 	wg.Wait()

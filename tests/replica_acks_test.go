@@ -28,6 +28,26 @@ func newReplicatedRedis(t *testing.T) (master, replica *harness.Redis) {
 	return master, replica
 }
 
+// ackedGateway starts a master with one replica in sync and a gateway on it whose grants wait
+// 200 ms for one replica's acknowledgement, and returns a client of it.
+func ackedGateway(t *testing.T) (master, replica *harness.Redis, c *harness.Client) {
+	t.Helper()
+	master, replica = newReplicatedRedis(t)
+	gw := harness.NewGateway(t, harness.GatewayOptions{Redis: master, Env: map[string]string{
+		"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "200ms"}})
+	return master, replica, harness.NewClient(t, gw.URL)
+}
+
+// loseReplica kills replica and waits until master sees no replica.
+func loseReplica(t *testing.T, master, replica *harness.Redis) {
+	t.Helper()
+	require.NoError(t, replica.Kill())
+	eventually(t, 10*time.Second, "the master sees no replica", func() bool {
+		info, err := master.Do("INFO", "replication")
+		return err == nil && strings.Contains(info, "connected_slaves:0")
+	})
+}
+
 func TestReplicaAckedGrantIsOnTheReplicaWhenAnswered(t *testing.T) {
 	t.Parallel()
 	master, replica := newReplicatedRedis(t)
@@ -72,18 +92,11 @@ func TestReplicaAckedGrantIsOnTheReplicaWhenAnswered(t *testing.T) {
 
 func TestReplicaAckedGrantIsUndoneWithoutAReplica(t *testing.T) {
 	t.Parallel()
-	master, replica := newReplicatedRedis(t)
-	gw := harness.NewGateway(t, harness.GatewayOptions{Redis: master, Env: map[string]string{
-		"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "200ms"}})
-	c := harness.NewClient(t, gw.URL)
+	master, replica, c := ackedGateway(t)
 	held := c.Do(http.MethodPost, "/locks/kept", nil, acquireBody("early", 60000))
 	require.Equal(t, http.StatusCreated, held.Status, "%s", held.Body)
 
-	require.NoError(t, replica.Kill())
-	eventually(t, 10*time.Second, "the master sees no replica", func() bool {
-		info, err := master.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "connected_slaves:0")
-	})
+	loseReplica(t, master, replica)
 
 	start := time.Now()
 	r := c.Do(http.MethodPost, "/locks/unacked", nil, acquireBody("late", 60000))
@@ -120,10 +133,7 @@ func TestReplicaAckedGrantIsUndoneWithoutAReplica(t *testing.T) {
 // found, not 503, and takes nothing back.
 func TestReplicaAckedReentryUndoesOnlyItsOwnHold(t *testing.T) {
 	t.Parallel()
-	master, replica := newReplicatedRedis(t)
-	gw := harness.NewGateway(t, harness.GatewayOptions{Redis: master, Env: map[string]string{
-		"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "200ms"}})
-	c := harness.NewClient(t, gw.URL)
+	master, replica, c := ackedGateway(t)
 
 	g := c.Do(http.MethodPost, "/locks/re", nil, acquireBody("worker", 60000))
 	require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
@@ -136,11 +146,7 @@ func TestReplicaAckedReentryUndoesOnlyItsOwnHold(t *testing.T) {
 	require.Equal(t, http.StatusCreated, gone.Status, "%s", gone.Body)
 	require.Equal(t, http.StatusOK, c.Do(http.MethodDelete, "/locks/gone", tokenHeader(gone.Str("token")), "").Status)
 
-	require.NoError(t, replica.Kill())
-	eventually(t, 10*time.Second, "the master sees no replica", func() bool {
-		info, err := master.Do("INFO", "replication")
-		return err == nil && strings.Contains(info, "connected_slaves:0")
-	})
+	loseReplica(t, master, replica)
 
 	r := c.Do(http.MethodPost, "/locks/re", tokenHeader(g.Str("token")), acquireBody("worker", 60000))
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, "an unacknowledged re-entry: %s", r.Body)
