@@ -178,7 +178,10 @@ func (s *Service) acquireNew(ctx context.Context, req AcquireRequest, lease stri
 	start := time.Now()
 	r, err := s.runAcquire(ctx, req, lease, "try", 0, "")
 	if err != nil {
-		if notAcked(err) && r.status == acquireGranted {
+		// An unacknowledged grant is given back, unless the request carries an Idempotency-Key:
+		// then its retry replays it (and waits for the replicas again), as settle keeps a grant
+		// whose caller left.
+		if notAcked(err) && r.status == acquireGranted && req.IdempotencyKey == "" {
 			s.undoUnacked(ctx, Lease{Lock: req.Lock, Kind: req.Kind, ID: lease}, req.mode())
 		}
 		return Grant{}, err
