@@ -133,7 +133,7 @@ func newService(ctx context.Context, cfg Config, tokens *lockcore.Tokens, opts l
 	}
 	if err != nil {
 		log.Warn("redis is unreachable at start; lock calls answer 503 until it is back", "redis", deployment, "err", err)
-	} else if err := refuseCluster(ctx, client, deployment); err != nil {
+	} else if err := refuseLoneClusterNode(ctx, client, deployment); err != nil {
 		client.Close()
 		return nil, "", nil, err
 	}

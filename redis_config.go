@@ -96,10 +96,10 @@ func redlockOptions(cfg Config) ([]rueidis.ClientOption, string, error) {
 	return out, fmt.Sprintf("redlock of %d masters %s", len(out), strings.Join(addrs, ",")), nil
 }
 
-// refuseCluster reports a Redis given as one address that turns out to be a Cluster node (asked
+// refuseLoneClusterNode reports a Redis given as one address that turns out to be a Cluster node (asked
 // when it answers at start): a single client would only half work with it (keys of other slots
 // answer MOVED). A Cluster is given by its seeds.
-func refuseCluster(ctx context.Context, client rueidis.Client, deployment string) error {
+func refuseLoneClusterNode(ctx context.Context, client rueidis.Client, deployment string) error {
 	if client.Mode() == rueidis.ClientModeCluster {
 		return nil
 	}

@@ -85,7 +85,7 @@ func readAcquire[B validating[api.Acquire]](h *lockHandlers, w http.ResponseWrit
 func (h *lockHandlers) grant(w http.ResponseWriter, r *http.Request, req lockcore.AcquireRequest, location string, body func(lockcore.Grant) any) {
 	req.HeldCap = heldCap(principalFrom(r.Context()))
 	if req.Wait > 0 && req.Token == "" {
-		done, err := h.quotas.park(principalFrom(r.Context()))
+		done, err := h.quotas.admitWait(principalFrom(r.Context()))
 		if err != nil {
 			writeError(w, r, h.log, err)
 			return
@@ -167,7 +167,7 @@ func (h *lockHandlers) renew(w http.ResponseWriter, r *http.Request) {
 
 // renewRef answers a renewal of ref's lease.
 func (h *lockHandlers) renewRef(w http.ResponseWriter, r *http.Request, ref lockcore.Ref, body func(lockcore.Grant) any) {
-	if _, err := idempotencyKey(r); err != nil { // validated, though a renewal needs no latch
+	if _, err := idempotencyKey(r); err != nil { // validated, though a renewal needs no idempotency record
 		writeError(w, r, h.log, err)
 		return
 	}

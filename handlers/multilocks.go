@@ -35,7 +35,7 @@ func (h *lockHandlers) acquireMulti(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if req.Wait > 0 {
-		done, err := h.quotas.park(p)
+		done, err := h.quotas.admitWait(p)
 		if err != nil {
 			writeError(w, r, h.log, err)
 			return

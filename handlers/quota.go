@@ -126,9 +126,9 @@ func (q *quotas) allow(p *auth.Principal) error {
 	return &quotaError{principal: p.Name, limit: fmt.Sprintf("%g requests per second", perSecond), retryAfter: wait}
 }
 
-// park counts a waiting request of p until done is called, or refuses it when p has its quota of
+// admitWait counts a waiting request of p until done is called, or refuses it when p has its quota of
 // parked requests already.
-func (q *quotas) park(p *auth.Principal) (done func(), err error) {
+func (q *quotas) admitWait(p *auth.Principal) (done func(), err error) {
 	if q == nil || p == nil {
 		return func() {}, nil
 	}

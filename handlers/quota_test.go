@@ -36,18 +36,18 @@ func TestQuotaRateIsATokenBucketPerPrincipal(t *testing.T) {
 func TestQuotaParkedCountsUntilDone(t *testing.T) {
 	q := newQuotas(Quotas{Parked: 2})
 	a := principal("a", auth.Quotas{})
-	done1, err := q.park(a)
+	done1, err := q.admitWait(a)
 	require.NoError(t, err)
-	done2, err := q.park(a)
+	done2, err := q.admitWait(a)
 	require.NoError(t, err)
-	_, err = q.park(a)
+	_, err = q.admitWait(a)
 	var qe *quotaError
 	require.True(t, errors.As(err, &qe), "a third parked request is over: %v", err)
-	_, err = q.park(principal("b", auth.Quotas{}))
+	_, err = q.admitWait(principal("b", auth.Quotas{}))
 	assert.NoError(t, err, "another principal")
 	done1()
 	done1() // twice is once
-	done3, err := q.park(a)
+	done3, err := q.admitWait(a)
 	require.NoError(t, err, "one left: room for one more")
 	done2()
 	done3()
@@ -62,7 +62,7 @@ func TestQuotaOffByDefault(t *testing.T) {
 	}
 	var nilQuotas *quotas
 	assert.NoError(t, nilQuotas.allow(a))
-	done, err := nilQuotas.park(a)
+	done, err := nilQuotas.admitWait(a)
 	require.NoError(t, err)
 	done()
 }
@@ -75,7 +75,7 @@ func TestQuotaOwnReplacesDefault(t *testing.T) {
 	unlimited := principal("batch", auth.Quotas{Rate: ptr2(0.0), Parked: ptr2(0)})
 	for range 100 {
 		require.NoError(t, q.allow(unlimited))
-		_, err := q.park(unlimited)
+		_, err := q.admitWait(unlimited)
 		require.NoError(t, err)
 	}
 
@@ -83,9 +83,9 @@ func TestQuotaOwnReplacesDefault(t *testing.T) {
 	for range 500 {
 		require.NoError(t, q.allow(fast))
 	}
-	_, err := q.park(fast)
+	_, err := q.admitWait(fast)
 	require.NoError(t, err)
-	_, err = q.park(fast)
+	_, err = q.admitWait(fast)
 	assert.Error(t, err, "parked keeps the default of 1")
 
 	reloaded := principal("web", auth.Quotas{Rate: ptr2(1.0), Burst: ptr2(1)})

@@ -42,7 +42,8 @@ func TestStreamResyncsWhenItsSlotSubscriptionCameLate(t *testing.T) {
 	s, err := New(gated, tokens, Options{KeyPrefix: harness.RandomPrefix()})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close(); client.Close() })
-	require.True(t, s.cluster)
+	_, onCluster := s.dep.(*redisCluster)
+	require.True(t, onCluster)
 
 	ctx := context.Background()
 	ref := LockRef("late")

@@ -1,8 +1,6 @@
 package lockcore
 
 import (
-	"cmp"
-	"slices"
 	"sync"
 	"time"
 )
@@ -46,28 +44,4 @@ func (c *contention) turn(now time.Time) {
 type Contended struct {
 	Ref   Ref
 	Count int64
-}
-
-// MostContended returns up to n names with the most 409s and waits on this replica over the last
-// one to two minutes, most first.
-func (s *Service) MostContended(n int) []Contended {
-	c := &s.contention
-	c.mu.Lock()
-	c.turn(time.Now())
-	counts := map[Ref]int64{}
-	for ref, k := range c.prev {
-		counts[ref] += k
-	}
-	for ref, k := range c.cur {
-		counts[ref] += k
-	}
-	c.mu.Unlock()
-	out := make([]Contended, 0, len(counts))
-	for ref, k := range counts {
-		out = append(out, Contended{ref, k})
-	}
-	slices.SortFunc(out, func(a, b Contended) int {
-		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Ref.Name, b.Ref.Name))
-	})
-	return out[:min(len(out), n)]
 }

@@ -3,7 +3,10 @@ package lockcore
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // Sentinel errors returned by Service methods, wrapped with detail. Match them with errors.Is.
@@ -100,14 +103,6 @@ func (e *HeldError) Error() string {
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
-// unexpectedReply reports a script reply lockcore cannot read; err, when not nil, says why.
-func unexpectedReply(script, lock string, reply any, err error) error {
-	if err != nil {
-		return fmt.Errorf("%s %q: unexpected reply %v: %w", script, lock, reply, err)
-	}
-	return fmt.Errorf("%s %q: unexpected reply %v", script, lock, reply)
-}
-
 // GroupLostError reports a multi-lock whose lease no longer holds some members (they ran out, or
 // Redis lost them). The call that found out gave back the members still held, so the group is
 // over. It matches ErrLeaseLost.
@@ -122,3 +117,46 @@ func (e *GroupLostError) Error() string {
 
 // Is makes errors.Is(err, ErrLeaseLost) true.
 func (e *GroupLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// errMajorityLost: a lease the watchdog renewed no longer holds on a majority of RedLock's
+// masters (they restarted or lost it); what a minority still held of it was given back.
+var errMajorityLost = fmt.Errorf("%w: the lease lost its majority of masters", ErrLeaseLost)
+
+// errNotConfirmed: fewer than a majority of RedLock's masters confirmed a hand-off to a waiter
+// (the others hold the lock for someone else, or do not answer): the waiter queues again.
+var errNotConfirmed = errors.New("a majority of masters did not confirm the hand-off")
+
+// classify turns a Redis or transport error into ErrUnavailable where retrying later can help:
+// among them a Cluster redirection (ASK, MOVED) still there when a call stopped following them,
+// as during a slot migration that outlasts replicaAcks' redirectBudget.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if rerr, ok := rueidis.IsRedisErr(err); ok {
+		if transientReply(rerr.Error()) {
+			return fmt.Errorf("%w: %s", ErrUnavailable, rerr.Error())
+		}
+		return fmt.Errorf("redis: %w", err)
+	}
+	// Anything else is the transport: refused or broken connections, timeouts, a closing client.
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// transientReply reports whether a Redis error reply says to try again later.
+func transientReply(msg string) bool {
+	for _, transient := range []string{"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "ASK ", "MOVED "} {
+		if strings.HasPrefix(msg, transient) {
+			return true
+		}
+	}
+	return false
+}
+
+// notSupported is the error of a deployment that lacks f, saying why.
+func notSupported(f feature, on, why string) error {
+	if why != "" {
+		return fmt.Errorf("%w: %s on %s (%s)", ErrNotSupported, f, on, why)
+	}
+	return fmt.Errorf("%w: %s on %s", ErrNotSupported, f, on)
+}

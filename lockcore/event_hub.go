@@ -6,10 +6,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/rueidis"
-
-	"github.com/leasegate/leasegate/luascripts"
 )
 
 // Live events ride on the process's one pub/sub subscription (waiters.go): the scripts that change
@@ -24,14 +20,9 @@ const (
 	watchKeep = 10 * time.Second // how often a replica keeps its entries
 )
 
-var (
-	watchScript         = rueidis.NewLuaScript(luascripts.Watch)
-	watchSnapshotScript = rueidis.NewLuaScript(luascripts.WatchSnapshot)
-)
-
 // eventHub is this process's streams, by lock. Safe for concurrent use.
 type eventHub struct {
-	s  *Service
+	e  *engine
 	ws *waiters
 
 	mu    sync.Mutex
@@ -51,11 +42,9 @@ type watchedLock struct {
 	gone      chan struct{} // closed once the keeper has removed the entry and returned
 }
 
-func newEventHub(s *Service, ws *waiters) *eventHub {
-	return &eventHub{s: s, ws: ws, locks: map[string]*watchedLock{}}
+func newEventHub(e *engine, ws *waiters) *eventHub {
+	return &eventHub{e: e, ws: ws, locks: map[string]*watchedLock{}}
 }
-
-func watchKey(lockKey string) string { return lockKey + ":watch" }
 
 // join registers st with its lock, starting the lock's keeper if st is its first stream here, and
 // returns once events for st can arrive (on Redis Cluster, once the subscription of the lock's
@@ -122,13 +111,12 @@ func (h *eventHub) leave(st *Stream) {
 // Stream.snapshot: none starts after that). An entry found missing (it ran out during a Redis stall, or
 // Redis lost it) makes wl's streams resync: events were not sent here meanwhile.
 func (h *eventHub) keep(wl *watchedLock) {
-	defer h.s.wg.Done()
 	defer close(wl.gone)
 	t := time.NewTicker(watchKeep)
 	defer t.Stop()
 	for {
 		select {
-		case <-h.s.ctx.Done():
+		case <-h.e.ctx.Done():
 			h.mu.Lock()
 			wl.closing = true
 			h.mu.Unlock()
@@ -147,7 +135,7 @@ func (h *eventHub) keep(wl *watchedLock) {
 		case <-t.C:
 			missing, err := h.runWatch(context.Background(), wl, "keep")
 			if err != nil {
-				h.s.log.Warn("keeping a watch of live events failed; retrying", wl.ref.Kind.String(), wl.ref.Name, "err", err)
+				h.e.log.Warn("keeping a watch of live events failed; retrying", wl.ref.Kind.String(), wl.ref.Name, "err", err)
 				continue
 			}
 			if missing == 1 {
@@ -175,7 +163,7 @@ func (h *eventHub) drop(wl *watchedLock) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if _, err := h.runWatch(ctx, wl, "drop"); err != nil {
-		h.s.log.Warn("removing a watch of live events failed; it runs out by itself", wl.ref.Kind.String(), wl.ref.Name, "err", err)
+		h.e.log.Warn("removing a watch of live events failed; it runs out by itself", wl.ref.Kind.String(), wl.ref.Name, "err", err)
 	}
 }
 
@@ -186,7 +174,7 @@ func (h *eventHub) beginSnapshot(st *Stream) (end func(), err error) {
 	defer h.mu.Unlock()
 	_, in := st.wl.streams[st]
 	switch {
-	case h.s.ctx.Err() != nil || st.wl.closing:
+	case h.e.ctx.Err() != nil || st.wl.closing:
 		return nil, ErrShuttingDown
 	case !in:
 		return nil, ErrStreamEnded
@@ -197,7 +185,7 @@ func (h *eventHub) beginSnapshot(st *Stream) (end func(), err error) {
 
 // runWatch runs watch.lua's op ("keep" or "drop") for this replica's entry of wl.
 func (h *eventHub) runWatch(ctx context.Context, wl *watchedLock, op string) (int64, error) {
-	n, err := h.s.run(ctx, watchScript, []string{watchKey(wl.key)}, []string{op, h.ws.replica, ms(watchTTL)}).AsInt64()
+	n, err := h.e.do(ctx, scripts.watch, []string{watchKey(wl.key)}, []string{op, h.ws.replica, ms(watchTTL)}).AsInt64()
 	return n, classify(err)
 }
 
@@ -255,29 +243,6 @@ func (h *eventHub) resyncEarly(slot int) {
 			}
 		}
 	}
-}
-
-// resyncSlot is resync for the locks of one Redis Cluster slot.
-func (h *eventHub) resyncSlot(slot int) {
-	h.resync(func(key string) bool { return keySlot(key) == slot })
-}
-
-func (h *eventHub) resyncAll() { h.resync(func(string) bool { return true }) }
-
-// watchFrom starts start (if not nil) as a goroutine the Service owns and returns a channel closed
-// once messages for the lock with key can arrive (see subscription). It fails with
-// ErrShuttingDown once the Service closes.
-func (ws *waiters) watchFrom(key string, start func()) (<-chan struct{}, error) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ws.s.ctx.Err() != nil {
-		return nil, ErrShuttingDown
-	}
-	if start != nil {
-		ws.s.wg.Add(1)
-		go start()
-	}
-	return ws.subscription(key), nil
 }
 
 // eventMsg is one event message of a lock, as notify in lib.lua sends it:

@@ -3,7 +3,6 @@ package lockcore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,7 +81,6 @@ const (
 //
 // Next must not be called by more than one goroutine at a time; Close may be called from any.
 type Stream struct {
-	s     *Service
 	hub   *eventHub
 	ref   Ref
 	key   string
@@ -114,42 +112,6 @@ type Stream struct {
 	due      time.Time // when timer fires; zero: not armed
 }
 
-// Watch opens a stream of ref's live events (see Stream); its first event is EventState. With a
-// token, the stream also reports that lease's loss (EventLost, the last event) when it ends by
-// anything but its own release: the lease must hold ref now. Close the stream when done.
-//
-// It returns ErrInvalidToken for a bad token or a token of another lock (before touching Redis),
-// ErrLeaseLost when the token's lease no longer holds ref, ErrShuttingDown once the Service closes
-// and ErrUnavailable when Redis does not answer.
-func (s *Service) Watch(ctx context.Context, ref Ref, token string) (*Stream, error) {
-	if err := s.notOnRedLockFeature("live events"); err != nil {
-		return nil, err
-	}
-	st := &Stream{s: s, hub: s.waiters.events, ref: ref, key: s.keys(ref).lock, msgs: make(chan *eventMsg, streamBuffer),
-		wake: make(chan struct{}, 1), oldEpoch: map[string]bool{}, expired: map[holdKey]bool{}}
-	if token != "" {
-		l, err := s.tokens.Parse(token, ref)
-		if err != nil {
-			return nil, err
-		}
-		st.lease, st.fence = l.ID, l.Fence
-	}
-	err := st.hub.join(ctx, st)
-	var snap snapshot
-	if err == nil {
-		snap, err = st.snapshot(ctx)
-	}
-	if err == nil && st.lease != "" && !snap.yours {
-		err = fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, ref.Kind, ref.Name, st.lease)
-	}
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	st.adopt(snap)
-	return st, nil
-}
-
 // Close ends the stream; the replica stops watching the lock once its last stream has closed.
 // Next returns ErrStreamEnded after it.
 func (st *Stream) Close() {
@@ -163,7 +125,7 @@ func (st *Stream) Close() {
 
 // Done returns a channel closed once the Service closes: from then on Next returns
 // ErrShuttingDown, and whoever writes the stream's events out should stop waiting on its client.
-func (st *Stream) Done() <-chan struct{} { return st.s.ctx.Done() }
+func (st *Stream) Done() <-chan struct{} { return st.hub.e.ctx.Done() }
 
 // markResync asks the stream to read the lock again. It never blocks.
 func (st *Stream) markResync() {
@@ -220,7 +182,7 @@ func (st *Stream) Next(ctx context.Context) (Event, error) {
 			}
 		case <-ctx.Done():
 			return Event{}, ctx.Err()
-		case <-st.s.ctx.Done():
+		case <-st.hub.e.ctx.Done():
 			return Event{}, ErrShuttingDown
 		}
 	}
@@ -246,10 +208,10 @@ func (st *Stream) snapshot(ctx context.Context) (snapshot, error) {
 		return snapshot{}, err
 	}
 	defer end()
-	k := st.s.keys(st.ref)
+	k := st.hub.e.keys(st.ref)
 	taken := time.Now()
-	reply, err := st.s.exec(ctx, watchSnapshotScript, []string{k.lock, k.q, k.qd, k.sh, k.shm, watchKey(k.lock)},
-		[]string{st.lease, st.s.waiters.replica, ms(watchTTL)})
+	reply, err := st.hub.e.dep.run(ctx, call{script: scripts.watchSnapshot, keys: []string{k.lock, k.q, k.qd, k.sh, k.shm, watchKey(k.lock)},
+		args: []string{st.lease, st.hub.ws.replica, ms(watchTTL)}})
 	if err != nil {
 		return snapshot{}, err
 	}

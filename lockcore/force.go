@@ -5,12 +5,7 @@ import (
 	"fmt"
 
 	"github.com/redis/rueidis"
-
-	"github.com/leasegate/leasegate/luascripts"
 )
-
-// forceScript is force.lua; like every rueidis.Lua it is safe for concurrent use by any Service.
-var forceScript = rueidis.NewLuaScript(luascripts.Force)
 
 // ForcedHold is one hold a force release took away.
 type ForcedHold struct {
@@ -40,10 +35,10 @@ type Forced struct {
 // and a second force release removes that new holder's hold too. Inspect ref first and force again
 // only if the holds to break are still there.
 func (s *Service) ForceRelease(ctx context.Context, ref Ref) (Forced, error) {
-	if err := s.notOnRedLock(ref); err != nil {
+	if err := s.offered(ref); err != nil {
 		return Forced{}, err
 	}
-	reply, err := s.runQueued(ctx, forceScript, ref)
+	reply, err := s.dep.run(ctx, s.lockCall(ref).call(scripts.force, nil))
 	if err != nil {
 		return Forced{}, err
 	}
@@ -51,10 +46,10 @@ func (s *Service) ForceRelease(ctx context.Context, ref Ref) (Forced, error) {
 	if err != nil {
 		return Forced{}, unexpectedReply("force", ref.Name, reply, err)
 	}
-	s.obs.Forced(ref.Kind.String())
+	s.obs.ForceReleased(ref.Kind.String())
 	for _, h := range f.Holds {
 		if h.Watchdog && GroupOf(h.Lease) == "" {
-			s.unschedule(ctx, Lease{Lock: ref.Name, Kind: ref.Kind, ID: h.Lease})
+			s.watchdog.unschedule(ctx, Lease{Lock: ref.Name, Kind: ref.Kind, ID: h.Lease})
 		}
 	}
 	return f, nil

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"github.com/leasegate/leasegate/luascripts"
 )
 
 // The cap on what one principal holds at once, across every replica (Options.MaxHeld).
@@ -34,9 +32,6 @@ import (
 // on Redis Cluster the lock and the ledger read different clocks.
 const heldSlack = time.Second
 
-// heldScript runs held.lua.
-var heldScript = rueidis.NewLuaScript(luascripts.Held)
-
 // QuotaExceededError refuses a new lease (or multi-lock) that would take its principal past the
 // number of holds it may have at once (Options.MaxHeld). It matches ErrQuotaExceeded.
 type QuotaExceededError struct {
@@ -53,18 +48,6 @@ func (e *QuotaExceededError) Error() string {
 // Is makes errors.Is(err, ErrQuotaExceeded) true.
 func (e *QuotaExceededError) Is(target error) bool { return target == ErrQuotaExceeded }
 
-// heldMember is the ledger's name for the hold lease has (or may be granted) on r.
-func heldMember(r Ref, lease string) string { return r.Kind.String() + " " + r.Name + " " + lease }
-
-// groupHeldMembers are the ledger's names for a multi-lock's holds: one per member.
-func groupHeldMembers(m MultiLease) []string {
-	out := make([]string, len(m.Locks))
-	for i, name := range m.Locks {
-		out[i] = heldMember(LockRef(name), m.ID)
-	}
-	return out
-}
-
 // heldSpan is how long a new lease is counted: its wait, then its TTL, or a watchdog lease's max
 // hold and its last TTL after it.
 func heldSpan(ttl, wait time.Duration, watchdog bool, maxHold time.Duration) time.Duration {
@@ -74,24 +57,45 @@ func heldSpan(ttl, wait time.Duration, watchdog bool, maxHold time.Duration) tim
 	return wait + ttl + heldSlack
 }
 
-// heldOn says whether principal's holds are counted: a cap is set and the caller is authenticated.
-func (s *Service) heldOn(principal string) bool { return s.maxHeld > 0 && principal != "" }
+// heldLedger counts what principals hold, against their cap: heldQuota when a cap is set
+// (Options.MaxHeld), else noHeldLedger, which counts nothing.
+type heldLedger interface {
+	// count counts members for principal for span before their grant is asked for, or refuses
+	// them with a *QuotaExceededError when they would not fit under its cap: own (see
+	// AcquireRequest.HeldCap) or Options.MaxHeld.
+	count(ctx context.Context, principal string, own int, span time.Duration, members ...string) error
+	// extend makes members of principal still counted count span from now at least (a renewal or
+	// a re-entry moved their end). A failure is logged: the holds may stop counting before they end.
+	extend(ctx context.Context, principal string, span time.Duration, members ...string)
+	// uncount takes members out of principal's count: released, or never granted. A failure is
+	// logged: they count until their end.
+	uncount(ctx context.Context, principal string, members ...string)
+}
 
-// countHeld counts members for principal for span before their grant is asked for, or refuses them
-// with a *QuotaExceededError when they would not fit under its cap: own (see AcquireRequest.HeldCap)
-// or Options.MaxHeld.
-func (s *Service) countHeld(ctx context.Context, principal string, own int, span time.Duration, members ...string) error {
-	limit := s.maxHeld
+type noHeldLedger struct{}
+
+func (noHeldLedger) count(context.Context, string, int, time.Duration, ...string) error { return nil }
+func (noHeldLedger) extend(context.Context, string, time.Duration, ...string)           {}
+func (noHeldLedger) uncount(context.Context, string, ...string)                         {}
+
+// heldQuota is the ledger of the cap on held leases, in Redis (see above).
+type heldQuota struct {
+	e   *engine
+	max int // Options.MaxHeld
+}
+
+func (h *heldQuota) count(ctx context.Context, principal string, own int, span time.Duration, members ...string) error {
+	limit := h.max
 	if own != 0 {
 		limit = own
 	}
-	if !s.heldOn(principal) || limit < 0 {
+	if principal == "" || limit < 0 { // only an authenticated caller is counted
 		return nil
 	}
 	if len(members) > limit {
 		return &QuotaExceededError{Principal: principal, Max: limit}
 	}
-	reply, err := s.runHeld(ctx, principal, "reserve", limit, span, members)
+	reply, err := h.run(ctx, principal, "reserve", limit, span, members)
 	if err != nil {
 		return err
 	}
@@ -105,26 +109,22 @@ func (s *Service) countHeld(ctx context.Context, principal string, own int, span
 	return nil
 }
 
-// extendHeld makes members of principal still counted count span from now at least (a renewal or
-// a re-entry moved their end). A failure is logged: the holds may stop counting before they end.
-func (s *Service) extendHeld(ctx context.Context, principal string, span time.Duration, members ...string) {
-	if !s.heldOn(principal) {
+func (h *heldQuota) extend(ctx context.Context, principal string, span time.Duration, members ...string) {
+	if principal == "" {
 		return
 	}
-	if _, err := s.runHeld(ctx, principal, "extend", 0, span, members); err != nil {
-		s.log.Warn("moving a hold's end in its principal's count failed; it may stop counting before it ends",
+	if _, err := h.run(ctx, principal, "extend", 0, span, members); err != nil {
+		h.e.log.Warn("moving a hold's end in its principal's count failed; it may stop counting before it ends",
 			"principal", principal, "err", err)
 	}
 }
 
-// uncountHeld takes members out of principal's count: released, or never granted. A failure is
-// logged: they count until their end.
-func (s *Service) uncountHeld(ctx context.Context, principal string, members ...string) {
-	if !s.heldOn(principal) {
+func (h *heldQuota) uncount(ctx context.Context, principal string, members ...string) {
+	if principal == "" {
 		return
 	}
-	if _, err := s.runHeld(ctx, principal, "free", 0, 0, members); err != nil {
-		s.log.Warn("taking holds out of their principal's count failed; they count until they would have lapsed",
+	if _, err := h.run(ctx, principal, "free", 0, 0, members); err != nil {
+		h.e.log.Warn("taking holds out of their principal's count failed; they count until they would have lapsed",
 			"principal", principal, "err", err)
 	}
 }
@@ -135,9 +135,9 @@ func grantUnknown(err error, idempotencyKey string) bool {
 	return errors.Is(err, ErrUnavailable) || (idempotencyKey != "" && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)))
 }
 
-func (s *Service) runHeld(ctx context.Context, principal, op string, limit int, span time.Duration, members []string) ([]rueidis.RedisMessage, error) {
+func (h *heldQuota) run(ctx context.Context, principal, op string, limit int, span time.Duration, members []string) ([]rueidis.RedisMessage, error) {
 	args := append([]string{op, ms(span), strconv.Itoa(limit)}, members...)
-	res := s.run(context.WithoutCancel(ctx), heldScript, []string{s.prefix + "held:{" + principal + "}"}, args)
+	res := h.e.do(context.WithoutCancel(ctx), scripts.held, []string{h.e.space.prefix + "held:{" + principal + "}"}, args)
 	if err := res.Error(); err != nil {
 		return nil, classify(err)
 	}

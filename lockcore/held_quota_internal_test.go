@@ -28,13 +28,13 @@ func TestHeldCountOutlastsTheHold(t *testing.T) {
 
 	countEnd := func(g Grant) time.Time {
 		t.Helper()
-		score, err := client.Do(ctx, client.B().Zscore().Key(s.prefix+"held:{p}").Member(heldMember(g.Ref(), g.ID)).Build()).AsInt64()
+		score, err := client.Do(ctx, client.B().Zscore().Key(s.space.prefix+"held:{p}").Member(heldMember(g.Ref(), g.ID)).Build()).AsInt64()
 		require.NoError(t, err)
 		return time.UnixMilli(score)
 	}
 	counted := func() int64 {
 		t.Helper()
-		n, err := client.Do(ctx, client.B().Zcard().Key(s.prefix+"held:{p}").Build()).AsInt64()
+		n, err := client.Do(ctx, client.B().Zcard().Key(s.space.prefix+"held:{p}").Build()).AsInt64()
 		require.NoError(t, err)
 		return n
 	}

@@ -1,65 +1,17 @@
 package lockcore
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
-
-	"github.com/redis/rueidis"
 )
-
-// State is a lock or semaphore as Inspect saw it.
-type State struct {
-	Ref Ref
-	// Exclusive is the exclusive holder of a lock, nil when there is none.
-	Exclusive *Holder
-	// Shared are the first 100 shared holders (a lock's readers, a semaphore's permits), soonest to
-	// expire first (inspect.lua lists no more); SharedCount counts them all.
-	Shared      []Holder
-	SharedCount int64
-	Waiters     int64
-	Permits     int64 // a semaphore's size (0 when nobody holds or waits)
-	// Yours is set only when Inspect was given a token: whether that lease holds (either way).
-	Yours *bool
-}
-
-// Held reports whether anyone holds it.
-func (st State) Held() bool { return st.Exclusive != nil || st.SharedCount > 0 }
-
-// holders returns every hold st lists: the exclusive one, if any, then the shared ones.
-func (st State) holders() []Holder {
-	out := make([]Holder, 0, len(st.Shared)+1)
-	if st.Exclusive != nil {
-		out = append(out, *st.Exclusive)
-	}
-	return append(out, st.Shared...)
-}
-
-// OldestHold is how long ago the oldest hold st lists was granted (0 when none), from its fence
-// (see heldSince).
-func (st State) OldestHold(now time.Time) time.Duration {
-	var oldest time.Duration
-	for _, h := range st.holders() {
-		oldest = max(oldest, heldSince(h.Fence, now))
-	}
-	return oldest
-}
-
-// Holder is one lease's hold as Inspect saw it.
-type Holder struct {
-	Lease    string
-	Owner    string
-	Fence    int64
-	Holds    int64
-	TTL      time.Duration // remaining
-	Watchdog bool
-	HoldLeft time.Duration // how much longer the watchdog renews the lease
-}
 
 // Inspect reads the state of ref; a non-empty token also asks whether its lease holds. It returns
 // ErrInvalidToken for a bad token (before touching Redis) and ErrUnavailable when Redis does not
 // answer.
 func (s *Service) Inspect(ctx context.Context, ref Ref, token string) (State, error) {
-	if err := s.notOnRedLock(ref); err != nil {
+	if err := s.offered(ref); err != nil {
 		return State{}, err
 	}
 	lease := ""
@@ -71,7 +23,7 @@ func (s *Service) Inspect(ctx context.Context, ref Ref, token string) (State, er
 		lease = l.ID
 	}
 	k := s.keys(ref)
-	reply, err := s.exec(ctx, s.inspect, []string{k.lock, k.q, k.qd, k.sh, k.shm}, []string{lease})
+	reply, err := s.dep.run(ctx, call{script: scripts.inspect, keys: []string{k.lock, k.q, k.qd, k.sh, k.shm}, args: []string{lease}})
 	if err != nil {
 		return State{}, err
 	}
@@ -87,75 +39,45 @@ func (s *Service) Inspect(ctx context.Context, ref Ref, token string) (State, er
 	return st, nil
 }
 
-// replyValues reads a script reply's elements: Lua numbers arrive as int64, strings (owners too) as
-// strings.
-func replyValues(reply []rueidis.RedisMessage) []any {
-	r := make([]any, len(reply))
-	for i := range reply {
-		if v, err := reply[i].ToInt64(); err == nil {
-			r[i] = v
-		} else if v, err := reply[i].ToString(); err == nil {
-			r[i] = v
-		}
+// LongHolds returns up to limit holds older than Options.LongHold, oldest first, and takes the
+// entries of holds that ended out of the aged zset (none where the deployment lacks the report).
+func (s *Service) LongHolds(ctx context.Context, limit int) ([]LongHold, error) {
+	if s.ledgers.long == nil {
+		return nil, nil
 	}
-	return r
+	return s.ledgers.long.olderThan(ctx, s.ledgers.long.threshold, limit)
 }
 
-// readState reads inspect.lua's reply: {waiters, size, yours, exclusive, [holder] if exclusive,
-// shared_count, [holder]...}, a holder being lease, owner, fence, holds, pttl, watchdog,
-// hold_left_ms.
-func readState(ref Ref, r []any) (State, bool) {
-	st := State{Ref: ref}
-	if len(r) < 5 {
-		return st, false
+// LongestHeld returns up to limit of the oldest holds that may outlive Options.LongHold (watchdog
+// leases and multi-locks, long TTLs, leases renewed late in life; see long_holds.go), whatever
+// their age, oldest first.
+func (s *Service) LongestHeld(ctx context.Context, limit int) ([]LongHold, error) {
+	if s.ledgers.long == nil {
+		return nil, nil
 	}
-	var ok1, ok2 bool
-	st.Waiters, ok1 = r[0].(int64)
-	st.Permits, ok2 = r[1].(int64)
-	exclusive, ok3 := r[3].(int64)
-	if !ok1 || !ok2 || !ok3 {
-		return st, false
-	}
-	r = r[4:]
-	if exclusive == 1 {
-		h, ok := readHolder(r)
-		if !ok {
-			return st, false
-		}
-		st.Exclusive, r = &h, r[7:]
-	}
-	if len(r) < 1 {
-		return st, false
-	}
-	count, ok := r[0].(int64)
-	if !ok || (len(r)-1)%7 != 0 {
-		return st, false
-	}
-	st.SharedCount = count
-	for r = r[1:]; len(r) >= 7; r = r[7:] {
-		h, ok := readHolder(r)
-		if !ok {
-			return st, false
-		}
-		st.Shared = append(st.Shared, h)
-	}
-	return st, true
+	return s.ledgers.long.olderThan(ctx, 0, limit)
 }
 
-func readHolder(r []any) (Holder, bool) {
-	if len(r) < 7 {
-		return Holder{}, false
+// MostContended returns up to n names with the most 409s and waits on this replica over the last
+// one to two minutes, most first.
+func (s *Service) MostContended(n int) []Contended {
+	c := &s.ledgers.contention
+	c.mu.Lock()
+	c.turn(time.Now())
+	counts := map[Ref]int64{}
+	for ref, k := range c.prev {
+		counts[ref] += k
 	}
-	lease, ok1 := r[0].(string)
-	owner, ok2 := r[1].(string)
-	fence, ok3 := r[2].(int64)
-	holds, ok4 := r[3].(int64)
-	pttl, ok5 := r[4].(int64)
-	wd, ok6 := r[5].(int64)
-	left, ok7 := r[6].(int64)
-	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7) {
-		return Holder{}, false
+	for ref, k := range c.cur {
+		counts[ref] += k
 	}
-	return Holder{Lease: lease, Owner: owner, Fence: fence, Holds: holds, TTL: time.Duration(pttl) * time.Millisecond,
-		Watchdog: wd == 1, HoldLeft: time.Duration(left) * time.Millisecond}, true
+	c.mu.Unlock()
+	out := make([]Contended, 0, len(counts))
+	for ref, k := range counts {
+		out = append(out, Contended{ref, k})
+	}
+	slices.SortFunc(out, func(a, b Contended) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Ref.Name, b.Ref.Name))
+	})
+	return out[:min(len(out), n)]
 }

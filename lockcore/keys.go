@@ -31,8 +31,9 @@ type keys struct {
 	lock, fence, q, qd, qm, sh, shm string
 }
 
-func (s *Service) keys(r Ref) keys {
-	base := s.prefix + "{" + r.Name + "}"
+// keys returns r's keys under the space's prefix.
+func (ls lockSpace) keys(r Ref) keys {
+	base := ls.prefix + "{" + r.Name + "}"
 	if r.Kind == KindSemaphore {
 		base += ":sem"
 	}
@@ -46,10 +47,10 @@ func (k keys) all() []string { return []string{k.lock, k.fence, k.q, k.qd, k.qm,
 // ticket is the key of queue ticket id ("": a key that never exists).
 func (k keys) ticket(id string) string { return k.lock + ":ticket:" + id }
 
-// latch is the key under which the first answer to a request with Idempotency-Key key is kept:
+// idempotency is the key of the idempotency record: the key under which the first answer to a request with Idempotency-Key key is kept:
 // op names the operation, lease the token's lease ("" for a new acquire). Without a key it names a
 // key that is never written.
-func (k keys) latch(op, lease, key string) string {
+func (k keys) idempotency(op, lease, key string) string {
 	if key == "" {
 		return k.lock + ":idem:"
 	}
@@ -59,10 +60,26 @@ func (k keys) latch(op, lease, key string) string {
 // with returns all() followed by extra keys.
 func (k keys) with(extra ...string) []string { return append(k.all(), extra...) }
 
-// kindArg is the kind argument of the scripts built on lib.lua.
-func kindArg(k Kind) string {
-	if k == KindSemaphore {
+// Mode is how a lock is held: exclusively (one holder) or shared (any number of shared holders,
+// no exclusive one).
+type Mode string
+
+const (
+	Exclusive Mode = "exclusive"
+	Shared    Mode = "shared"
+)
+
+// arg is the mode's script argument.
+func (m Mode) arg() string {
+	if m == Shared {
 		return "s"
 	}
-	return "l"
+	return "x"
+}
+
+// lockSpace lays out the locks' keys under the prefix and starts the calls of the scripts on one
+// lock with lib.lua's common ARGV, formatted once.
+type lockSpace struct {
+	prefix                          string
+	claimMs, livenessMs, fenceTTLMs string
 }

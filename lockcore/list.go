@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/redis/rueidis"
 )
 
 // List returns one page of the locks (kind KindLock) or semaphores (KindSemaphore) held now whose
@@ -23,10 +21,10 @@ import (
 // whole hash buckets) or fewer. On Redis Cluster the walk goes master by master; the cursor
 // carries the master's position, so a resharding during a listing may skip or repeat names.
 func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, limit int) ([]State, string, error) {
-	if err := s.notOnRedLockFeature("listing"); err != nil {
+	if err := s.dep.offers(featureListing); err != nil {
 		return nil, "", err
 	}
-	masters, err := s.masters(ctx)
+	masters, err := s.dep.masters(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -34,7 +32,7 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 	if err != nil {
 		return nil, "", err
 	}
-	match := s.prefix + "{" + prefix + "*"
+	match := s.space.prefix + "{" + prefix + "*"
 	var refs []Ref
 	seen := map[Ref]bool{}
 	for rounds := 0; node < len(masters) && len(refs) < limit && rounds < 16; rounds++ {
@@ -86,7 +84,7 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 // one that says someone holds it: a lock's hash (its exclusive holder), a lock's or a semaphore's
 // shared holders' hash. Queue hashes and others are skipped. Names never contain '{' or '}'.
 func (s *Service) heldKeyRef(key string, kind Kind) (Ref, bool) {
-	rest, ok := strings.CutPrefix(key, s.prefix+"{")
+	rest, ok := strings.CutPrefix(key, s.space.prefix+"{")
 	if !ok {
 		return Ref{}, false
 	}
@@ -102,34 +100,6 @@ func (s *Service) heldKeyRef(key string, kind Kind) (Ref, bool) {
 		return SemaphoreRef(name), true
 	}
 	return Ref{}, false
-}
-
-// masters returns a client per Redis master: the one client on a single Redis or Sentinel, each
-// Cluster master (in address order) on a Cluster.
-func (s *Service) masters(ctx context.Context) ([]rueidis.Client, error) {
-	if !s.cluster {
-		return []rueidis.Client{s.client}, nil
-	}
-	nodes := s.client.Nodes()
-	addrs := make([]string, 0, len(nodes))
-	for addr := range nodes {
-		addrs = append(addrs, addr)
-	}
-	slices.Sort(addrs)
-	var out []rueidis.Client
-	for _, addr := range addrs {
-		c := nodes[addr]
-		role, err := c.Do(ctx, c.B().Role().Build()).ToArray()
-		if err != nil {
-			return nil, classify(err)
-		}
-		if len(role) > 0 {
-			if r, _ := role[0].ToString(); r == "master" {
-				out = append(out, c)
-			}
-		}
-	}
-	return out, nil
 }
 
 // parseListCursor reads List's cursor: "" (the start), or "<master>-<scan cursor>".

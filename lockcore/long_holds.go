@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -25,28 +24,39 @@ import (
 // Entries whose hold ended without a release leave when the sweep finds them past LongHold and
 // no longer held. A hold's age comes from its fence: the Redis time in µs of its grant.
 
-// agedMember is a single lease's member of the aged zset: "l\n" + its schedule member.
-func agedMember(l Lease) string { return "l\n" + scheduleMember(l) }
-
-// agedGroupMember is a multi-lock's: "g\n" + its schedule member.
-func agedGroupMember(m MultiLease) string { return "g\n" + groupScheduleMember(m) }
-
-// trackAged enters l, granted at fence, into the aged zset: a hold that may outlive LongHold. A
-// failure costs only the long-hold report of that lease.
-func (s *Service) trackAged(ctx context.Context, l Lease) {
-	if s.rl != nil {
-		return // no long-hold report on RedLock (see redlock.go)
-	}
-	err := s.client.Do(context.WithoutCancel(ctx), s.client.B().Zadd().Key(s.shardOf(l.Lock).aged).Nx().
-		ScoreMember().ScoreMember(float64(l.Fence/1000), agedMember(l)).Build()).Error()
-	if err != nil {
-		s.log.Warn("tracking a long lease for the long-hold report failed", l.Kind.String(), l.Lock, "err", err)
-	}
+// longHolds is the long-hold report: its threshold, where its candidates are, and whom it tells.
+type longHolds struct {
+	e            *engine
+	shards       scheduleShards // each with its long-hold candidates (the aged zset)
+	inspect      inspector      // reads the lock a candidate names (the Service)
+	threshold    time.Duration  // Options.LongHold
+	onSweep      func(n int, oldest time.Duration)
+	onRedisCheck func(up bool)
 }
 
-// mayOutlive says whether a hold of l with ttl from now may still be alive at age LongHold.
-func (s *Service) mayOutlive(l Lease, ttl time.Duration) bool {
-	return heldSince(l.Fence, time.Now())+ttl >= s.longHold
+// inspector reads a lock's state (Service.Inspect).
+type inspector interface {
+	Inspect(ctx context.Context, ref Ref, token string) (State, error)
+}
+
+func newLongHolds(e *engine, shards scheduleShards, inspect inspector, opts Options) *longHolds {
+	return &longHolds{e: e, shards: shards, inspect: inspect, threshold: opts.LongHold, onSweep: opts.OnLongHoldSweep,
+		onRedisCheck: opts.OnRedisCheck}
+}
+
+// track enters l, granted at its fence, into the aged zset if a hold of l with ttl from now may
+// still be alive at age LongHold (a watchdog lease is entered when it is enrolled). A failure
+// costs only the long-hold report of that lease.
+func (lh *longHolds) track(ctx context.Context, l Lease, ttl time.Duration) {
+	if heldSince(l.Fence, time.Now())+ttl < lh.threshold {
+		return
+	}
+	c := lh.e.dep.copies()[0]
+	err := c.Do(context.WithoutCancel(ctx), c.B().Zadd().Key(lh.shards.of(l.Lock).candidates).Nx().
+		ScoreMember().ScoreMember(float64(l.Fence/1000), candidateMember(l)).Build()).Error()
+	if err != nil {
+		lh.e.log.Warn("tracking a long lease for the long-hold report failed", l.Kind.String(), l.Lock, "err", err)
+	}
 }
 
 // LongHold is one hold older than Options.LongHold.
@@ -58,29 +68,45 @@ type LongHold struct {
 	Multilock string // the multi-lock id, for a multi-lock's member
 }
 
-// longHoldSweep looks for long holds every longHold/4 (at most every 10 s) until the Service
-// closes, reporting each sweep's count and oldest age.
-func (s *Service) longHoldSweep() {
-	defer s.wg.Done()
-	every := min(max(s.longHold/4, 100*time.Millisecond), 10*time.Second)
-	tick := time.NewTicker(every)
+// longHoldSweepEvery is how often the long holds are looked for: every LongHold/4, at most every
+// 10 s.
+func longHoldSweepEvery(longHold time.Duration) time.Duration {
+	return min(max(longHold/4, 100*time.Millisecond), 10*time.Second)
+}
+
+// pingSweep is the long-hold sweep of a deployment without the report (RedLock): it only reports
+// whether Redis answers (ping), until ctx ends.
+func pingSweep(ctx context.Context, ping func(context.Context) error, opts Options) {
+	tick := time.NewTicker(longHoldSweepEvery(opts.LongHold))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		opts.OnRedisCheck(ping(ctx) == nil)
+	}
+}
+
+// sweep looks for long holds until the Service closes, reporting each sweep's count and oldest
+// age, and whether Redis answered.
+func (lh *longHolds) sweep() {
+	e := lh.e
+	tick := time.NewTicker(longHoldSweepEvery(lh.threshold))
 	defer tick.Stop()
 	logged := map[string]bool{} // long holds this replica saw logged
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-e.ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if s.rl != nil { // no long-hold report on RedLock: only whether a quorum answers
-			s.onRedisCheck(s.Ping(s.ctx) == nil)
-			continue
-		}
-		holds, err := s.LongHolds(s.ctx, 1000)
-		if s.ctx.Err() != nil {
+		holds, err := lh.olderThan(e.ctx, lh.threshold, 1000)
+		if e.ctx.Err() != nil {
 			return
 		}
-		s.onRedisCheck(err == nil)
+		lh.onRedisCheck(err == nil)
 		if err != nil {
 			continue
 		}
@@ -88,56 +114,44 @@ func (s *Service) longHoldSweep() {
 		seen := map[string]bool{}
 		for _, h := range holds {
 			oldest = max(oldest, h.Age)
-			marker := s.keys(h.Ref).lock + ":longhold:" + strconv.FormatInt(h.Fence, 10)
+			marker := e.keys(h.Ref).lock + ":longhold:" + strconv.FormatInt(h.Fence, 10)
 			seen[marker] = true
-			if !logged[marker] && s.firstToLog(marker) {
-				s.log.Warn("lock held longer than LEASEGATE_LONG_HOLD", h.Ref.Kind.String(), h.Ref.Name, "owner", h.Owner,
+			if !logged[marker] && lh.firstToLog(marker) {
+				e.log.Warn("lock held longer than LEASEGATE_LONG_HOLD", h.Ref.Kind.String(), h.Ref.Name, "owner", h.Owner,
 					"fence", h.Fence, "age_s", h.Age.Seconds(), "multilock", h.Multilock)
 			}
 		}
 		logged = seen
-		s.onLongHoldSweep(len(holds), oldest)
+		lh.onSweep(len(holds), oldest)
 	}
 }
 
 // firstToLog says whether this replica is the first to see the long hold marker names (a key
 // under the lock's hash tag, kept a day), so that one line is logged per long hold, not one per
 // replica. When Redis does not answer, it logs.
-func (s *Service) firstToLog(marker string) bool {
-	err := s.client.Do(s.ctx, s.client.B().Set().Key(marker).Value("1").Nx().Px(24*time.Hour).Build()).Error()
+func (lh *longHolds) firstToLog(marker string) bool {
+	c := lh.e.dep.copies()[0]
+	err := c.Do(lh.e.ctx, c.B().Set().Key(marker).Value("1").Nx().Px(24*time.Hour).Build()).Error()
 	return !rueidis.IsRedisNil(err)
 }
 
-// LongHolds returns up to limit holds older than Options.LongHold, oldest first, and takes the
-// entries of holds that ended out of the aged zset.
-func (s *Service) LongHolds(ctx context.Context, limit int) ([]LongHold, error) {
-	return s.oldestHolds(ctx, s.longHold, limit)
-}
-
-// LongestHeld returns up to limit of the oldest holds that may outlive Options.LongHold (watchdog
-// leases and multi-locks, long TTLs, leases renewed late in life; see the top of this file),
-// whatever their age, oldest first.
-func (s *Service) LongestHeld(ctx context.Context, limit int) ([]LongHold, error) {
-	return s.oldestHolds(ctx, 0, limit)
-}
-
-func (s *Service) oldestHolds(ctx context.Context, minAge time.Duration, limit int) ([]LongHold, error) {
+// olderThan returns up to limit holds at least minAge old, oldest first, and takes the entries of
+// holds that ended out of the aged zset.
+func (lh *longHolds) olderThan(ctx context.Context, minAge time.Duration, limit int) ([]LongHold, error) {
 	var out []LongHold
-	if s.rl != nil {
-		return out, nil // not tracked on RedLock (see redlock.go)
-	}
-	for _, shard := range s.shards {
-		found, err := s.agedBefore(ctx, shard.aged, minAge, limit)
+	c := lh.e.dep.copies()[0]
+	for _, shard := range lh.shards {
+		found, err := lh.candidatesBefore(ctx, shard.candidates, minAge, limit)
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range found {
-			holds, err := s.stillHeld(ctx, e)
+			holds, err := lh.stillHeld(ctx, e)
 			if err != nil {
 				return nil, err
 			}
 			if len(holds) == 0 {
-				_ = s.client.Do(ctx, s.client.B().Zrem().Key(shard.aged).Member(e.Member).Build()).Error()
+				_ = c.Do(ctx, c.B().Zrem().Key(shard.candidates).Member(e.Member).Build()).Error()
 			}
 			out = append(out, holds...)
 		}
@@ -146,10 +160,10 @@ func (s *Service) oldestHolds(ctx context.Context, minAge time.Duration, limit i
 	return out[:min(len(out), limit)], nil
 }
 
-// agedBefore returns up to limit entries of the aged zset key granted at least age ago (Redis
+// candidatesBefore returns up to limit entries of the aged zset key granted at least age ago (Redis
 // time), oldest first.
-func (s *Service) agedBefore(ctx context.Context, key string, age time.Duration, limit int) ([]rueidis.ZScore, error) {
-	r, err := s.run(ctx, s.agedScript, []string{key}, []string{ms(age), strconv.Itoa(limit)}).ToArray()
+func (lh *longHolds) candidatesBefore(ctx context.Context, key string, age time.Duration, limit int) ([]rueidis.ZScore, error) {
+	r, err := lh.e.do(ctx, scripts.aged, []string{key}, []string{ms(age), strconv.Itoa(limit)}).ToArray()
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -175,27 +189,12 @@ func (s *Service) agedBefore(ctx context.Context, key string, age time.Duration,
 
 // stillHeld inspects the hold an aged entry names: the long holds it still is (none when it
 // ended).
-func (s *Service) stillHeld(ctx context.Context, e rueidis.ZScore) ([]LongHold, error) {
-	kind, rest, _ := strings.Cut(e.Member, "\n")
-	parts := strings.Split(rest, "\n")
-	var ref Ref
-	var lease, group string
-	switch {
-	case kind == "l" && len(parts) >= 2:
-		ref, lease = LockRef(parts[0]), parts[1]
-		if len(parts) == 3 && parts[2] == "s" {
-			ref.Kind = KindSemaphore
-		}
-	case kind == "g":
-		m, ok := parseGroupScheduleMember(rest)
-		if !ok {
-			return nil, nil
-		}
-		ref, lease, group = LockRef(m.Locks[0]), m.ID, m.ID
-	default:
+func (lh *longHolds) stillHeld(ctx context.Context, e rueidis.ZScore) ([]LongHold, error) {
+	ref, lease, group, ok := parseCandidateMember(e.Member)
+	if !ok {
 		return nil, nil
 	}
-	st, err := s.Inspect(ctx, ref, "")
+	st, err := lh.inspect.Inspect(ctx, ref, "")
 	if err != nil {
 		return nil, err
 	}

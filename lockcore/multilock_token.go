@@ -31,9 +31,6 @@ func GroupOf(lease string) string {
 	return ""
 }
 
-// maxMultiTokenLen bounds what ParseMulti will decode: 64 names of 200 bytes, an owner, in base64.
-const maxMultiTokenLen = 24 << 10
-
 // MintMulti returns the token of multi-lock lease m, signed in a domain of its own so that it never
 // passes for a lock's or a semaphore's token.
 func (t *Tokens) MintMulti(m MultiLease) string {

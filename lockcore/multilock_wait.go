@@ -61,7 +61,7 @@ func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLeas
 				slice = min(slice, hold/3)
 			}
 			if slice <= 0 {
-				return giveUp(&HeldError{Lock: m.Locks[held], RetryAfter: s.claimTTL})
+				return giveUp(&HeldError{Lock: m.Locks[held], RetryAfter: s.cfg.claimTTL})
 			}
 			member := AcquireRequest{Lock: m.Locks[held], Mode: req.Mode, Owner: req.Owner, TTL: hold, Wait: slice,
 				QueueTicket: ticket}
@@ -99,7 +99,7 @@ func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLeas
 		case errors.As(err, &lost): // the rest was given back
 			held = 0
 			if !time.Now().Before(deadline) {
-				return giveUp(&HeldError{Lock: lost.Locks[0], RetryAfter: s.claimTTL})
+				return giveUp(&HeldError{Lock: lost.Locks[0], RetryAfter: s.cfg.claimTTL})
 			}
 		case errors.Is(err, ErrUnavailable) && time.Now().Before(deadline) && s.ctx.Err() == nil && pause(ctx):
 			// try the confirmation again

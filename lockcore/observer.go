@@ -1,7 +1,6 @@
 package lockcore
 
 import (
-	"errors"
 	"time"
 )
 
@@ -30,15 +29,15 @@ const (
 // "shared".
 type Observer interface {
 	Granted(kind string, mode Mode, how GrantHow, waited time.Duration)
-	Released(kind string, mode Mode, held time.Duration)
-	Refused(kind string) // an acquire answered "held" (409)
-	Lost(kind string)    // a call on a lease that no longer holds (410)
-	Forced(kind string)  // a force-release
+	HoldReleased(kind string, mode Mode, held time.Duration)
+	Refused(kind string)       // an acquire answered "held" (409)
+	Lost(kind string)          // a call on a lease that no longer holds (410)
+	ForceReleased(kind string) // a force-release
 	WaitStarted(kind string)
 	WaitEnded(kind string, outcome WaitOutcome)
 	WatchdogSwept(duties int)
 	WatchdogRenewal(outcome string) // "renewed", "lost", "ended" or "error"
-	ScriptCall(script string, failed bool, took time.Duration)
+	ScriptCall(name string, failed bool, took time.Duration)
 	RedisError()
 	Resubscribed()
 }
@@ -47,10 +46,10 @@ type Observer interface {
 type nopObserver struct{}
 
 func (nopObserver) Granted(string, Mode, GrantHow, time.Duration) {}
-func (nopObserver) Released(string, Mode, time.Duration)          {}
+func (nopObserver) HoldReleased(string, Mode, time.Duration)      {}
 func (nopObserver) Refused(string)                                {}
 func (nopObserver) Lost(string)                                   {}
-func (nopObserver) Forced(string)                                 {}
+func (nopObserver) ForceReleased(string)                          {}
 func (nopObserver) WaitStarted(string)                            {}
 func (nopObserver) WaitEnded(string, WaitOutcome)                 {}
 func (nopObserver) WatchdogSwept(int)                             {}
@@ -58,24 +57,3 @@ func (nopObserver) WatchdogRenewal(string)                        {}
 func (nopObserver) ScriptCall(string, bool, time.Duration)        {}
 func (nopObserver) RedisError()                                   {}
 func (nopObserver) Resubscribed()                                 {}
-
-// heldSince is how long ago a hold with fence was granted: a fence is the Redis clock in µs at its
-// grant (or one more than the name's previous fence, see next_fence in core.lua), so its age
-// needs no extra state. Across hosts it includes the clock offset between Redis and this process.
-func heldSince(fence int64, now time.Time) time.Duration {
-	return max(now.Sub(time.UnixMicro(fence)), 0)
-}
-
-// observeRefusal tells the observer about a 409 or a 410 that err carries.
-func (s *Service) observeRefusal(kind string, err error) {
-	var held *HeldError
-	switch {
-	case errors.As(err, &held):
-		s.obs.Refused(kind)
-		if kind != kindMultiLock {
-			s.contention.add(Ref{held.Kind, held.Lock}, time.Now())
-		}
-	case errors.Is(err, ErrLeaseLost):
-		s.obs.Lost(kind)
-	}
-}

@@ -5,15 +5,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"github.com/leasegate/leasegate/luascripts"
 )
 
 // RedLock mode: the Service runs on N (3, 5 or 7) independent Redis masters, and a lock is held
@@ -36,15 +36,21 @@ import (
 
 // redlock is the deployment: its masters and what counting their votes needs.
 type redlock struct {
-	s       *Service
-	masters []*master
-	quorum  int
-	guard   time.Duration
+	nodes  []*master
+	quorum int
+	guard  time.Duration
+	fresh  bool // Options.RedLockNewDeployment
 
-	guardScript, fenceScript, yieldScript, settleScript *rueidis.Lua
-	runIDKey, guardKey                                  string
+	runner             runner
+	log                *slog.Logger
+	chanPrefix         string // + replica ID = a replica's grants channel, on every master
+	fenceTTLMs         string
+	runIDKey, guardKey string
 
-	// late counts calls still out on some master after their caller moved on; close waits for them.
+	ctx    context.Context // ends at close
+	cancel context.CancelFunc
+	// late counts goroutines of the deployment: calls still out on some master after their
+	// caller moved on, checks of masters; close waits for them.
 	late sync.WaitGroup
 }
 
@@ -55,11 +61,11 @@ type master struct {
 	client rueidis.Client
 	dials  atomic.Int64 // connections rueidis opened to it, ever
 
-	mu         sync.Mutex
-	vouched    int64         // the dial count when the last check of its process began
-	runID      string        // its process, as last checked ("": never checked)
-	guardUntil time.Time     // not counted before then: it restarted (see above)
-	checking   chan struct{} // closed when the check under way ends (nil: none)
+	mu           sync.Mutex
+	checkedDials int64         // the dial count when the last check of its process began
+	runID        string        // its process, as last checked ("": never checked)
+	guardUntil   time.Time     // not counted before then: it restarted (see above)
+	checking     chan struct{} // closed when the check under way ends (nil: none)
 }
 
 // counts reports whether the master's replies count toward a quorum now: every connection to it
@@ -67,7 +73,7 @@ type master struct {
 func (m *master) counts(now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.runID != "" && m.vouched == m.dials.Load() && !now.Before(m.guardUntil)
+	return m.runID != "" && m.checkedDials == m.dials.Load() && !now.Before(m.guardUntil)
 }
 
 // NewRedLock returns a Service whose locks live on a majority of the independent Redis masters
@@ -81,9 +87,20 @@ func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*
 	if opts.RestartGuard <= 0 {
 		return nil, fmt.Errorf("%w: RedLock needs a restart guard (at least the largest lease TTL)", ErrInvalid)
 	}
-	rl := &redlock{quorum: len(masters)/2 + 1, guard: opts.RestartGuard,
-		guardScript: rueidis.NewLuaScript(luascripts.RedlockGuard), fenceScript: rueidis.NewLuaScript(luascripts.RedlockFence),
-		yieldScript: rueidis.NewLuaScript(luascripts.RedlockYield), settleScript: rueidis.NewLuaScript(luascripts.RedlockSettle)}
+	if opts.MaxHeld > 0 {
+		return nil, fmt.Errorf("%w: the cap on held leases is not offered on RedLock (its count would need a quorum of its own)", ErrInvalid)
+	}
+	if opts.ReplicaAcks > 0 || opts.CountReplicas != nil {
+		return nil, fmt.Errorf("%w: replica acks do not apply to RedLock's independent masters", ErrInvalid)
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	rl := &redlock{quorum: len(masters)/2 + 1, guard: opts.RestartGuard, fresh: opts.RedLockNewDeployment,
+		runner: runner{obs: opts.Observer}, log: opts.Logger, chanPrefix: opts.KeyPrefix + "grants:", fenceTTLMs: ms(opts.FenceTTL),
+		runIDKey: opts.KeyPrefix + "redlock:run_id", guardKey: opts.KeyPrefix + "redlock:guard"}
+	rl.ctx, rl.cancel = context.WithCancel(context.Background())
 	for i, o := range masters {
 		m := &master{i: i, addr: strings.Join(o.InitAddress, ",")}
 		o.DialCtxFn = countDials(m, o.DialCtxFn)
@@ -93,14 +110,10 @@ func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*
 			return nil, fmt.Errorf("redlock master %s: %w", m.addr, err)
 		}
 		m.client = c
-		rl.masters = append(rl.masters, m)
+		rl.nodes = append(rl.nodes, m)
 	}
-	s, err := newService(rl.masters[0].client, rl, tokens, opts)
-	if err != nil {
-		rl.closeClients()
-		return nil, err
-	}
-	return s, nil
+	rl.start()
+	return newService(rl, tokens, opts), nil
 }
 
 // countDials wraps a rueidis dialer so that every connection opened to m counts, once it is open
@@ -123,35 +136,30 @@ func countDials(m *master, dial func(context.Context, string, *net.Dialer, *tls.
 }
 
 // start checks every master (a new deployment, where no master carries a record yet, starts
-// without guards) and keeps checking those that are not counted, until the Service closes.
-func (rl *redlock) start(s *Service) {
-	rl.s = s
-	s.scriptNames[rl.guardScript], s.scriptNames[rl.fenceScript], s.scriptNames[rl.yieldScript] = "redlock_guard", "redlock_fence", "redlock_yield"
-	s.scriptNames[rl.settleScript] = "redlock_settle"
-	rl.runIDKey, rl.guardKey = s.prefix+"redlock:run_id", s.prefix+"redlock:guard"
-	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+// without guards) and keeps checking those that are not counted, until the deployment closes.
+func (rl *redlock) start() {
+	ctx, cancel := context.WithTimeout(rl.ctx, 2*time.Second)
 	defer cancel()
-	recorded, answered := make([]bool, len(rl.masters)), make([]bool, len(rl.masters))
-	rl.each(func(i int, m *master) {
+	recorded, answered := make([]bool, len(rl.nodes)), make([]bool, len(rl.nodes))
+	rl.everyMaster(func(i int, m *master) {
 		n, err := m.client.Do(ctx, m.client.B().Exists().Key(rl.runIDKey).Build()).AsInt64()
 		answered[i], recorded[i] = err == nil, n == 1
 	})
 	// A master without a record lost its data, or is new: nothing tells the two apart, so only
 	// an operator who says the deployment is new (Options.RedLockNewDeployment) spares it the guard,
 	// and only when no master has a record.
-	fresh := s.redlockNew && countTrue(answered) >= rl.quorum && countTrue(recorded) == 0
+	fresh := rl.fresh && countTrue(answered) >= rl.quorum && countTrue(recorded) == 0
 	if fresh {
-		s.log.Warn("new RedLock deployment: its masters are recorded without a restart guard; unset LEASEGATE_REDLOCK_NEW_DEPLOYMENT once it runs")
+		rl.log.Warn("new RedLock deployment: its masters are recorded without a restart guard; unset LEASEGATE_REDLOCK_NEW_DEPLOYMENT once it runs")
 	}
-	rl.each(func(i int, m *master) {
+	rl.everyMaster(func(i int, m *master) {
 		if answered[i] {
 			if err := rl.check(ctx, m, fresh); err != nil {
-				s.log.Warn("redlock master not checked yet; it counts once it is", "master", m.addr, "err", err)
+				rl.log.Warn("redlock master not checked yet; it counts once it is", "master", m.addr, "err", err)
 			}
 		}
 	})
-	s.wg.Add(1)
-	go rl.recheck()
+	rl.late.Go(rl.recheck)
 }
 
 func countTrue(bs []bool) int {
@@ -164,10 +172,10 @@ func countTrue(bs []bool) int {
 	return n
 }
 
-// each runs f for every master at once and waits for all.
-func (rl *redlock) each(f func(i int, m *master)) {
+// everyMaster runs f for every master at once and waits for all.
+func (rl *redlock) everyMaster(f func(i int, m *master)) {
 	var wg sync.WaitGroup
-	for i, m := range rl.masters {
+	for i, m := range rl.nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -180,18 +188,17 @@ func (rl *redlock) each(f func(i int, m *master)) {
 // recheck checks, twice a second, the masters that do not count for want of a check (new
 // connections after an outage).
 func (rl *redlock) recheck() {
-	defer rl.s.wg.Done()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case <-rl.s.ctx.Done():
+		case <-rl.ctx.Done():
 			return
 		case <-tick.C:
 		}
-		for _, m := range rl.masters {
+		for _, m := range rl.nodes {
 			m.mu.Lock()
-			stale := m.runID == "" || m.vouched != m.dials.Load()
+			stale := m.runID == "" || m.checkedDials != m.dials.Load()
 			m.mu.Unlock()
 			if stale {
 				rl.checkSoon(m)
@@ -202,7 +209,7 @@ func (rl *redlock) recheck() {
 
 // checkSoon checks m on a goroutine of its own, unless a check is under way.
 func (rl *redlock) checkSoon(m *master) {
-	if rl.s.ctx.Err() != nil {
+	if rl.ctx.Err() != nil {
 		return
 	}
 	rl.late.Add(1)
@@ -223,7 +230,7 @@ func (rl *redlock) checkOnce(m *master) {
 	ch := make(chan struct{})
 	m.checking = ch
 	m.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(rl.s.ctx), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rl.ctx), 2*time.Second)
 	_ = rl.check(ctx, m, false)
 	cancel()
 	m.mu.Lock()
@@ -240,9 +247,9 @@ func (rl *redlock) counts(m *master) bool {
 		return true
 	}
 	m.mu.Lock()
-	unvouched := m.runID == "" || m.vouched != m.dials.Load()
+	unchecked := m.runID == "" || m.checkedDials != m.dials.Load()
 	m.mu.Unlock()
-	if !unvouched {
+	if !unchecked {
 		return false // within its restart guard
 	}
 	rl.checkOnce(m)
@@ -264,18 +271,18 @@ func (rl *redlock) check(ctx context.Context, m *master, fresh bool) error {
 		if runID == "" {
 			return errors.New("INFO server carries no run_id")
 		}
-		left, err := rl.s.runOn(ctx, m.client, rl.guardScript, []string{rl.runIDKey, rl.guardKey},
+		left, err := rl.runner.run(ctx, m.client, scripts.redlockGuard, []string{rl.runIDKey, rl.guardKey},
 			[]string{runID, ms(rl.guard), flag(fresh)}).AsInt64()
 		if err != nil {
 			return err
 		}
 		m.mu.Lock()
 		was, wasGuarded := m.runID, time.Now().Before(m.guardUntil)
-		m.runID, m.vouched = runID, gen
+		m.runID, m.checkedDials = runID, gen
 		m.guardUntil = time.Now().Add(time.Duration(max(left, 0)) * time.Millisecond)
 		m.mu.Unlock()
 		if left > 0 && (!wasGuarded || was != runID) {
-			rl.s.log.Warn("redlock master restarted: not counted toward any quorum until its guard runs out",
+			rl.log.Warn("redlock master restarted: not counted toward any quorum until its guard runs out",
 				"master", m.addr, "run_id", runID, "guard_s", (time.Duration(left) * time.Millisecond).Seconds())
 		}
 		if m.dials.Load() == gen {
@@ -295,14 +302,15 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// close waits for the calls still out and closes the masters' clients.
+// close stops the checks, closes the masters' clients and waits for the calls still out.
 func (rl *redlock) close() {
+	rl.cancel()
 	rl.closeClients()
 	rl.late.Wait()
 }
 
 func (rl *redlock) closeClients() {
-	for _, m := range rl.masters {
+	for _, m := range rl.nodes {
 		if m.client != nil {
 			m.client.Close()
 		}
@@ -312,13 +320,13 @@ func (rl *redlock) closeClients() {
 // ping reports whether a majority of counted masters answer.
 func (rl *redlock) ping(ctx context.Context) error {
 	up := atomic.Int64{}
-	rl.each(func(_ int, m *master) {
+	rl.everyMaster(func(_ int, m *master) {
 		if m.client.Do(ctx, m.client.B().Ping().Build()).Error() == nil && rl.counts(m) {
 			up.Add(1)
 		}
 	})
 	if n := up.Load(); int(n) < rl.quorum {
-		return fmt.Errorf("%w: %d of %d RedLock masters answer and count, %d needed", ErrUnavailable, n, len(rl.masters), rl.quorum)
+		return fmt.Errorf("%w: %d of %d RedLock masters answer and count, %d needed", ErrUnavailable, n, len(rl.nodes), rl.quorum)
 	}
 	return nil
 }
@@ -326,12 +334,13 @@ func (rl *redlock) ping(ctx context.Context) error {
 // Masters reports, on RedLock, each master's address and whether its votes count now (false while
 // it is down, unchecked or within its restart guard); nil otherwise.
 func (s *Service) Masters() []MasterState {
-	if s.rl == nil {
+	rl, ok := s.dep.(*redlock)
+	if !ok {
 		return nil
 	}
-	out := make([]MasterState, len(s.rl.masters))
+	out := make([]MasterState, len(rl.nodes))
 	now := time.Now()
-	for i, m := range s.rl.masters {
+	for i, m := range rl.nodes {
 		m.mu.Lock()
 		guard := max(m.guardUntil.Sub(now), 0)
 		m.mu.Unlock()
@@ -347,26 +356,63 @@ type MasterState struct {
 	GuardLeft time.Duration
 }
 
-// clients returns the Redis clients the Service writes through: every RedLock master, or its one
-// client.
-func (s *Service) clients() []rueidis.Client {
-	if s.rl == nil {
-		return []rueidis.Client{s.client}
-	}
-	out := make([]rueidis.Client, len(s.rl.masters))
-	for i, m := range s.rl.masters {
+// The deployment's shape (see deployment.go): every master a full copy of the locks.
+
+func (rl *redlock) copies() []rueidis.Client {
+	out := make([]rueidis.Client, len(rl.nodes))
+	for i, m := range rl.nodes {
 		out[i] = m.client
 	}
 	return out
 }
 
-// masterCount is how many Redis deployments hand locks on: RedLock's masters, or the one.
-func (s *Service) masterCount() int {
-	if s.rl == nil {
-		return 1
+// live returns the masters that count now: a master down, or restarted, may have lost its copy.
+func (rl *redlock) live() []rueidis.Client {
+	var out []rueidis.Client
+	now := time.Now()
+	for _, m := range rl.nodes {
+		if m.counts(now) {
+			out = append(out, m.client)
+		}
 	}
-	return len(s.rl.masters)
+	return out
 }
+
+func (rl *redlock) masters(context.Context) ([]rueidis.Client, error) { return rl.copies(), nil }
+
+// handOffs: a waiter confirms once a majority of masters handed it the lock (see wait.go).
+func (rl *redlock) handOffs() int { return rl.quorum }
+
+// validity is ttl less the drift allowance (the time the grant took is counted from its start).
+func (rl *redlock) validity(ttl time.Duration) time.Duration { return ttl - drift(ttl) }
+
+// clock is the gateway's, in µs, for fences and queue places the same on every master (core.lua).
+func (rl *redlock) clock() string { return strconv.FormatInt(time.Now().UnixMicro(), 10) }
+
+// offers: what a majority of masters cannot bound, or would need a quorum of its own, is not
+// offered (see redlock_quorum.go).
+func (rl *redlock) offers(f feature) error {
+	switch f {
+	case featureSemaphores:
+		return notSupported(f, "RedLock", "a majority per permit does not bound the holders by the permits")
+	case featureMultiLocks, featureEvents, featureListing, featureHeldQuota, featureLongHolds, featureAcks:
+		return notSupported(f, "RedLock", "")
+	}
+	return nil
+}
+
+func (rl *redlock) grants(string) string { return rl.chanPrefix }
+
+// listen subscribes to this replica's grants channel on every master: each hands locks on.
+func (rl *redlock) listen(l listener) {
+	for i, m := range rl.nodes {
+		l.follow(feed{client: m.client, channel: rl.chanPrefix + l.replicaID(), from: i + 1}, nil)
+	}
+}
+
+func (rl *redlock) ready(listener, string) <-chan struct{} { return closedChan }
+func (rl *redlock) slot(string) int                        { return 0 }
+func (rl *redlock) shards() int                            { return 1 }
 
 // masterReply is one master's answer to a call sent to all of them.
 type masterReply struct {
@@ -382,16 +428,16 @@ type fanout struct {
 	pending int
 }
 
-// send runs script on every master at once. The calls are detached from ctx's cancellation (see
-// Service.exec); each is bounded by its client's write timeout.
-func (rl *redlock) send(ctx context.Context, script *rueidis.Lua, keys, args []string) *fanout {
-	f := &fanout{rl: rl, ch: make(chan masterReply, len(rl.masters)), pending: len(rl.masters)}
+// send runs c on every master at once. The calls are detached from ctx's cancellation (see
+// deployment.run); each is bounded by its client's write timeout.
+func (rl *redlock) send(ctx context.Context, c call) *fanout {
+	f := &fanout{rl: rl, ch: make(chan masterReply, len(rl.nodes)), pending: len(rl.nodes)}
 	ctx = context.WithoutCancel(ctx)
-	for _, m := range rl.masters {
+	for _, m := range rl.nodes {
 		rl.late.Add(1)
 		go func() {
 			defer rl.late.Done()
-			r := masterReply{m: m, res: rl.s.runOn(ctx, m.client, script, keys, args)}
+			r := masterReply{m: m, res: rl.runner.run(ctx, m.client, c.script, c.keys, c.args)}
 			switch err := r.res.Error(); {
 			case err == nil:
 				r.counted = rl.counts(m)
@@ -450,12 +496,3 @@ var zeroTime time.Time
 // drift is the clock-drift allowance RedLock takes off a lease's validity: 1% of its TTL plus
 // 2 ms (the RedLock description's, and redsync's, figures).
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
-
-// validity is how long a lease of ttl granted at start is valid for its holder: all of it on one
-// Redis; on RedLock, less the drift allowance (the time the grant took is counted from start).
-func (s *Service) validity(ttl time.Duration) time.Duration {
-	if s.rl == nil {
-		return ttl
-	}
-	return ttl - drift(ttl)
-}

@@ -36,12 +36,11 @@ func newRedLockForTest(t *testing.T, n int, guard time.Duration) (*Service, []*h
 func grantOn(t *testing.T, s *Service, masters []int, lock, lease, owner string) {
 	t.Helper()
 	req := AcquireRequest{Lock: lock, Owner: owner, TTL: 10 * time.Second}
-	k := s.keys(req.ref())
-	args := s.scriptArgs(k.lock, KindLock, []string{lease, ms(req.TTL), owner, "0", "try", s.waiters.replica,
-		"0", "0", "0", "x", "0"})
+	lc := s.lockCall(req.ref())
+	c := lc.call(scripts.acquire, []string{lc.keys.ticket(""), lc.keys.idempotency("acquire", "", "")},
+		lease, ms(req.TTL), owner, "0", "try", s.waiters.replica, "0", "0", "0", "x", "0")
 	for _, i := range masters {
-		r, err := s.runOn(context.Background(), s.rl.masters[i].client, s.acquire,
-			k.with(k.ticket(""), k.latch("acquire", "", "")), args).AsIntSlice()
+		r, err := runner{obs: s.obs}.run(context.Background(), s.dep.(*redlock).nodes[i].client, c.script, c.keys, c.args).AsIntSlice()
 		require.NoError(t, err)
 		require.Equal(t, int64(acquireGranted), r[0], "master %d grants %s", i, lease)
 	}

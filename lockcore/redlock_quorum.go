@@ -3,6 +3,7 @@ package lockcore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -37,52 +38,58 @@ import (
 // holding at most two of them), multi-locks, live events and listings. They answer
 // ErrNotSupported.
 
-// notOnRedLock returns ErrNotSupported for a semaphore on RedLock, nil otherwise.
-func (s *Service) notOnRedLock(ref Ref) error {
-	if s.rl != nil && ref.Kind == KindSemaphore {
-		return fmt.Errorf("%w: semaphores on RedLock (a majority per permit does not bound the holders by the permits)", ErrNotSupported)
+// run runs one call on every master and turns the replies into one.
+func (rl *redlock) run(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
+	switch c.script {
+	case scripts.acquire:
+		return rl.acquire(ctx, c)
+	case scripts.reenter:
+		return rl.reenter(ctx, c)
+	case scripts.renew:
+		reply, err := rl.renew(ctx, c)
+		if c.about.waiting && errors.Is(err, ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", errNotConfirmed, err)
+		}
+		return reply, err
+	case scripts.release:
+		return rl.release(ctx, c)
+	case scripts.inspect:
+		return rl.inspect(ctx, c)
+	case scripts.dequeue, scripts.force:
+		return rl.anyMajority(ctx, c)
+	case scripts.watchdogSchedule:
+		return rl.schedule(ctx, c)
+	case scripts.watchdogRenew:
+		return rl.renewDue(ctx, c)
 	}
-	return nil
+	return nil, fmt.Errorf("%w: %s on RedLock", ErrNotSupported, c.script.name)
 }
 
-// notOnRedLockFeature returns ErrNotSupported for feature on RedLock, nil otherwise.
-func (s *Service) notOnRedLockFeature(feature string) error {
-	if s.rl != nil {
-		return fmt.Errorf("%w: %s on RedLock", ErrNotSupported, feature)
+// each runs c on every master and acts on each reply as it comes; it returns once a majority of
+// counted masters answered, or after within (a stalled master holds up nothing).
+func (rl *redlock) each(ctx context.Context, c call, within time.Duration, act func(int, []rueidis.RedisMessage, error)) {
+	f := rl.send(ctx, c)
+	handle := func(r masterReply) {
+		if reply, err := r.res.ToArray(); err == nil {
+			act(r.m.i+1, reply, nil)
+		}
 	}
-	return nil
-}
-
-// exec runs one of the lock scripts on every master and turns the replies into one.
-func (rl *redlock) exec(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, error) {
-	s := rl.s
-	switch script {
-	case s.acquire:
-		return rl.acquire(ctx, keys, args)
-	case s.reenter:
-		return rl.reenter(ctx, keys, args)
-	case s.renew:
-		return rl.renew(ctx, keys, args)
-	case s.release:
-		return rl.release(ctx, keys, args)
-	case s.inspect:
-		return rl.inspect(ctx, keys, args)
-	case s.dequeue, forceScript:
-		return rl.any(ctx, script, keys, args)
+	got := f.collect(time.Now().Add(within), func(got []masterReply, _ int) bool { return tallyCounted(got) >= rl.quorum })
+	for _, r := range got {
+		handle(r)
 	}
-	return nil, fmt.Errorf("%w: %s on RedLock", ErrNotSupported, s.scriptNames[script])
+	f.rest(handle)
 }
 
 // acquire: acquire.lua's reply (see acquireReply); args as runAcquire gives them. A grant is a
 // majority for one lease: the request's new one, or (a retry with an Idempotency-Key) the lease
 // its first call was granted, which a master that lost or never had the key would not know of.
 // Grants of the request's new lease that do not stand are given back.
-func (rl *redlock) acquire(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
-	lease, waiting, want := args[5], args[9] == "wait", args[14]
-	ttl := msArg(args[6])
+func (rl *redlock) acquire(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
+	lease, waiting, want, ttl := c.about.lease, c.about.waiting, c.about.mode, c.about.ttl
 	validUntil := time.Now().Add(ttl - drift(ttl))
 	leaseOf := func(r masterReply) string {
-		switch status(r) {
+		switch statusOf(r) {
 		case acquireGranted:
 			return lease
 		case acquireReplayed:
@@ -104,15 +111,15 @@ func (rl *redlock) acquire(ctx context.Context, keys, args []string) ([]rueidis.
 		}
 		return best, n
 	}
-	f := rl.send(ctx, rl.s.acquire, keys, args)
+	f := rl.send(ctx, c)
 	got := f.collect(validUntil, func(got []masterReply, pending int) bool {
 		_, n := winner(got)
-		answered := countCounted(got)
+		answered := tallyCounted(got)
 		return n >= rl.quorum || (n+pending < rl.quorum && (answered >= rl.quorum || answered+pending < rl.quorum))
 	})
 	giveBack := func(r masterReply) { // a grant of the request's new lease that does not stand
-		if status(r) == acquireGranted {
-			rl.giveBack(r.m, keys, args, lease, want)
+		if statusOf(r) == acquireGranted {
+			rl.giveBack(r.m, releaseArgs{lease: lease, which: want}.call(c.on))
 		}
 	}
 	win, n := winner(got)
@@ -121,22 +128,22 @@ func (rl *redlock) acquire(ctx context.Context, keys, args []string) ([]rueidis.
 		if win != lease { // a replay: the first call's lease, with what a majority has left of it
 			rl.onEach(got, giveBack)
 			f.rest(giveBack)
-			return rl.quorumTTL(filter(got, wins), 3), nil
+			return rl.quorumTTL(only(got, wins), 3), nil
 		}
-		if rep, err := rl.agreeOnFence(ctx, keys, lease, filter(got, wins), validUntil); err == nil {
-			rl.settleElsewhere(f, got, keys, args, lease, args[6], func(r masterReply) bool { return status(r) == acquireQueued })
+		if rep, err := rl.agreeOnFence(ctx, c.on, lease, only(got, wins), validUntil); err == nil {
+			rl.adoptElsewhere(f, got, c.on, lease, ms(ttl), func(r masterReply) bool { return statusOf(r) == acquireQueued })
 			return rep, nil
 		}
 	}
 	if waiting {
 		f.rest(nil)
-		queued := func(r masterReply) bool { return r.counted && status(r) == acquireQueued }
-		if count(got, queued) == 0 || countCounted(got) < rl.quorum {
+		queued := func(r masterReply) bool { return r.counted && statusOf(r) == acquireQueued }
+		if tally(got, queued) == 0 || tallyCounted(got) < rl.quorum {
 			return nil, rl.unavailable(got)
 		}
 		rep := mostCommon(got, queued)
 		arrival, _ := rep[2].AsInt64()
-		rl.yield(got, keys, args, lease, strconv.FormatInt(arrival, 10))
+		rl.giveWayToEarlier(got, c.on, lease, strconv.FormatInt(arrival, 10))
 		return rep, nil
 	}
 	rl.onEach(got, giveBack)
@@ -146,23 +153,22 @@ func (rl *redlock) acquire(ctx context.Context, keys, args []string) ([]rueidis.
 
 // reenter: reenter.lua's reply {holds, fence, wd, ttl, used} | a refusal; the TTL a majority
 // has (a retry's replay answers what each master has left).
-func (rl *redlock) reenter(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
-	lease, want := args[5], args[8]
-	ttl := msArg(args[6])
+func (rl *redlock) reenter(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
+	lease, want, ttl := c.about.lease, c.about.mode, c.about.ttl
 	validUntil := time.Now().Add(ttl - drift(ttl))
 	entered := func(r masterReply) bool { return r.counted && arrayLen(r) >= 4 }
-	f := rl.send(ctx, rl.s.reenter, keys, args)
+	f := rl.send(ctx, c)
 	got := f.collect(validUntil, rl.until(entered))
-	if count(got, entered) >= rl.quorum && time.Now().Before(validUntil) {
+	if tally(got, entered) >= rl.quorum && time.Now().Before(validUntil) {
 		f.rest(nil)
-		return rl.quorumTTL(filter(got, entered), 3), nil
+		return rl.quorumTTL(only(got, entered), 3), nil
 	}
 	undo := func(r masterReply) { // the hold this call added, where it did
 		if arrayLen(r) >= 4 {
-			rl.giveBack(r.m, keys, args, lease, want)
+			rl.giveBack(r.m, releaseArgs{lease: lease, which: want}.call(c.on))
 		}
 	}
-	if args[7] == "0" { // with an Idempotency-Key the client's retry replays the re-entry instead
+	if !c.about.idempotent { // with an Idempotency-Key the client's retry replays the re-entry instead
 		rl.onEach(got, undo)
 		f.rest(undo)
 	} else {
@@ -195,52 +201,57 @@ func (rl *redlock) quorumTTL(replies []masterReply, i int) []rueidis.RedisMessag
 // renew: renew.lua's reply {holds, fence, ttl, wd, shared, used, size} | {0}. A waiter's
 // confirmation is a renewal too: its fence is agreed on as a new grant's. A renewal that keeps the
 // lease's TTL (ttl 0) answers the TTL a majority has.
-func (rl *redlock) renew(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
-	start, lease, ttl := time.Now(), args[5], msArg(args[6])
+func (rl *redlock) renew(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
+	start, lease, ttl := time.Now(), c.about.lease, c.about.ttl
 	deadline := start.Add(3 * time.Second) // TTL unknown before the reply (0: keep the lease's)
 	if ttl > 0 {
 		deadline = start.Add(ttl - drift(ttl))
 	}
 	renewed := func(r masterReply) bool { return r.counted && arrayLen(r) == 7 }
-	f := rl.send(ctx, rl.s.renew, keys, args)
+	f := rl.send(ctx, c)
 	got := f.collect(deadline, rl.until(renewed))
-	if count(got, renewed) >= rl.quorum {
-		rep, err := rl.agreeOnFence(ctx, keys, lease, filter(got, renewed), deadline)
+	if tally(got, renewed) >= rl.quorum {
+		rep, err := rl.agreeOnFence(ctx, c.on, lease, only(got, renewed), deadline)
 		if err != nil {
 			f.rest(nil)
 			return nil, err
 		}
 		if ttl == 0 {
-			rep = rl.quorumTTL(filter(got, renewed), 2)
+			rep = rl.quorumTTL(only(got, renewed), 2)
 		}
 		ttlMs, _ := rep[2].AsInt64()
-		rl.settleElsewhere(f, got, keys, args, lease, strconv.FormatInt(ttlMs, 10), func(r masterReply) bool { return status(r) == 0 })
+		rl.adoptElsewhere(f, got, c.on, lease, strconv.FormatInt(ttlMs, 10), func(r masterReply) bool { return statusOf(r) == 0 })
 		if left := time.Duration(ttlMs) * time.Millisecond; time.Since(start) >= left-drift(left) {
 			return nil, fmt.Errorf("%w: the RedLock masters renewed too late to leave the lease any validity", ErrUnavailable)
 		}
 		return rep, nil
 	}
 	f.rest(nil)
-	return rl.refusal(got, renewed)
+	rep, err := rl.refusal(got, renewed)
+	if err == nil && !c.about.waiting {
+		// The lease is lost: what a minority of masters still holds of it goes too, so that the
+		// lock is free for the next in line.
+		rl.dequeueEverywhere(ctx, c.on, lease)
+	}
+	return rep, err
 }
 
 // release: release.lua's reply {holds, shared} | {0, watchdog, shared} | {-1}: the most common
 // count left among a majority. A master where the lease holds nothing may still have it in line
 // (a waiter a majority granted before this master handed it the lock): there the lease leaves the
 // line (dequeue.lua, which also gives back a hand-off that lands meanwhile).
-func (rl *redlock) release(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
-	released := func(r masterReply) bool { return r.counted && status(r) >= 0 }
-	f := rl.send(ctx, rl.s.release, keys, args)
+func (rl *redlock) release(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
+	released := func(r masterReply) bool { return r.counted && statusOf(r) >= 0 }
+	f := rl.send(ctx, c)
 	got := f.collect(time.Time{}, rl.until(released))
 	leave := func(r masterReply) {
-		if status(r) == -1 {
-			a := append(slices.Clip(args[:5]), args[5], "0", "0")
-			_ = rl.s.runOn(context.Background(), r.m.client, rl.s.dequeue, append(slices.Clip(keys[:7]), keys[0]+":ticket:"), a).Error()
+		if statusOf(r) == -1 {
+			_ = rl.on(r.m, dequeueArgs{lease: c.about.lease}.call(c.on)).Error()
 		}
 	}
 	rl.onEach(got, leave)
 	f.rest(leave)
-	if count(got, released) >= rl.quorum {
+	if tally(got, released) >= rl.quorum {
 		return mostCommon(got, released), nil
 	}
 	return rl.refusal(got, released)
@@ -250,11 +261,11 @@ func (rl *redlock) release(ctx context.Context, keys, args []string) ([]rueidis.
 // of them agree on, waiting up to inspectWait for every master to answer; the TTL shown is the
 // longest that a majority of the group still has (so an unconfirmed hand-off on one master does not
 // shorten it). A majority must answer.
-func (rl *redlock) inspect(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, error) {
-	f := rl.send(ctx, rl.s.inspect, keys, args)
+func (rl *redlock) inspect(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
+	f := rl.send(ctx, c)
 	got := f.collect(time.Now().Add(inspectWait), func([]masterReply, int) bool { return false })
 	f.rest(nil)
-	if countCounted(got) < rl.quorum {
+	if tallyCounted(got) < rl.quorum {
 		return nil, rl.unavailable(got)
 	}
 	type view struct {
@@ -309,14 +320,14 @@ func (rl *redlock) inspect(ctx context.Context, keys, args []string) ([]rueidis.
 // answered (a stalled master delays it no longer).
 const inspectWait = 250 * time.Millisecond
 
-// any: the reply of the dequeue and force scripts, which every master runs; a majority must
+// anyMajority: the reply of the dequeue and force scripts, which every master runs; a majority must
 // answer, and the reply that removed most stands for all.
-func (rl *redlock) any(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, error) {
+func (rl *redlock) anyMajority(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
 	answered := func(r masterReply) bool { return r.counted }
-	f := rl.send(ctx, script, keys, args)
+	f := rl.send(ctx, c)
 	got := f.collect(time.Time{}, rl.until(answered))
 	f.rest(nil)
-	if count(got, answered) < rl.quorum {
+	if tally(got, answered) < rl.quorum {
 		return nil, rl.unavailable(got)
 	}
 	return greatest(got, answered, 1), nil
@@ -325,60 +336,62 @@ func (rl *redlock) any(ctx context.Context, script *rueidis.Lua, keys, args []st
 // agreeOnFence returns, of the replies wins (a majority's grants, the fence at index 1), the one
 // with the greatest fence; when fewer than a majority gave that fence, it is first written back to
 // every master, and a majority must take it before deadline.
-func (rl *redlock) agreeOnFence(ctx context.Context, keys []string, lease string, wins []masterReply, deadline time.Time) ([]rueidis.RedisMessage, error) {
+func (rl *redlock) agreeOnFence(ctx context.Context, lc *lockCall, lease string, wins []masterReply, deadline time.Time) ([]rueidis.RedisMessage, error) {
 	rep := greatest(wins, func(masterReply) bool { return true }, 1)
 	top, _ := rep[1].AsInt64()
-	at := count(wins, func(r masterReply) bool { return intAt(r, 1) == top })
+	at := tally(wins, func(r masterReply) bool { return intAt(r, 1) == top })
 	if at >= rl.quorum {
 		return rep, nil
 	}
-	f := rl.send(ctx, rl.fenceScript, []string{keys[0], keys[1], keys[6]},
-		[]string{lease, strconv.FormatInt(top, 10), rl.s.queueArgs[3]})
+	f := rl.send(ctx, call{script: scripts.redlockFence, keys: []string{lc.keys.lock, lc.keys.fence, lc.keys.shm},
+		args: []string{lease, strconv.FormatInt(top, 10), rl.fenceTTLMs}})
 	raised := func(r masterReply) bool { return r.counted }
 	got := f.collect(deadline, rl.until(raised))
 	f.rest(nil)
-	if count(got, raised) < rl.quorum || !time.Now().Before(deadline) {
+	if tally(got, raised) < rl.quorum || !time.Now().Before(deadline) {
 		return nil, fmt.Errorf("%w: a majority of RedLock masters did not take the grant's fence in time", ErrUnavailable)
 	}
 	return rep, nil
 }
 
-// giveBack gives back, on master m, one hold of mode ('x' or 's') that lease got from a call
-// whose lib.lua arguments start args: a grant a majority did not make.
-func (rl *redlock) giveBack(m *master, keys, args []string, lease, mode string) {
-	k := append(slices.Clip(keys[:7]), keys[0]+":idem:")
-	a := append(slices.Clip(args[:5]), lease, "0", mode)
-	if err := rl.s.runOn(context.Background(), m.client, rl.s.release, k, a).Error(); err != nil {
-		rl.s.log.Warn("giving back a grant a majority did not make failed; it runs out with its TTL", "master", m.addr, "err", err)
+// on runs c on master m alone.
+func (rl *redlock) on(m *master, c call) rueidis.RedisResult {
+	return rl.runner.run(context.Background(), m.client, c.script, c.keys, c.args)
+}
+
+// giveBack gives back, on master m, the hold release names: a grant a majority did not make.
+func (rl *redlock) giveBack(m *master, release call) {
+	if err := rl.on(m, release).Error(); err != nil {
+		rl.log.Warn("giving back a grant a majority did not make failed; it runs out with its TTL", "master", m.addr, "err", err)
 	}
 }
 
-// settleElsewhere runs redlock_settle.lua on the masters whose reply (now, or when it comes) says
+// adoptElsewhere runs redlock_settle.lua on the masters whose reply (now, or when it comes) says
 // they did not grant lease, a waiter a majority just granted (missed: their reply says so): a
 // hold handed to it there meanwhile becomes its own, for ttlMs. It takes over f's replies still
 // to come.
-func (rl *redlock) settleElsewhere(f *fanout, got []masterReply, keys, args []string, lease, ttlMs string, missed func(masterReply) bool) {
-	a := append(slices.Clip(args[:5]), lease, ttlMs)
-	settle := func(r masterReply) {
+func (rl *redlock) adoptElsewhere(f *fanout, got []masterReply, lc *lockCall, lease, ttlMs string, missed func(masterReply) bool) {
+	c := lc.call(scripts.redlockSettle, nil, lease, ttlMs)
+	adopt := func(r masterReply) {
 		if missed(r) {
-			if err := rl.s.runOn(context.Background(), r.m.client, rl.settleScript, keys[:7], a).Error(); err != nil {
-				rl.s.log.Warn("taking a granted waiter out of a master's line failed; its entry ages out", "master", r.m.addr, "err", err)
+			if err := rl.on(r.m, c).Error(); err != nil {
+				rl.log.Warn("taking a granted waiter out of a master's line failed; its entry ages out", "master", r.m.addr, "err", err)
 			}
 		}
 	}
-	rl.onEach(got, settle)
-	f.rest(settle)
+	rl.onEach(got, adopt)
+	f.rest(adopt)
 }
 
-// yield gives back, on each master that granted lease (a waiter queued at arrival) in got, that
+// giveWayToEarlier gives back, on each master that granted lease (a waiter queued at arrival) in got, that
 // hold if an earlier waiter is in line there (redlock_yield.lua). It waits for them: a yield that
 // ran after the waiter's next confirmation could take a hold from a grant a majority just made.
-func (rl *redlock) yield(got []masterReply, keys, args []string, lease, arrival string) {
-	a := append(slices.Clip(args[:5]), lease, arrival)
+func (rl *redlock) giveWayToEarlier(got []masterReply, lc *lockCall, lease, arrival string) {
+	c := lc.call(scripts.redlockYield, nil, lease, arrival)
 	var wg sync.WaitGroup
 	for _, r := range got {
-		if r.res.Error() == nil && status(r) == acquireGranted {
-			wg.Go(func() { _ = rl.s.runOn(context.Background(), r.m.client, rl.yieldScript, keys[:7], a).Error() })
+		if r.res.Error() == nil && statusOf(r) == acquireGranted {
+			wg.Go(func() { _ = rl.on(r.m, c).Error() })
 		}
 	}
 	wg.Wait()
@@ -389,7 +402,7 @@ func (rl *redlock) yield(got []masterReply, keys, args []string, lease, arrival 
 // one).
 func (rl *redlock) until(ok func(masterReply) bool) func([]masterReply, int) bool {
 	return func(got []masterReply, pending int) bool {
-		n, answered := count(got, ok), countCounted(got)
+		n, answered := tally(got, ok), tallyCounted(got)
 		return n >= rl.quorum || (n+pending < rl.quorum && (answered >= rl.quorum || answered+pending < rl.quorum))
 	}
 }
@@ -399,8 +412,8 @@ func (rl *redlock) until(ok func(masterReply) bool) func([]masterReply, int) boo
 // could make a majority (the validity ran out first); else the most common counted refusal. A
 // master that answered with an error, or does not count, is no yes.
 func (rl *redlock) refusal(got []masterReply, ok func(masterReply) bool) ([]rueidis.RedisMessage, error) {
-	pending := len(rl.masters) - len(got)
-	if countCounted(got) < rl.quorum || count(got, ok)+pending >= rl.quorum {
+	pending := len(rl.nodes) - len(got)
+	if tallyCounted(got) < rl.quorum || tally(got, ok)+pending >= rl.quorum {
 		return nil, rl.unavailable(got)
 	}
 	return mostCommon(got, func(r masterReply) bool { return r.counted && !ok(r) }), nil
@@ -408,10 +421,10 @@ func (rl *redlock) refusal(got []masterReply, ok func(masterReply) bool) ([]ruei
 
 func (rl *redlock) unavailable(got []masterReply) error {
 	return fmt.Errorf("%w: %d of %d RedLock masters answered and count, %d needed", ErrUnavailable,
-		countCounted(got), len(rl.masters), rl.quorum)
+		tallyCounted(got), len(rl.nodes), rl.quorum)
 }
 
-func count(got []masterReply, ok func(masterReply) bool) int {
+func tally(got []masterReply, ok func(masterReply) bool) int {
 	n := 0
 	for _, r := range got {
 		if ok(r) {
@@ -421,11 +434,11 @@ func count(got []masterReply, ok func(masterReply) bool) int {
 	return n
 }
 
-func countCounted(got []masterReply) int {
-	return count(got, func(r masterReply) bool { return r.counted })
+func tallyCounted(got []masterReply) int {
+	return tally(got, func(r masterReply) bool { return r.counted })
 }
 
-func filter(got []masterReply, ok func(masterReply) bool) []masterReply {
+func only(got []masterReply, ok func(masterReply) bool) []masterReply {
 	var out []masterReply
 	for _, r := range got {
 		if ok(r) {
@@ -445,16 +458,31 @@ func mostCommon(got []masterReply, ok func(masterReply) bool) []rueidis.RedisMes
 		if !ok(r) {
 			continue
 		}
-		st := status(r)
+		st := statusOf(r)
 		counts[st]++
 		if counts[st] > bestN {
 			best, bestN = st, counts[st]
 		}
 	}
 	for _, r := range got {
-		if ok(r) && status(r) == best {
+		if ok(r) && statusOf(r) == best {
 			rep, _ = r.res.ToArray()
 			break
+		}
+	}
+	return rep
+}
+
+// least returns, of the replies that satisfy ok, the one with the least integer at index i.
+func least(got []masterReply, ok func(masterReply) bool, i int) []rueidis.RedisMessage {
+	var rep []rueidis.RedisMessage
+	low := int64(0)
+	for _, r := range got {
+		if !ok(r) {
+			continue
+		}
+		if v := intAt(r, i); rep == nil || v < low {
+			rep, low = must(r.res.ToArray()), v
 		}
 	}
 	return rep
@@ -477,8 +505,8 @@ func greatest(got []masterReply, ok func(masterReply) bool, i int) []rueidis.Red
 
 func must(arr []rueidis.RedisMessage, _ error) []rueidis.RedisMessage { return arr }
 
-// status is a reply's first integer (-1000 when it has none).
-func status(r masterReply) int64 { return intAt(r, 0) }
+// statusOf is a reply's first integer (-1000 when it has none).
+func statusOf(r masterReply) int64 { return intAt(r, 0) }
 
 func intAt(r masterReply, i int) int64 {
 	arr, err := r.res.ToArray()
@@ -500,8 +528,44 @@ func arrayLen(r masterReply) int {
 	return len(arr)
 }
 
-// msArg reads a script's millisecond argument.
-func msArg(v string) time.Duration {
-	n, _ := strconv.ParseInt(v, 10, 64)
-	return time.Duration(n) * time.Millisecond
+// schedule: watchdog_schedule.lua's enroll or reschedule, on every master's copy of the
+// schedule, a majority of which must take it (so that losing a minority loses no renewal).
+func (rl *redlock) schedule(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
+	f := rl.send(ctx, c)
+	took := func(r masterReply) bool { return r.res.Error() == nil }
+	got := f.collect(time.Time{}, rl.until(took))
+	f.rest(nil)
+	if tally(got, took) < rl.quorum {
+		return nil, fmt.Errorf("%w: fewer than a majority of RedLock masters took the watchdog schedule", ErrUnavailable)
+	}
+	return mostCommon(got, took), nil
+}
+
+// renewDue: watchdog_renew.lua's reply {1, next due} | {0}; a majority of counted masters must
+// renew the lease. When the renewals can no longer reach a majority while some master still
+// renewed it, the lease lost its majority (masters restarted or lost it): it is given back
+// everywhere, so that its holder gets 410 on its next call and the lock is free for the next in
+// line, and errMajorityLost says so.
+func (rl *redlock) renewDue(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
+	f := rl.send(ctx, c)
+	renewed := func(r masterReply) bool { return r.counted && statusOf(r) == 1 }
+	got := f.collect(zeroTime, rl.until(renewed))
+	f.rest(nil)
+	if tally(got, renewed) >= rl.quorum {
+		return least(got, renewed, 1), nil // the earliest next renewal any of them asks for
+	}
+	rep, err := rl.refusal(got, renewed)
+	if err != nil || tally(got, func(r masterReply) bool { return statusOf(r) == 1 }) == 0 {
+		return rep, err // outage; or released, past its max hold, run out: nothing to renew
+	}
+	rl.dequeueEverywhere(ctx, c.on, c.about.lease)
+	return nil, errMajorityLost
+}
+
+// dequeueEverywhere takes every hold and queue entry of lease off every master (dequeue.lua,
+// which hands what that frees to the next in line), when the lease lost its majority.
+func (rl *redlock) dequeueEverywhere(ctx context.Context, lc *lockCall, lease string) {
+	if _, err := rl.anyMajority(context.WithoutCancel(ctx), dequeueArgs{lease: lease}.call(lc)); err != nil {
+		rl.log.Warn("giving back a lease that lost its majority failed; its holds run out with their TTL", "lock", lc.keys.lock, "err", err)
+	}
 }

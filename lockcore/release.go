@@ -32,7 +32,7 @@ type Released struct {
 // token, ErrLeaseLost when the lease no longer holds (that way), and ErrUnavailable when Redis does
 // not answer.
 func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, error) {
-	if err := s.notOnRedLock(req.Ref); err != nil {
+	if err := s.offered(req.Ref); err != nil {
 		return Released{}, err
 	}
 	l, err := s.tokens.Parse(req.Token, req.Ref)
@@ -44,13 +44,13 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, er
 	// of a lease holding the lock both ways, or that names a mode the lease does not hold, leaves
 	// it counted.
 	if rel.Released && !rel.otherHeld || errors.Is(err, ErrLeaseLost) && req.Mode == "" {
-		s.uncountHeld(ctx, l.Principal, heldMember(l.Ref(), l.ID))
+		s.ledgers.held.uncount(ctx, l.Principal, heldMember(l.Ref(), l.ID))
 	}
 	switch {
 	case err != nil:
 		s.observeRefusal(l.Kind.String(), err)
 	case rel.Released:
-		s.obs.Released(l.Kind.String(), rel.Mode, heldSince(l.Fence, time.Now()))
+		s.obs.HoldReleased(l.Kind.String(), rel.Mode, heldSince(l.Fence, time.Now()))
 	}
 	return rel, err
 }
@@ -63,25 +63,22 @@ func (s *Service) releaseLease(ctx context.Context, l Lease, idempotencyKey stri
 	case mode != "":
 		which = mode.arg()
 	}
-	reply, err := s.runWithKeys(ctx, s.release, l.Ref(), []string{s.keys(l.Ref()).latch("release", l.ID, idempotencyKey)},
-		l.ID, s.idemMs(idempotencyKey), which)
+	a := releaseArgs{lease: l.ID, idem: s.idem(idempotencyKey), which: which}
+	reply, err := s.dep.run(ctx, a.call(s.lockCall(l.Ref())))
 	if err != nil {
 		return Released{}, err
 	}
-	r, err := ints(reply) // {-1} | {holds, shared} | {0, watchdog (2: the lease holds the lock the other way), shared}
-	if err != nil || len(r) < 1 {
-		return Released{}, unexpectedReply("release", l.Lock, r, err)
-	}
-	if r[0] < 0 {
+	r, err := decodeRelease(l.Lock, reply)
+	switch {
+	case err != nil:
+		return Released{}, err
+	case r.lost:
 		return Released{}, fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, l.Kind, l.Lock, l.ID)
+	case r.watchdog:
+		s.watchdog.unschedule(ctx, l)
 	}
-	if r[0] == 0 && len(r) > 1 && r[1] == 1 {
-		s.unschedule(ctx, l)
-	}
-	// Answers an older build remembered for a retry carry no mode: they were exclusive.
-	shared := (r[0] > 0 && len(r) == 2 && r[1] == 1) || (r[0] == 0 && len(r) == 3 && r[2] == 1)
-	released := Released{Released: r[0] == 0, Holds: r[0], Mode: Exclusive, otherHeld: r[0] == 0 && len(r) > 1 && r[1] == 2}
-	if shared || l.Kind == KindSemaphore {
+	released := Released{Released: r.holds == 0, Holds: r.holds, Mode: Exclusive, otherHeld: r.other}
+	if r.shared || l.Kind == KindSemaphore {
 		released.Mode = Shared
 	}
 	return released, nil

@@ -14,56 +14,53 @@ import (
 // idempotent by nature: a retry sets the same TTL again (from a little later) and never revives a
 // lease.
 func (s *Service) Renew(ctx context.Context, ref Ref, token string, ttl time.Duration) (Grant, error) {
-	if err := s.notOnRedLock(ref); err != nil {
+	if err := s.offered(ref); err != nil {
 		return Grant{}, err
 	}
 	l, err := s.tokens.Parse(token, ref)
 	if err != nil {
 		return Grant{}, err
 	}
-	g, err := s.renewLease(ctx, l, ttl, time.Now())
+	g, err := s.renewLease(ctx, l, ttl, time.Now(), false)
 	if err != nil {
-		if s.rl != nil && errors.Is(err, ErrLeaseLost) {
-			s.giveBackEverywhere(ctx, l) // what a minority still holds: see renewDueRedLock
-		}
 		if errors.Is(err, ErrLeaseLost) {
-			s.uncountHeld(ctx, l.Principal, heldMember(l.Ref(), l.ID))
+			s.ledgers.held.uncount(ctx, l.Principal, heldMember(l.Ref(), l.ID))
 		}
 		s.observeRefusal(l.Kind.String(), err)
 		return Grant{}, err
 	}
 	g.Token = token
-	s.extendHeld(ctx, l.Principal, g.TTL+heldSlack, heldMember(l.Ref(), l.ID)) // never shortened
+	s.ledgers.held.extend(ctx, l.Principal, g.TTL+heldSlack, heldMember(l.Ref(), l.ID)) // never shortened
 	if g.Watchdog {
-		s.reschedule(ctx, g)
-	} else if s.mayOutlive(l, g.TTL) {
-		s.trackAged(ctx, l)
+		s.watchdog.reschedule(ctx, g.Lease, g.TTL)
+	} else if s.ledgers.long != nil {
+		s.ledgers.long.track(ctx, l, g.TTL)
 	}
 	return g, nil
 }
 
 // renewLease sets l's TTL (0: keep its own) if l still holds; start is when the caller began, from
-// which the expiry is counted.
-func (s *Service) renewLease(ctx context.Context, l Lease, ttl time.Duration, start time.Time) (Grant, error) {
-	reply, err := s.runQueued(ctx, s.renew, l.Ref(), l.ID, ms(ttl))
+// which the expiry is counted. A waiter confirming a hand-off renews too (confirming).
+func (s *Service) renewLease(ctx context.Context, l Lease, ttl time.Duration, start time.Time, confirming bool) (Grant, error) {
+	a := renewArgs{lease: l.ID, ttl: ttl, confirming: confirming}
+	reply, err := s.dep.run(ctx, a.call(s.lockCall(l.Ref())))
 	if err != nil && !notAcked(err) {
 		return Grant{}, err
 	}
 	acked := err
-	r, err := ints(reply) // {0} | {holds, fence, ttl, watchdog, shared, used, size}
-	if err != nil || (len(r) != 1 && len(r) != 7) {
-		return Grant{}, unexpectedReply("renew", l.Lock, r, err)
-	}
-	if r[0] == 0 { // a refusal needs no acknowledgement
+	r, err := decodeRenew(l.Lock, reply)
+	switch {
+	case err != nil:
+		return Grant{}, err
+	case r.lost: // a refusal needs no acknowledgement
 		return Grant{}, fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, l.Kind, l.Lock, l.ID)
-	}
-	if acked != nil { // renewed, but not on enough replicas to be promised
+	case acked != nil: // renewed, but not on enough replicas to be promised
 		return Grant{}, acked
 	}
-	l.Fence, ttl = r[1], time.Duration(r[2])*time.Millisecond
-	g := Grant{Lease: l, Mode: Exclusive, TTL: ttl, ExpiresAt: start.Add(s.validity(ttl)), Holds: r[0], Watchdog: r[3] == 1,
-		Used: r[5], Permits: r[6]}
-	if r[4] == 1 {
+	l.Fence = r.fence
+	g := Grant{Lease: l, Mode: Exclusive, TTL: r.ttl, ExpiresAt: start.Add(s.dep.validity(r.ttl)), Holds: r.holds, Watchdog: r.watchdog,
+		Used: r.used, Permits: r.size}
+	if r.shared {
 		g.Mode = Shared
 	}
 	return g, nil

@@ -2,8 +2,6 @@ package lockcore
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,16 +41,6 @@ func (e *notAckedError) Error() string {
 
 func (e *notAckedError) Unwrap() error { return ErrUnavailable }
 
-// ackedScript is a script whose writes are waited for, with what sending it by hand needs.
-type ackedScript struct {
-	src, sha string
-}
-
-func newAckedScript(src string) ackedScript {
-	sum := sha1.Sum([]byte(src))
-	return ackedScript{src: src, sha: hex.EncodeToString(sum[:])}
-}
-
 // redirectBudget bounds how long an acknowledged call follows a Cluster slot's migration or
 // failover (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) before it answers ErrUnavailable.
 const redirectBudget = 2 * time.Second
@@ -72,7 +60,6 @@ const (
 type replicaAcks struct {
 	client  rueidis.Client
 	timeout time.Duration
-	scripts map[*rueidis.Lua]ackedScript
 	// fixed is the number of replicas asked for; 0 when it is every replica the deployment knows,
 	// counted by count into counted (0 until the first count succeeds: grants answer
 	// ErrUnavailable until then).
@@ -122,7 +109,7 @@ func (a *replicaAcks) recount(ctx context.Context) {
 // exec runs script sc, then WAIT, on one connection. It returns the script's reply, and a
 // *notAckedError alongside it when the replicas fell short, so that the caller can undo what the
 // reply says was granted.
-func (a *replicaAcks) exec(ctx context.Context, sc ackedScript, keys, args []string) ([]rueidis.RedisMessage, error) {
+func (a *replicaAcks) exec(ctx context.Context, sc *script, keys, args []string) ([]rueidis.RedisMessage, error) {
 	want, err := a.want()
 	if err != nil {
 		return nil, err
@@ -165,7 +152,7 @@ var errUnknownNode = errors.New("redirected to a node the client does not know y
 // once sends sc and WAIT on one dedicated connection: to node when a redirection named one
 // (preceded by ASKING after an ASK), else where the client routes the keys. NOSCRIPT is answered
 // by sending the script's source on the same connection.
-func (a *replicaAcks) once(ctx context.Context, node string, asking bool, sc ackedScript, keys, args []string, want int64) ([]rueidis.RedisResult, error) {
+func (a *replicaAcks) once(ctx context.Context, node string, asking bool, sc *script, keys, args []string, want int64) ([]rueidis.RedisResult, error) {
 	c := a.client
 	if node != "" {
 		n, ok := c.Nodes()[node]

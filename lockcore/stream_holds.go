@@ -220,7 +220,7 @@ func (st *Stream) check() {
 			case <-wait.C:
 				st.stale = true // counted events that never came: lost on the way
 				continue
-			case <-st.s.ctx.Done():
+			case <-st.hub.e.ctx.Done():
 				return
 			}
 		}

@@ -16,14 +16,14 @@ import (
 // once: a copy, or a ticket presented again after its wait was granted, queues as a newcomer, as
 // does one presented after the grace. Tickets are signed like lease tokens (in a domain of their
 // own), so nobody can forge a reference to another waiter's place.
-type ticket struct {
+type ticketClaims struct {
 	V     int    `json:"v"`
 	Lock  string `json:"lock"`
 	Owner string `json:"owner"`
 	ID    string `json:"id"`
 }
 
-func (t *Tokens) mintTicket(tk ticket) string {
+func (t *Tokens) mintTicket(tk ticketClaims) string {
 	tk.V = 1
 	payload, _ := json.Marshal(tk) // cannot fail: strings and ints only
 	p := base64.RawURLEncoding.EncodeToString(payload)
@@ -42,7 +42,7 @@ func (t *Tokens) parseTicket(value, lock, owner string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", errBadTicketSignature, err)
 	}
-	var tk ticket
+	var tk ticketClaims
 	if err := json.Unmarshal(raw, &tk); err != nil || tk.V != 1 || uuid.Validate(tk.ID) != nil {
 		return "", fmt.Errorf("%w: payload is not a version 1 queue ticket", ErrInvalidTicket)
 	}

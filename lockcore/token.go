@@ -187,3 +187,6 @@ func (t *Tokens) verify(domain, value string) ([]byte, error) {
 	}
 	return raw, nil
 }
+
+// maxMultiTokenLen bounds what ParseMulti will decode: 64 names of 200 bytes, an owner, in base64.
+const maxMultiTokenLen = 24 << 10

@@ -1,10 +1,10 @@
 package lockcore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,8 +13,10 @@ import (
 // retryPause is how long a waiter waits before retrying a Redis call that failed.
 const retryPause = 50 * time.Millisecond
 
-// acquireWaiting queues for req.Lock and waits up to req.Wait for it: a synchronous call bounded by
-// ctx, the wait and the Service's Close, running on the caller's goroutine.
+// waitAs queues for req.Lock as lease and waits up to req.Wait for it: a synchronous call bounded
+// by ctx, the wait and the Service's Close, running on the caller's goroutine. Its grant is not
+// settled (see Service.finishGrant): a multi-lock's member enrolls no watchdog of its own, and the group
+// gives back what it took when its caller leaves.
 //
 // The waiter registers with this process's waiters before it enqueues in Redis, so a grant
 // published right after the enqueue still finds it. Grants are direct hand-offs: the script that
@@ -27,16 +29,6 @@ const retryPause = 50 * time.Millisecond
 // when the Service closes, a *ShutdownError with a QueueTicket; when Redis is still failing as the
 // wait ends, ErrUnavailable. Whenever it returns without a grant the waiter has left the queue,
 // and a grant that reached it meanwhile has been passed on.
-func (s *Service) acquireWaiting(ctx context.Context, req AcquireRequest, lease string) (Grant, error) {
-	g, err := s.waitAs(ctx, req, lease)
-	if err != nil {
-		return Grant{}, err
-	}
-	return s.settle(ctx, req, g)
-}
-
-// waitAs is acquireWaiting for lease, without settle: a multi-lock's member enrolls no watchdog of
-// its own, and the group gives back what it took when its caller leaves.
 func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) (g Grant, err error) {
 	start := time.Now()
 	queued := false // it stood in the queue: a wait the observer hears of
@@ -73,9 +65,9 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 	defer stop()
 	awaitSubscription(waitCtx, w.ready)
 
-	wt := &wait{s: s, req: req, lease: lease, start: start, ticketID: ticketID}
+	wt := &waitTurn{svc: s, asked: req, lease: lease, start: start, resumeID: ticketID}
 	queue := true
-	var handed gathering // RedLock: the masters that handed it the lock since the last confirmation
+	var handed handOffTally // RedLock: the masters that handed it the lock since the last confirmation
 	defer handed.reset()
 	for {
 		if queue {
@@ -89,7 +81,7 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 			if !queued {
 				queued = true
 				s.obs.WaitStarted(req.Kind.String())
-				s.contention.add(req.ref(), time.Now())
+				s.ledgers.contention.add(req.ref(), time.Now())
 			}
 			queue = false
 		}
@@ -109,7 +101,7 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 			queue = true
 			continue
 		}
-		if s.rl != nil && !handed.enough(ev.from, s.rl.quorum) {
+		if !handed.enough(ev.from, s.dep.handOffs()) {
 			continue
 		}
 		handed.reset()
@@ -125,46 +117,46 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 	}
 }
 
-// gathering is, on RedLock, the masters that handed a waiter the lock since its last
-// confirmation: it confirms once a majority did, or gatherFor after the first one did, so that a
+// handOffTally is, on RedLock, the masters that handed a waiter the lock since its last
+// confirmation: it confirms once a majority did, or tallyFor after the first one did, so that a
 // confirmation sent at the first master's hand-off does not reach masters that have yet to see the
 // release (they would refuse it, and the waiter would queue again). One Redis: every hand-off is
 // confirmed at once.
-type gathering struct {
+type handOffTally struct {
 	masters map[int]bool
 	timer   *time.Timer
 }
 
-// gatherFor bounds how long a waiter waits for a majority's hand-offs after the first (the
+// tallyFor bounds how long a waiter waits for a majority's hand-offs after the first (the
 // releases reach the masters together: they usually all arrive within a millisecond).
-const gatherFor = 20 * time.Millisecond
+const tallyFor = 20 * time.Millisecond
 
-// enough records that master from (0: unknown, e.g. the timer's) handed the lock over and says
-// whether to confirm now.
-func (g *gathering) enough(from, quorum int) bool {
-	if from == 0 {
+// enough records that copy from (0: unknown, e.g. the timer's) handed the lock over and says
+// whether to confirm now: once quorum copies did.
+func (g *handOffTally) enough(from, quorum int) bool {
+	if from == 0 || quorum <= 1 {
 		return true
 	}
 	if g.masters == nil {
 		g.masters = map[int]bool{}
-		g.timer = time.NewTimer(gatherFor)
+		g.timer = time.NewTimer(tallyFor)
 	}
 	g.masters[from] = true
 	return len(g.masters) >= quorum
 }
 
-func (g *gathering) timeout() <-chan time.Time {
+func (g *handOffTally) timeout() <-chan time.Time {
 	if g.timer == nil {
 		return nil
 	}
 	return g.timer.C
 }
 
-func (g *gathering) reset() {
+func (g *handOffTally) reset() {
 	if g.timer != nil {
 		g.timer.Stop()
 	}
-	*g = gathering{}
+	*g = handOffTally{}
 }
 
 // waitOutcome is how a wait that stood in the queue ended, by what it returned.
@@ -181,63 +173,43 @@ func waitOutcome(ctx context.Context, err error) WaitOutcome {
 	return WaitFailed
 }
 
-// wait is the state of one waiting acquire.
-type wait struct {
-	s     *Service
-	req   AcquireRequest
+// waitTurn is the state of one waiting acquire.
+type waitTurn struct {
+	svc   *Service
+	asked AcquireRequest
 	lease string
 	start time.Time
 	// arrival is where the waiter stands in the queue (µs, Redis time; 0 until it first queued),
-	// kept when it queues again; until then ticketID names the place a queue ticket kept.
+	// kept when it queues again; until then resumeID names the place a queue ticket kept.
 	arrival  int64
-	ticketID string
+	resumeID string
 }
 
 // enqueue tries for the lock and joins its queue when it is held, retrying Redis errors until
 // waitCtx ends (even a failed enqueue may have landed, its reply lost: queueing again keeps the
 // arrival). It reports the grant, or queued, or the Redis error that outlasted the wait.
-func (wt *wait) enqueue(waitCtx context.Context) (g Grant, queued bool, err error) {
+func (wt *waitTurn) enqueue(waitCtx context.Context) (g Grant, queued bool, err error) {
 	for {
 		callStart := time.Now()
 		r, err := onFreshStack(func() (acquireReply, error) {
-			return wt.s.runAcquire(waitCtx, wt.req, wt.lease, "wait", wt.arrival, wt.ticketID)
+			return wt.svc.runAcquire(waitCtx, wt.asked, wt.lease, true, wt.arrival, wt.resumeID)
 		})
 		switch {
 		case err == nil && r.status == acquireGranted:
-			return wt.s.newGrant(wt.req, wt.lease, r, callStart), false, nil
+			return wt.svc.newGrant(wt.asked, wt.lease, r, callStart), false, nil
 		case err == nil && r.status == acquireReplayed: // a retry of a request that was granted
-			req := wt.req
+			req := wt.asked
 			req.TTL = r.pttl // what the first request's lease has left
-			return wt.s.newGrant(req, r.lease, r, callStart), false, nil
+			return wt.svc.newGrant(req, r.lease, r, callStart), false, nil
 		case err == nil && r.status == acquireReplayedLost:
-			return Grant{}, false, fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, wt.req.Kind, wt.req.Lock)
+			return Grant{}, false, fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, wt.asked.Kind, wt.asked.Lock)
 		case err == nil:
 			wt.arrival = r.arrival
-			wt.s.waiters.checkBy(wt.s.keys(wt.req.ref()).lock, time.Now().Add(r.pttl+time.Millisecond))
+			wt.svc.waiters.checkBy(wt.svc.keys(wt.asked.ref()).lock, time.Now().Add(r.pttl+time.Millisecond))
 			return Grant{}, true, nil
 		case !errors.Is(err, ErrUnavailable) || !pause(waitCtx):
 			return Grant{}, false, err
 		}
-	}
-}
-
-// subscriptionWait bounds how long a waiter waits for its slot's new subscription (Redis Cluster)
-// before it queues anyway: a grant that finds no subscriber is recovered by the heartbeat.
-const subscriptionWait = time.Second
-
-// awaitSubscription waits until ready is closed, subscriptionWait passes or ctx ends.
-func awaitSubscription(ctx context.Context, ready <-chan struct{}) {
-	select {
-	case <-ready:
-		return
-	default:
-	}
-	t := time.NewTimer(subscriptionWait)
-	defer t.Stop()
-	select {
-	case <-ready:
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }
 
@@ -261,23 +233,23 @@ func onFreshStack[T any](f func() (T, error)) (T, error) {
 
 // confirm turns the lock handed to this waiter into its grant, retrying Redis errors until waitCtx
 // ends (confirming is idempotent). It reports lost when the claim ran out first.
-func (wt *wait) confirm(waitCtx context.Context) (g Grant, lost bool, err error) {
+func (wt *waitTurn) confirm(waitCtx context.Context) (g Grant, lost bool, err error) {
 	for {
 		start := time.Now()
-		l := Lease{Lock: wt.req.Lock, Kind: wt.req.Kind, Owner: wt.req.Owner, ID: wt.lease}
-		g, err := wt.s.renewLease(waitCtx, l, wt.req.TTL, start)
+		l := Lease{Lock: wt.asked.Lock, Kind: wt.asked.Kind, Owner: wt.asked.Owner, ID: wt.lease}
+		g, err := wt.svc.renewLease(waitCtx, l, wt.asked.TTL, start, true)
 		switch {
 		case err == nil:
-			g.Principal = wt.req.Principal
-			g.Token = wt.s.tokens.Mint(g.Lease)
-			if wt.req.Kind == KindSemaphore {
-				g.Permits = wt.req.Permits
+			g.Principal = wt.asked.Principal
+			g.Token = wt.svc.tokens.Mint(g.Lease)
+			if wt.asked.Kind == KindSemaphore {
+				g.Permits = wt.asked.Permits
 			}
-			wt.s.rememberGrant(waitCtx, wt.req, g)
+			wt.svc.rememberGrant(waitCtx, wt.asked, g)
 			return g, false, nil
 		case errors.Is(err, ErrLeaseLost):
 			return Grant{}, true, nil
-		case wt.s.rl != nil && errors.Is(err, ErrUnavailable):
+		case errors.Is(err, errNotConfirmed):
 			// RedLock: fewer than a majority confirmed (the others hold it for someone else, or
 			// do not answer). Queue again: that keeps what the majority-to-be handed over, and
 			// gives back holds that an earlier waiter should have (see redlock_quorum.go).
@@ -304,27 +276,24 @@ func pause(ctx context.Context) bool {
 // it got no grant: cause if not nil; else the caller left (ctx's error); else the Service closed (a
 // *ShutdownError) or the wait ran out (a *HeldError), both with a queue ticket that keeps the
 // waiter's place for TicketGrace.
-func (wt *wait) end(ctx context.Context, cause error) error {
-	s := wt.s
-	ticketMs, ticketID := "0", ""
-	if cause == nil && ctx.Err() == nil {
-		ticketMs, ticketID = ms(s.ticketGrace), uuid.NewString()
+func (wt *waitTurn) end(ctx context.Context, cause error) error {
+	s := wt.svc
+	a := dequeueArgs{lease: wt.lease, arrival: wt.arrival}
+	if cause == nil && ctx.Err() == nil { // its place is kept for its next wait
+		a.ticket, a.ticketID = s.cfg.ticketGrace, uuid.NewString()
 	}
-	reply, err := s.runWithKeys(context.WithoutCancel(ctx), s.dequeue, wt.req.ref(), []string{s.keys(wt.req.ref()).ticket(ticketID)},
-		wt.lease, ticketMs, strconv.FormatInt(wt.arrival, 10))
-	var r []int64
+	reply, err := s.dep.run(context.WithoutCancel(ctx), a.call(s.lockCall(wt.asked.ref())))
+	var r dequeueReply
 	if err == nil {
-		if r, err = ints(reply); err == nil && (len(r) < 2 || (r[0] == 0 && len(r) != 3)) {
-			err = unexpectedReply("dequeue", wt.req.Lock, r, nil)
-		}
+		r, err = decodeDequeue(wt.asked.Lock, reply)
 	}
 	if err != nil {
 		// The entry ages out of the queue within the liveness window once no heartbeat refreshes it.
-		s.log.Warn("leaving the wait queue failed", wt.req.Kind.String(), wt.req.Lock, "err", err)
+		s.log.Warn("leaving the wait queue failed", wt.asked.Kind.String(), wt.asked.Lock, "err", err)
 	}
 	var queueTicket string
-	if err == nil && r[len(r)-1] == 1 {
-		queueTicket = s.tokens.mintTicket(ticket{Lock: wt.req.Lock, Owner: wt.req.Owner, ID: ticketID})
+	if err == nil && r.ticketed {
+		queueTicket = s.tokens.mintTicket(ticketClaims{Lock: wt.asked.Lock, Owner: wt.asked.Owner, ID: a.ticketID})
 	}
 	switch {
 	case cause != nil:
@@ -336,9 +305,30 @@ func (wt *wait) end(ctx context.Context, cause error) error {
 	case err != nil:
 		return err
 	}
-	held := &HeldError{Lock: wt.req.Lock, Kind: wt.req.Kind, RetryAfter: s.claimTTL, Waited: time.Since(wt.start), QueueTicket: queueTicket}
-	if r[0] == 0 {
-		held.RetryAfter = time.Duration(max(r[1], 0)) * time.Millisecond
+	held := &HeldError{Lock: wt.asked.Lock, Kind: wt.asked.Kind, RetryAfter: s.cfg.claimTTL, Waited: time.Since(wt.start), QueueTicket: queueTicket}
+	if !r.handed {
+		held.RetryAfter = max(r.holdLeft, 0)
 	}
 	return held
+}
+
+// Parked returns how many waiting acquires this Service holds now.
+func (s *Service) Parked() int { return s.waiters.parked() }
+
+// rememberGrant keeps a waiter's grant for retries of its request with the same Idempotency-Key
+// (a grant acquire.lua made keeps itself). A failure only costs a retry its idempotency.
+func (s *Service) rememberGrant(ctx context.Context, req AcquireRequest, g Grant) {
+	if req.IdempotencyKey == "" {
+		return
+	}
+	k := s.keys(req.ref())
+	window := max(s.cfg.idemWindow, g.TTL)
+	var err error
+	for _, c := range s.dep.copies() {
+		err = cmp.Or(err, c.Do(context.WithoutCancel(ctx), c.B().Set().Key(k.idempotency("acquire", "", req.IdempotencyKey)).
+			Value(g.ID+" "+req.Owner).Px(window).Build()).Error())
+	}
+	if err != nil {
+		s.log.Warn("remembering a grant for its idempotent retries failed", req.Kind.String(), req.Lock, "err", err)
+	}
 }

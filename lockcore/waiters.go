@@ -1,8 +1,7 @@
 package lockcore
 
 import (
-	"strconv"
-	"strings"
+	"context"
 	"sync"
 	"time"
 
@@ -14,25 +13,24 @@ import (
 // and one heartbeat per lock that has local waiters (heartbeat.go). A waiter registers here before
 // it enqueues in Redis, so a grant published at any moment after the enqueue finds it.
 type waiters struct {
-	s       *Service
-	replica string // this process's ID in queue entries
-	channel string // chanPrefix + replica
-	max     int    // cap on byLease
+	e         *engine
+	replica   string        // this process's ID in queue entries
+	max       int           // cap on byLease
+	heartbeat time.Duration // Options.Heartbeat
 
 	mu         sync.Mutex
 	byLease    map[string]*waiter
-	heartbeats map[string]*heartbeat // by the lock's (or semaphore's) key
-	slots      map[int]*slotSub      // Redis Cluster: this process's subscription per slot
+	heartbeats map[string]*lockHeartbeat // by the lock's (or semaphore's) key
 
-	events *eventHub // live event streams, which ride on the same subscription (event_hub.go)
+	events eventSink // live event streams, which ride on the same subscription (event_hub.go)
 }
 
-// slotSub is, on Redis Cluster, this process's sharded subscription to its grants channel of one
-// slot (see Service.chanPrefixFor): made when a waiter first waits on a lock of that slot, kept
-// until the Service closes (at most one per slot).
-type slotSub struct {
-	ready chan struct{} // closed once the subscription is first confirmed
-	once  sync.Once
+// eventSink hears what the subscriptions carry for live event streams (the event hub): their
+// messages, and when messages may have been lost, which locks to read again.
+type eventSink interface {
+	deliver(msg string)
+	resync(match func(key string) bool)
+	resyncEarly(slot int)
 }
 
 // waiter is one waiting Acquire. Its events channel receives grants addressed to it and requests
@@ -41,122 +39,19 @@ type waiter struct {
 	key    string // its lock's (or semaphore's) key
 	lease  string
 	events chan event
-	ready  <-chan struct{} // closed once a grant for it can arrive (its slot's subscription, on Cluster)
+	ready  <-chan struct{} // closed once a grant for it can arrive (see deployment.ready)
 }
-
-// closedChan is ready for a waiter whose grants arrive on the process-wide subscription.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 type event struct {
 	fence   int64 // > 0: the lock was handed to this waiter with this fence
 	requeue bool  // Redis lost this waiter's queue entry: queue again at the original arrival
-	from    int   // RedLock: 1 + the index of the master that said so (0: one Redis)
+	from    int   // which copy of the locks said so: 0 on one Redis, 1 + a RedLock master's index
 }
 
-// newWaiters starts the process's subscriber; it and the heartbeats stop when s.ctx ends.
-func newWaiters(s *Service, replica string, max int) *waiters {
-	ws := &waiters{
-		s: s, replica: replica, channel: s.chanPrefix + replica, max: max,
-		byLease: map[string]*waiter{}, heartbeats: map[string]*heartbeat{}, slots: map[int]*slotSub{},
-	}
-	ws.events = newEventHub(s, ws)
-	if !s.cluster {
-		for i, c := range s.clients() { // RedLock: every master hands on locks
-			s.wg.Add(1)
-			go ws.subscribe(c, masterTag(s, i))
-		}
-	}
-	return ws
-}
-
-// subscribeSlot keeps this process's sharded subscription to its grants channel of slot alive
-// until the Service closes (Redis Cluster). Each (re)subscription, e.g. after the slot moved to
-// another node or a failover, makes every heartbeat check its lock at once, and the slot's event
-// streams read their locks again: messages published during the gap are lost.
-func (ws *waiters) subscribeSlot(slot int, sub *slotSub) {
-	defer ws.s.wg.Done()
-	channel := ws.s.slotChanPrefix(slot) + ws.replica
-	for ws.s.ctx.Err() == nil {
-		ctx := rueidis.WithOnSubscriptionHook(ws.s.ctx, func(s rueidis.PubSubSubscription) {
-			if s.Kind == "ssubscribe" {
-				ws.slotSubscribed(slot, sub)
-			}
-		})
-		_ = ws.s.client.Receive(ctx, ws.s.client.B().Ssubscribe().Channel(channel).Build(), func(m rueidis.PubSubMessage) { ws.onMessage(m, 0) })
-		select { // Receive returned: the slot moved (sunsubscribe), or Redis unreachable; again shortly
-		case <-ws.s.ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// slotSubscribed runs on each confirmation of the subscription of slot: every heartbeat checks
-// its lock at once, and the slot's event streams read their locks again, since messages published
-// before it were lost. On the first confirmation that concerns only the streams that took their
-// state before it (their join stopped waiting for it, see eventHub.join): the others read their
-// state after it.
-func (ws *waiters) slotSubscribed(slot int, sub *slotSub) {
-	first := false
-	sub.once.Do(func() { close(sub.ready); first = true })
-	ws.checkAll()
-	if first {
-		ws.events.resyncEarly(slot)
-	} else {
-		ws.events.resyncSlot(slot)
-	}
-}
-
-// subscribe keeps the process's subscription alive until the Service closes. rueidis re-subscribes
-// by itself after a lost connection; messages published during the gap are lost, so every
-// (re)subscription makes each heartbeat check its lock at once, and every event stream read its
-// lock again.
-func (ws *waiters) subscribe(c rueidis.Client, from int) {
-	defer ws.s.wg.Done()
-	first := true
-	for ws.s.ctx.Err() == nil {
-		ctx := rueidis.WithOnSubscriptionHook(ws.s.ctx, func(s rueidis.PubSubSubscription) {
-			if s.Kind == "subscribe" {
-				if !first {
-					ws.s.obs.Resubscribed()
-				}
-				first = false
-				ws.checkAll()
-				ws.events.resyncAll()
-			}
-		})
-		_ = c.Receive(ctx, c.B().Subscribe().Channel(ws.channel).Build(), func(m rueidis.PubSubMessage) { ws.onMessage(m, from) })
-		select { // Receive returned: Redis unreachable, or unsubscribed; try again shortly
-		case <-ws.s.ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// onMessage runs on the connection's reader goroutine: it must never block. Messages are
-// "g <lease> <fence>" (a hold was handed to that waiter), "e <lock key> <ms>" (the lock's, or
-// semaphore's, earliest hold runs out in ms; this process has its first waiter) and "v <lock
-// key> ..." (a live event of a lock this process streams, see event_hub.go).
-func (ws *waiters) onMessage(m rueidis.PubSubMessage, from int) {
-	if strings.HasPrefix(m.Message, "v ") {
-		ws.events.deliver(m.Message)
-		return
-	}
-	f := strings.Fields(m.Message)
-	if len(f) != 3 {
-		return
-	}
-	n, err := strconv.ParseInt(f[2], 10, 64)
-	if err != nil {
-		return
-	}
-	switch f[0] {
-	case "g":
-		ws.deliver(f[1], event{fence: n, from: from})
-	case "e":
-		if n >= 0 {
-			ws.checkBy(f[1], time.Now().Add(time.Duration(n)*time.Millisecond+time.Millisecond))
-		}
-	}
+// newWaiters returns the process's waiters; start them (listen) once events is set.
+func newWaiters(e *engine, replica string, opts Options) *waiters {
+	return &waiters{e: e, replica: replica, max: opts.MaxWaiters, heartbeat: opts.Heartbeat,
+		byLease: map[string]*waiter{}, heartbeats: map[string]*lockHeartbeat{}}
 }
 
 // deliver hands ev to the waiter of lease, if it is still here. It never blocks.
@@ -178,44 +73,26 @@ func (ws *waiters) deliver(lease string, ev event) {
 func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if ws.s.ctx.Err() != nil {
+	e := ws.e
+	if e.ctx.Err() != nil {
 		return nil, errShuttingDown
 	}
 	if len(ws.byLease) >= ws.max {
 		return nil, ErrTooManyWaiters
 	}
-	key := ws.s.keys(ref).lock
-	// Room for one event per master: on RedLock a waiter gathers a majority's hand-offs.
-	w := &waiter{key: key, lease: lease, events: make(chan event, ws.s.masterCount()), ready: ws.subscription(key)}
-	ws.s.wg.Add(1)
+	key := e.keys(ref).lock
+	// Room for one event per copy of the locks: on RedLock a waiter gathers a majority's hand-offs.
+	w := &waiter{key: key, lease: lease, events: make(chan event, len(e.dep.copies())), ready: e.dep.ready(ws, key)}
+	e.wg.Add(1)
 	ws.byLease[lease] = w
 	hb := ws.heartbeats[key]
 	if hb == nil {
 		hb = newHeartbeat(ref, key)
 		ws.heartbeats[key] = hb
-		ws.s.wg.Add(1)
-		go ws.beat(hb)
+		e.wg.Go(func() { ws.beat(hb) })
 	}
 	hb.leases[lease] = struct{}{}
 	return w, nil
-}
-
-// subscription returns a channel closed once messages about the lock (or semaphore) with key can
-// reach this process: at once, or on Redis Cluster once this process's subscription of the lock's
-// slot is confirmed (made now if it is the slot's first). Call with ws.mu held, before Close.
-func (ws *waiters) subscription(key string) <-chan struct{} {
-	if !ws.s.cluster {
-		return closedChan
-	}
-	slot := keySlot(key)
-	sub := ws.slots[slot]
-	if sub == nil {
-		sub = &slotSub{ready: make(chan struct{})}
-		ws.slots[slot] = sub
-		ws.s.wg.Add(1)
-		go ws.subscribeSlot(slot, sub)
-	}
-	return sub.ready
 }
 
 // leave unregisters w; its lock's heartbeat ends by itself once it has no waiters.
@@ -226,7 +103,7 @@ func (ws *waiters) leave(w *waiter) {
 		delete(hb.leases, w.lease)
 	}
 	ws.mu.Unlock()
-	ws.s.wg.Done()
+	ws.e.wg.Done()
 }
 
 // checkBy makes the heartbeat of the lock (or semaphore) with key check it by at, e.g. when a
@@ -249,17 +126,169 @@ func (ws *waiters) checkAll() {
 	}
 }
 
-// masterTag is what events from master i say they come from: 1 + i on RedLock, 0 on one Redis.
-func masterTag(s *Service, i int) int {
-	if s.rl == nil {
-		return 0
-	}
-	return i + 1
+// parked returns how many waiting acquires this process holds now.
+func (ws *waiters) parked() int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return len(ws.byLease)
 }
 
-// Parked returns how many waiting acquires this Service holds now.
-func (s *Service) Parked() int {
-	s.waiters.mu.Lock()
-	defer s.waiters.mu.Unlock()
-	return len(s.waiters.byLease)
+// lockHeartbeat looks after one lock on behalf of this process's waiters for it: it keeps their queue
+// entries alive, notices the holder's expiry (which publishes nothing), and recovers grants and
+// queue entries lost to pub/sub gaps or a Redis restart. Its Redis cost is one heartbeat script
+// per beat (or expiry), whatever the number of waiters.
+type lockHeartbeat struct {
+	ref    Ref
+	key    string              // ref's key, the heartbeat's key in waiters.heartbeats
+	leases map[string]struct{} // guarded by waiters.mu
+
+	mu   sync.Mutex
+	due  time.Time // next beat
+	wake chan struct{}
+}
+
+func newHeartbeat(ref Ref, key string) *lockHeartbeat {
+	return &lockHeartbeat{ref: ref, key: key, leases: map[string]struct{}{}, wake: make(chan struct{}, 1)}
+}
+
+// checkBy moves the next beat forward to at (never backward).
+func (hb *lockHeartbeat) checkBy(at time.Time) {
+	hb.mu.Lock()
+	if hb.due.IsZero() || at.Before(hb.due) {
+		hb.due = at
+	}
+	hb.mu.Unlock()
+	select {
+	case hb.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (hb *lockHeartbeat) next() time.Time {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.due
+}
+
+// beat runs hb until its lock has no local waiters or the Service closes.
+func (ws *waiters) beat(hb *lockHeartbeat) {
+	hb.checkBy(time.Now().Add(ws.heartbeat))
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Reset(time.Until(hb.next()))
+		select {
+		case <-ws.e.ctx.Done():
+			return
+		case <-hb.wake:
+			if time.Now().Before(hb.next()) {
+				continue
+			}
+		case <-timer.C:
+		}
+		leases, ok := ws.leasesOf(hb)
+		if !ok {
+			return
+		}
+		hb.mu.Lock()
+		hb.due = time.Time{}
+		hb.mu.Unlock()
+		hb.checkBy(time.Now().Add(ws.runHeartbeat(hb.ref, leases)))
+	}
+}
+
+// leasesOf returns the leases hb looks after, or false (and forgets hb) when there are none left.
+func (ws *waiters) leasesOf(hb *lockHeartbeat) ([]string, bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if len(hb.leases) == 0 {
+		delete(ws.heartbeats, hb.key)
+		return nil, false
+	}
+	leases := make([]string, 0, len(hb.leases))
+	for l := range hb.leases {
+		leases = append(leases, l)
+	}
+	return leases, true
+}
+
+// runHeartbeat runs the heartbeat script for ref on every copy of the locks and acts on each
+// reply as it comes: a hold any copy handed a waiter makes it confirm (on RedLock a majority must
+// agree to it, see redlock_quorum.go), and an entry any copy lost makes it queue again there. It
+// returns when to beat again, once enough copies answered (at most a beat later): a stalled RedLock
+// master must not hold up the beats that keep the waiters alive on the others; its reply is acted
+// on when it comes.
+func (ws *waiters) runHeartbeat(ref Ref, leases []string) time.Duration {
+	lc := ws.e.lockCall(ref)
+	var mu sync.Mutex
+	next := ws.heartbeat
+	ws.e.dep.each(context.Background(), lc.call(scripts.heartbeat, nil, leases...), ws.heartbeat,
+		func(from int, reply []rueidis.RedisMessage, err error) {
+			d := ws.actOnHeartbeat(ref, reply, err, from)
+			mu.Lock()
+			next = min(next, d)
+			mu.Unlock()
+		})
+	mu.Lock()
+	defer mu.Unlock()
+	return next
+}
+
+// actOnHeartbeat acts on a heartbeat's reply (from: see event); it returns when to beat again.
+func (ws *waiters) actOnHeartbeat(ref Ref, reply []rueidis.RedisMessage, err error, from int) time.Duration {
+	var wait, granted int64
+	if err == nil {
+		wait, err = heartbeatInt(reply, 0)
+	}
+	if err == nil {
+		granted, err = heartbeatInt(reply, 1)
+	}
+	if err == nil && (granted < 0 || int64(len(reply)) < 2+2*granted) {
+		err = unexpectedReply("heartbeat", ref.Name, len(reply), nil)
+	}
+	if err != nil {
+		ws.e.log.Warn("queue heartbeat failed; retrying", ref.Kind.String(), ref.Name, "err", err)
+		return 100 * time.Millisecond
+	}
+	for i := int64(0); i < granted; i++ { // grants whose message may have been lost
+		lease, _ := reply[2+2*i].ToString()
+		fence, _ := reply[3+2*i].AsInt64()
+		ws.deliver(lease, event{fence: fence, from: from})
+	}
+	for _, m := range reply[2+2*granted:] {
+		lease, _ := m.ToString()
+		ws.deliver(lease, event{requeue: true})
+	}
+	next := ws.heartbeat
+	if expiry := time.Duration(wait)*time.Millisecond + time.Millisecond; wait >= 0 && expiry < next {
+		next = expiry
+	}
+	return next
+}
+
+func heartbeatInt(reply []rueidis.RedisMessage, i int) (int64, error) {
+	if len(reply) <= i {
+		return 0, unexpectedReply("heartbeat", "", len(reply), nil)
+	}
+	return reply[i].AsInt64()
+}
+
+// subscriptionWait bounds how long a waiter waits for its slot's new subscription (Redis Cluster)
+// before it queues anyway: a grant that finds no subscriber is recovered by the heartbeat.
+const subscriptionWait = time.Second
+
+// awaitSubscription waits until ready is closed, subscriptionWait passes or ctx ends.
+func awaitSubscription(ctx context.Context, ready <-chan struct{}) {
+	select {
+	case <-ready:
+		return
+	default:
+	}
+	t := time.NewTimer(subscriptionWait)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

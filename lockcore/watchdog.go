@@ -4,51 +4,32 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
-	"hash/fnv"
 	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
 )
 
-// The watchdog's schedule lives in Redis, not in the process that granted the lease: a zset maps
-// "<lock>\n<lease>" (a semaphore's: "<semaphore>\n<lease>\ns") to when its next renewal is due, in Redis time (so gateway clocks play no
-// part). Every replica sweeps it, so a watchdog lease outlives the replica that granted it;
-// renewal is idempotent, and a claim pushes due entries a little forward so that replicas rarely
-// renew the same lease twice.
-//
-// On Redis Cluster one schedule would put every lease's renewals on one node: the schedule is
-// split into watchdogShards shards, each a pair of zsets under a hash tag of its own ("0" to "7",
-// slots spread over the masters), a lease going to the shard its lock's name hashes to.
-const watchdogShards = 8
-
-// scheduleShard is one shard of the schedule: single leases' renewals and multi-locks', and the
-// holds that may outlive the long-hold threshold (see long_holds.go).
-type scheduleShard struct{ leases, groups, aged string }
-
-func scheduleShards(prefix string, cluster bool) []scheduleShard {
-	if !cluster {
-		return []scheduleShard{{prefix + "watchdog", prefix + "watchdog:multi", prefix + "holds:aged"}}
-	}
-	shards := make([]scheduleShard, watchdogShards)
-	for i := range shards {
-		base := prefix + "watchdog:{" + strconv.Itoa(i) + "}"
-		shards[i] = scheduleShard{base, base + ":multi", base + ":aged"}
-	}
-	return shards
+// watchdog renews watchdog leases on their schedule, which every replica sweeps.
+type watchdog struct {
+	e                *engine
+	shards           scheduleShards
+	reportsLongHolds bool         // an enrolled lease is entered among the long-hold report's candidates
+	groups           groupRenewer // renews a multi-lock's members (the Service)
+	failures         atomic.Int64 // renewals that failed since start
 }
 
-// shardOf returns the schedule shard of the lock (or multi-lock id) name.
-func (s *Service) shardOf(name string) scheduleShard {
-	if len(s.shards) == 1 {
-		return s.shards[0]
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(name))
-	return s.shards[h.Sum32()%uint32(len(s.shards))]
+// groupRenewer renews every member of the multi-lock a group schedule member names; it returns as
+// watchdog.renewDue does.
+type groupRenewer interface {
+	renewGroupDue(ctx context.Context, member string) int64
+}
+
+func newWatchdog(e *engine, groups groupRenewer) *watchdog {
+	return &watchdog{e: e, shards: newScheduleShards(e.space.prefix, e.dep.shards()), reportsLongHolds: e.dep.offers(featureLongHolds) == nil,
+		groups: groups}
 }
 
 const (
@@ -57,133 +38,103 @@ const (
 	sweepBatch = 256                    // renewals claimed per round trip
 )
 
-// enroll schedules the first renewal of a new watchdog grant, a third of its TTL from now.
-func (s *Service) enroll(ctx context.Context, g Grant) error {
-	shard := s.shardOf(g.Lock)
-	keys := []string{shard.leases, shard.aged}
-	if s.rl != nil {
-		keys = keys[:1] // no long-hold report on RedLock: nothing would sweep the aged entries
+// enroll schedules the first renewal of l, a new watchdog grant of ttl, a third of its TTL from
+// now.
+func (w *watchdog) enroll(ctx context.Context, l Lease, ttl time.Duration) error {
+	shard := w.shards.of(l.Lock)
+	keys := []string{shard.leases}
+	if w.reportsLongHolds { // the long-hold report sweeps its candidates
+		keys = append(keys, shard.candidates)
 	}
-	return s.runSchedule(ctx, keys,
-		"enroll", scheduleMember(g.Lease), ms(g.TTL/3), agedMember(g.Lease), strconv.FormatInt(g.Fence/1000, 10))
+	return w.runSchedule(ctx, keys,
+		"enroll", scheduleMember(l), ms(ttl/3), candidateMember(l), strconv.FormatInt(l.Fence/1000, 10))
 }
 
-// runSchedule runs watchdog_schedule.lua (not 'claim'): on RedLock, on every master, a majority
-// of which must take it (each master keeps a copy of the schedule, so that losing a minority of
-// them loses no renewal).
-func (s *Service) runSchedule(ctx context.Context, keys []string, args ...string) error {
-	ctx = context.WithoutCancel(ctx)
-	if s.rl == nil {
-		return classify(s.run(ctx, s.watchdogSchedule, keys, args).Error())
-	}
-	f := s.rl.send(ctx, s.watchdogSchedule, keys, args)
-	took := func(r masterReply) bool { return r.res.Error() == nil }
-	got := f.collect(time.Time{}, s.rl.until(took))
-	f.rest(nil)
-	if count(got, took) < s.rl.quorum {
-		return fmt.Errorf("%w: fewer than a majority of RedLock masters took the watchdog schedule", ErrUnavailable)
-	}
-	return nil
+// runSchedule runs watchdog_schedule.lua (not 'claim') on every copy of the schedule (on
+// RedLock a majority must take it, so that losing a minority of masters loses no renewal).
+func (w *watchdog) runSchedule(ctx context.Context, keys []string, args ...string) error {
+	_, err := w.e.dep.run(ctx, call{script: scripts.watchdogSchedule, keys: keys, args: args})
+	return err
 }
 
 // reschedule sets a watchdog lease's next renewal to a third of its new TTL from now, after a
 // renewal or re-entry that may have shortened it (a renewal due at the old TTL's third would come
 // too late). A failure is logged: the lease then keeps its old schedule.
-func (s *Service) reschedule(ctx context.Context, g Grant) {
-	err := s.runSchedule(ctx, []string{s.shardOf(g.Lock).leases}, "reschedule", scheduleMember(g.Lease), ms(g.TTL/3))
+func (w *watchdog) reschedule(ctx context.Context, l Lease, ttl time.Duration) {
+	err := w.runSchedule(ctx, []string{w.shards.of(l.Lock).leases}, "reschedule", scheduleMember(l), ms(ttl/3))
 	if err != nil {
-		s.log.Warn("rescheduling a watchdog renewal failed", g.Kind.String(), g.Lock, "err", err)
+		w.e.log.Warn("rescheduling a watchdog renewal failed", l.Kind.String(), l.Lock, "err", err)
 	}
 }
 
 // unschedule takes a released lease off the watchdog schedule and the aged holds. A failure is
 // harmless: the next sweeps find the lease gone and drop it then.
-func (s *Service) unschedule(ctx context.Context, l Lease) {
-	shard := s.shardOf(l.Lock)
-	if err := s.dropDuty(ctx, shard.leases, scheduleMember(l), shard.aged, agedMember(l)); err != nil {
-		s.log.Warn("taking a lease off the watchdog schedule failed; the next sweep does it", l.Kind.String(), l.Lock, "err", err)
+func (w *watchdog) unschedule(ctx context.Context, l Lease) {
+	shard := w.shards.of(l.Lock)
+	if err := w.unlist(ctx, shard.leases, scheduleMember(l), shard.candidates, candidateMember(l)); err != nil {
+		w.e.log.Warn("taking a lease off the watchdog schedule failed; the next sweep does it", l.Kind.String(), l.Lock, "err", err)
 	}
 }
 
-// dropDuty takes member off the watchdog schedule key and aged off the shard's aged holds (see
-// long_holds.go).
-func (s *Service) dropDuty(ctx context.Context, schedule, member, agedKey, aged string) error {
+// unlist takes member off the watchdog schedule key and candidate off the shard's long-hold candidates (see
+// long_holds.go), on every copy of the schedule.
+func (w *watchdog) unlist(ctx context.Context, schedule, member, candidatesKey, candidate string) error {
 	var err error
-	for _, c := range s.clients() {
+	for _, c := range w.e.dep.copies() {
 		// One call each, not one DoMulti: a Cluster client's DoMulti has panicked on redirects
 		// (see replica_acks.go). A watchdog lease's release costs a round trip more.
-		for _, cmd := range []rueidis.Completed{c.B().Zrem().Key(schedule).Member(member).Build(), c.B().Zrem().Key(agedKey).Member(aged).Build()} {
+		for _, cmd := range []rueidis.Completed{c.B().Zrem().Key(schedule).Member(member).Build(), c.B().Zrem().Key(candidatesKey).Member(candidate).Build()} {
 			err = cmp.Or(err, c.Do(context.WithoutCancel(ctx), cmd).Error())
 		}
 	}
 	return err
 }
 
-func scheduleMember(l Lease) string {
-	if l.Kind == KindSemaphore {
-		return l.Lock + "\n" + l.ID + "\ns"
-	}
-	return l.Lock + "\n" + l.ID
-}
-
 // sweep renews due watchdog leases until the Service closes.
-func (s *Service) sweep() {
-	defer s.wg.Done()
+func (w *watchdog) sweep() {
+	e := w.e
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-e.ctx.Done():
 			return
 		case <-tick.C:
 		}
-		for _, c := range s.sweepClients() {
-			for _, shard := range s.shards {
-				due := s.anyDue(s.ctx, c, shard)
-				for due[0] && s.ctx.Err() == nil && s.sweepOnce(c, shard.leases, s.renewDue) == sweepBatch {
+		// Each copy of the schedule that counts now, in turn: on RedLock a master down or
+		// restarted may have lost its copy, and the others have it.
+		for _, c := range e.dep.live() {
+			for _, shard := range w.shards {
+				due := w.anyDue(e.ctx, c, shard)
+				for due[0] && e.ctx.Err() == nil && w.sweepOnce(c, shard.leases, w.renewDue) == sweepBatch {
 				}
-				for due[1] && s.ctx.Err() == nil && s.sweepOnce(c, shard.groups, s.renewGroupDue) == sweepBatch {
+				for due[1] && e.ctx.Err() == nil && w.sweepOnce(c, shard.groups, w.groups.renewGroupDue) == sweepBatch {
 				}
 			}
 		}
 	}
 }
 
-// sweepClients are the clients whose schedule the sweep reads: the one, or on RedLock each
-// master's copy in turn, skipping those that do not count now (down, or restarted: their copy may
-// be empty, and the others have it).
-func (s *Service) sweepClients() []rueidis.Client {
-	if s.rl == nil {
-		return []rueidis.Client{s.client}
-	}
-	var out []rueidis.Client
-	now := time.Now()
-	for _, m := range s.rl.masters {
-		if m.counts(now) {
-			out = append(out, m.client)
-		}
-	}
-	return out
-}
-
 // sweepOnce claims a batch of due renewals from schedule, renews them concurrently with renew
 // (rueidis pipelines the calls) and records the outcome in one script. It returns how many it
 // claimed.
-func (s *Service) sweepOnce(c rueidis.Client, schedule string, renew func(context.Context, string) int64) int {
-	ctx := s.ctx
-	claimed, err := s.runOn(ctx, c, s.watchdogSchedule, []string{schedule},
+func (w *watchdog) sweepOnce(c rueidis.Client, schedule string, renew func(context.Context, string) int64) int {
+	e := w.e
+	ctx := e.ctx
+	run := runner{obs: e.obs}.run
+	claimed, err := run(ctx, c, scripts.watchdogSchedule, []string{schedule},
 		[]string{"claim", ms(claimHold), strconv.Itoa(sweepBatch)}).AsStrSlice()
 	if err == nil && len(claimed) == 0 {
 		err = unexpectedReply("watchdog claim", "", claimed, nil)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("watchdog sweep failed; retrying", "err", err)
+			e.log.Warn("watchdog sweep failed; retrying", "err", err)
 		}
 		return 0
 	}
 	later, due := claimed[0], claimed[1:]
-	s.obs.WatchdogSwept(len(due))
+	e.obs.WatchdogSwept(len(due))
 	next := make([]int64, len(due)) // > 0: renewed, next due then; 0: done; < 0: failed, retry after claimHold
 	var wg sync.WaitGroup
 	for i, member := range due {
@@ -197,29 +148,23 @@ func (s *Service) sweepOnce(c rueidis.Client, schedule string, renew func(contex
 
 	// The outcome goes back in one script, which keeps a renewal a renew or re-entry brought
 	// forward meanwhile (see reschedule) rather than overwrite it.
-	args := []string{"settle", later}
+	args := []string{"record", later}
 	for i, member := range due {
 		if next[i] >= 0 {
 			args = append(args, member, strconv.FormatInt(next[i], 10))
 		}
 	}
 	if len(args) > 2 {
-		err := s.runOn(ctx, c, s.watchdogSchedule, []string{schedule}, args).Error()
+		err := run(ctx, c, scripts.watchdogSchedule, []string{schedule}, args).Error()
 		if err != nil && ctx.Err() == nil {
-			s.log.Warn("watchdog schedule update failed; the renewals are retried", "err", err)
+			e.log.Warn("watchdog schedule update failed; the renewals are retried", "err", err)
 		}
-		if s.rl != nil {
-			// The other masters' copies of the schedule move on too, or each would claim the
-			// lease again: up to one renewal per master instead of one.
-			args[0] = "follow"
-			for _, m := range s.rl.masters {
-				if m.client != c {
-					s.rl.late.Add(1)
-					go func() {
-						defer s.rl.late.Done()
-						_ = s.runOn(ctx, m.client, s.watchdogSchedule, []string{schedule}, args).Error()
-					}()
-				}
+		// The other copies of the schedule (RedLock's masters) move on too, or each would claim
+		// the lease again: up to one renewal per master instead of one.
+		follow := append([]string{"follow"}, args[1:]...)
+		for _, other := range e.dep.copies() {
+			if other != c {
+				e.wg.Go(func() { _ = run(ctx, other, scripts.watchdogSchedule, []string{schedule}, follow).Error() })
 			}
 		}
 	}
@@ -228,13 +173,14 @@ func (s *Service) sweepOnce(c rueidis.Client, schedule string, renew func(contex
 
 // anyDue reports, for a shard's single leases' schedule and its multi-locks', whether its
 // earliest renewal is due, or may be: an idle sweep is one round trip of three cheap reads and no
-// script (on Redis Cluster, one small script on the shard's node). Due times are compared with the
-// Redis clock (read in the same round trip), never this host's, so a skewed gateway clock delays
-// nothing.
-func (s *Service) anyDue(ctx context.Context, c rueidis.Client, shard scheduleShard) [2]bool {
+// script. Due times are compared with the Redis clock, never this host's, so a skewed gateway
+// clock delays nothing: read in the same round trip, or where the schedule is split into shards
+// (a Cluster's, on several nodes) by a small read-only script on the shard's node, since TIME has
+// no slot and would be read on another node than the schedule's.
+func (w *watchdog) anyDue(ctx context.Context, c rueidis.Client, shard scheduleShard) [2]bool {
 	var due [2]bool
-	if s.cluster { // TIME has no slot: it would be read on another node than the schedule's
-		r, err := s.run(ctx, s.watchdogDue, []string{shard.leases, shard.groups}, nil).AsIntSlice()
+	if len(w.shards) > 1 {
+		r, err := runner{obs: w.e.obs}.run(ctx, c, scripts.watchdogDue, []string{shard.leases, shard.groups}, nil).AsIntSlice()
 		if err != nil || len(r) != 2 {
 			return [2]bool{ctx.Err() == nil, ctx.Err() == nil} // let the claim report it
 		}
@@ -265,72 +211,46 @@ func (s *Service) anyDue(ctx context.Context, c rueidis.Client, shard scheduleSh
 }
 
 // renewDue renews the lease of one schedule member. It returns when the next renewal is due
-// (Redis time in ms), 0 when the lease leaves the schedule, or -1 when the renewal failed and must be retried.
-func (s *Service) renewDue(ctx context.Context, member string) int64 {
-	parts := strings.Split(member, "\n")
-	if len(parts) < 2 {
-		return 0
-	}
-	ref, lease := LockRef(parts[0]), parts[1]
-	if len(parts) == 3 && parts[2] == "s" {
-		ref.Kind = KindSemaphore
-	}
-	lock := ref.Name
-	k := s.keys(ref)
-	if s.rl != nil {
-		return s.renewDueRedLock(ctx, ref, lease)
-	}
-	r, err := s.run(ctx, s.watchdogRenew, []string{k.lock, k.sh, k.shm}, []string{lease}).AsIntSlice()
-	if err == nil && (len(r) == 0 || (r[0] == 1 && len(r) != 2)) {
-		err = unexpectedReply("watchdog renew", lock, r, nil)
-	}
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return -1
-		}
-		s.failures.Add(1)
-		s.obs.WatchdogRenewal("error")
-		s.log.Warn("watchdog renewal failed; retrying", ref.Kind.String(), lock, "err", err, "failures", s.failures.Load())
-		return -1
-	}
-	if r[0] == 0 {
-		s.obs.WatchdogRenewal("ended")
-		return 0
-	}
-	s.obs.WatchdogRenewal("renewed")
-	return r[1]
-}
-
-// renewGroupDue renews every member of the multi-lock a group schedule member names; it returns as
-// renewDue does.
-func (s *Service) renewGroupDue(ctx context.Context, member string) int64 {
-	m, ok := parseGroupScheduleMember(member)
+// (Redis time in ms), 0 when the lease leaves the schedule, or -1 when the renewal failed and must
+// be retried.
+func (w *watchdog) renewDue(ctx context.Context, member string) int64 {
+	e := w.e
+	ref, lease, ok := parseScheduleMember(member)
 	if !ok {
 		return 0
 	}
-	r, err := s.renewGroup(ctx, m, m.Locks, 0, true)
-	var lost *GroupLostError
-	switch {
-	case errors.Is(err, errWatchdogDone):
-		s.obs.WatchdogRenewal("ended")
-		return 0
-	case errors.As(err, &lost):
-		outcome := "ended"
-		if len(lost.Locks) < len(m.Locks) { // all gone: released as the sweep ran, or ran out whole
-			outcome = "lost"
-			s.log.Warn("watchdog found a multi-lock's member gone; the group's other members were given back", "multilock", m.ID, "lost", lost.Locks)
+	lc := e.lockCall(ref)
+	k := lc.keys
+	reply, err := e.dep.run(ctx, call{script: scripts.watchdogRenew, keys: []string{k.lock, k.sh, k.shm}, args: []string{lease},
+		on: lc, about: about{lease: lease}})
+	var r []int64
+	if err == nil {
+		if r, err = ints(reply); err == nil && (len(r) == 0 || (r[0] == 1 && len(r) != 2)) {
+			err = unexpectedReply("watchdog renew", ref.Name, r, nil)
 		}
-		s.obs.WatchdogRenewal(outcome)
+	}
+	switch {
+	case errors.Is(err, errMajorityLost):
+		e.obs.WatchdogRenewal("lost")
+		e.log.Warn("watchdog lease lost its majority of RedLock masters; given back", ref.Kind.String(), ref.Name, "lease", lease)
 		return 0
 	case err != nil:
-		if errors.Is(err, context.Canceled) {
-			return -1
-		}
-		s.failures.Add(1)
-		s.obs.WatchdogRenewal("error")
-		s.log.Warn("watchdog renewal failed; retrying", "multilock", m.ID, "err", err, "failures", s.failures.Load())
+		w.failed(ctx, err, ref.Kind.String(), ref.Name)
 		return -1
+	case r[0] == 0:
+		e.obs.WatchdogRenewal("ended")
+		return 0
 	}
-	s.obs.WatchdogRenewal("renewed")
-	return r.now + r.ttl.Milliseconds()/3
+	e.obs.WatchdogRenewal("renewed")
+	return r[1]
+}
+
+// failed counts and reports a renewal that failed (not one the Service's closing cut short).
+func (w *watchdog) failed(ctx context.Context, err error, what, name string) {
+	if errors.Is(err, context.Canceled) || ctx.Err() != nil || w.e.ctx.Err() != nil {
+		return
+	}
+	w.failures.Add(1)
+	w.e.obs.WatchdogRenewal("error")
+	w.e.log.Warn("watchdog renewal failed; retrying", what, name, "err", err, "failures", w.failures.Load())
 }

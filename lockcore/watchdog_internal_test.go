@@ -41,14 +41,14 @@ func TestSweepComparesDueTimesWithTheRedisClock(t *testing.T) {
 		usec, _ := strconv.ParseInt(v[1], 10, 64)
 		return sec*1000 + usec/1000
 	}
-	assert.Equal(t, [2]bool{}, s.anyDue(ctx, s.client, s.shards[0]), "empty schedules have nothing due")
-	r.MustDo(t, "ZADD", s.shards[0].leases, strconv.FormatInt(redisNowMs()+60000, 10), "later\nlease")
-	r.MustDo(t, "ZADD", s.shards[0].groups, strconv.FormatInt(redisNowMs()+60000, 10), "m-later\nx\na\nb")
-	assert.Equal(t, [2]bool{}, s.anyDue(ctx, s.client, s.shards[0]), "a renewal a minute ahead of Redis time is not due")
-	r.MustDo(t, "ZADD", s.shards[0].leases, strconv.FormatInt(redisNowMs()-1, 10), "now\nlease")
-	assert.Equal(t, [2]bool{true, false}, s.anyDue(ctx, s.client, s.shards[0]), "a renewal due by Redis time is due")
-	r.MustDo(t, "ZADD", s.shards[0].groups, strconv.FormatInt(redisNowMs()-1, 10), "m-now\nx\na\nb")
-	assert.Equal(t, [2]bool{true, true}, s.anyDue(ctx, s.client, s.shards[0]), "a multi-lock's renewal due by Redis time is due")
+	assert.Equal(t, [2]bool{}, s.watchdog.anyDue(ctx, s.dep.copies()[0], s.watchdog.shards[0]), "empty schedules have nothing due")
+	r.MustDo(t, "ZADD", s.watchdog.shards[0].leases, strconv.FormatInt(redisNowMs()+60000, 10), "later\nlease")
+	r.MustDo(t, "ZADD", s.watchdog.shards[0].groups, strconv.FormatInt(redisNowMs()+60000, 10), "m-later\nx\na\nb")
+	assert.Equal(t, [2]bool{}, s.watchdog.anyDue(ctx, s.dep.copies()[0], s.watchdog.shards[0]), "a renewal a minute ahead of Redis time is not due")
+	r.MustDo(t, "ZADD", s.watchdog.shards[0].leases, strconv.FormatInt(redisNowMs()-1, 10), "now\nlease")
+	assert.Equal(t, [2]bool{true, false}, s.watchdog.anyDue(ctx, s.dep.copies()[0], s.watchdog.shards[0]), "a renewal due by Redis time is due")
+	r.MustDo(t, "ZADD", s.watchdog.shards[0].groups, strconv.FormatInt(redisNowMs()-1, 10), "m-now\nx\na\nb")
+	assert.Equal(t, [2]bool{true, true}, s.watchdog.anyDue(ctx, s.dep.copies()[0], s.watchdog.shards[0]), "a multi-lock's renewal due by Redis time is due")
 }
 
 // TestSweepKeepsARenewalBroughtForward replays the race of a sweep with a renew that shortens a
@@ -60,24 +60,24 @@ func TestSweepKeepsARenewalBroughtForward(t *testing.T) {
 	s.Close() // no sweeps of its own: this test plays the sweep (Close twice is harmless)
 	ctx := context.Background()
 	schedule := func(args ...string) []string {
-		v, err := s.watchdogSchedule.Exec(ctx, client, []string{s.shards[0].leases}, args).AsStrSlice()
+		v, err := scripts.watchdogSchedule.lua.Exec(ctx, client, []string{s.watchdog.shards[0].leases}, args).AsStrSlice()
 		require.NoError(t, err)
 		return v
 	}
 	score := func(member string) int64 {
-		v, err := client.Do(ctx, client.B().Zscore().Key(s.shards[0].leases).Member(member).Build()).AsInt64()
+		v, err := client.Do(ctx, client.B().Zscore().Key(s.watchdog.shards[0].leases).Member(member).Build()).AsInt64()
 		require.NoError(t, err)
 		return v
 	}
-	s.client.Do(ctx, s.client.B().Zadd().Key(s.shards[0].leases).ScoreMember().ScoreMember(1, "l\nraced").ScoreMember(1, "l\nplain").Build())
+	client.Do(ctx, client.B().Zadd().Key(s.watchdog.shards[0].leases).ScoreMember().ScoreMember(1, "l\nraced").ScoreMember(1, "l\nplain").Build())
 	claimed := schedule("claim", "250", "10")
 	require.ElementsMatch(t, []string{"l\nraced", "l\nplain"}, claimed[1:])
-	_, err := s.watchdogSchedule.Exec(ctx, client, []string{s.shards[0].leases}, []string{"reschedule", "l\nraced", "1000"}).ToInt64()
+	_, err := scripts.watchdogSchedule.lua.Exec(ctx, client, []string{s.watchdog.shards[0].leases}, []string{"reschedule", "l\nraced", "1000"}).ToArray()
 	require.NoError(t, err)
 	rescheduled := score("l\nraced")
 	far := strconv.FormatInt(rescheduled+60000, 10)
-	require.NoError(t, s.watchdogSchedule.Exec(ctx, client, []string{s.shards[0].leases},
-		[]string{"settle", claimed[0], "l\nraced", far, "l\nplain", far}).Error())
+	require.NoError(t, scripts.watchdogSchedule.lua.Exec(ctx, client, []string{s.watchdog.shards[0].leases},
+		[]string{"record", claimed[0], "l\nraced", far, "l\nplain", far}).Error())
 	assert.Equal(t, rescheduled, score("l\nraced"), "the renewal brought forward is kept")
 	assert.Equal(t, rescheduled+60000, score("l\nplain"), "an untouched claim gets the sweep's due time")
 }

@@ -1,7 +1,7 @@
 -- acquire.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[8] = a queue ticket's key (wait mode:
---   taken once; a missing key is a newcomer), KEYS[9] = the Idempotency-Key latch;
---   ARGV[1..5] as in lib.lua, then
---   ARGV[6..] = [lease, ttl_ms, owner, watchdog (0|1), mode ('try'|'wait'), replica,
+--   taken once; a missing key is a newcomer), KEYS[9] = the Idempotency-Key record;
+--   ARGV[1..6] as in lib.lua, then
+--   ARGV[7..] = [lease, ttl_ms, owner, watchdog (0|1), mode ('try'|'wait'), replica,
 --                arrival_us (to keep when queueing again within one wait; 0 = the ticket's, else
 --                now), max_hold_ms, idem_ms (0: no key), hold ('x' exclusive | 's' shared),
 --                permits (a semaphore's size; 0 for a lock)]
@@ -19,9 +19,9 @@
 -- queues behind a waiting exclusive one even while other shared holds are in. A lease that already
 -- holds (a retried call whose reply was lost, or a waiter queueing again just as a grant reached
 -- it) is granted, never queued behind itself.
-local lease, ttl, owner, wd, mode, replica = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
-local arrival, hold, idem_ms, latch = tonumber(ARGV[12]), ARGV[13], tonumber(ARGV[14]), KEYS[9]
-local want, permits = ARGV[15], tonumber(ARGV[16])
+local lease, ttl, owner, wd, mode, replica = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]
+local arrival, hold, idem_ms, record = tonumber(ARGV[13]), ARGV[14], tonumber(ARGV[15]), KEYS[9]
+local want, permits = ARGV[16], tonumber(ARGV[17])
 
 -- used is a semaphore's permits in use (0 for a lock: nobody asks).
 local function used()
@@ -31,8 +31,8 @@ local function used()
   return 0
 end
 
--- The latch of a granted request holds "<lease> <owner>" (lease IDs have no spaces).
-local prev = idem_ms > 0 and redis.call('GET', latch)
+-- The record of a granted request holds "<lease> <owner>" (lease IDs have no spaces).
+local prev = idem_ms > 0 and redis.call('GET', record)
 if prev then
   local prev_lease, prev_owner = string.match(prev, '^(%S+) (.*)$')
   if prev_owner == owner then
@@ -48,7 +48,7 @@ end
 -- granted remembers a new grant for the request's retries, and is its reply.
 local function granted(fence)
   if idem_ms > 0 then
-    redis.call('SET', latch, lease .. ' ' .. owner, 'PX', math.max(idem_ms, tonumber(ttl)))
+    redis.call('SET', record, lease .. ' ' .. owner, 'PX', math.max(idem_ms, tonumber(ttl)))
   end
   return {1, fence, used()}
 end

@@ -4,7 +4,7 @@
 -- granted at once, whatever the mode ('try' or 'wait'). Anything else falls through to acquire.lua,
 -- and so does a lock someone streams the events of (its hash KEYS[1]..':watch' exists, see notify in
 -- lib.lua): acquire.lua tells the watchers, and this path stays one EXISTS.
-if ARGV[5] == 'l' and ARGV[15] == 'x' and ARGV[14] == '0'
+if ARGV[6] == 'l' and ARGV[16] == 'x' and ARGV[15] == '0'
     and redis.call('EXISTS', KEYS[1], KEYS[6], KEYS[3], KEYS[1] .. ':watch') == 0 then
-  return {1, grant_exclusive(KEYS[1], KEYS[2], ARGV[6], ARGV[8], ARGV[7], ARGV[9], ARGV[13], ARGV[7]), 0}
+  return {1, grant_exclusive(KEYS[1], KEYS[2], ARGV[7], ARGV[9], ARGV[8], ARGV[10], ARGV[14], ARGV[8]), 0}
 end

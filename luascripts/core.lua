@@ -19,18 +19,12 @@ local function now_ms()
   return math.floor(now_us() / 1000)
 end
 
--- ARGV[4] is the fence key's TTL in ms. In RedLock mode (lockcore/redlock.go) it is followed by
--- " <µs>", the calling gateway's clock: the same value reaches every master, and it stands in for
--- the Redis clock where masters must agree: as the floor of a new fence (masters that saw the same
+-- ARGV[4] is the fence key's TTL in ms. ARGV[5] is "" or, in RedLock mode (lockcore/redlock.go),
+-- the calling gateway's clock in µs: the same value reaches every master, and it stands in for the
+-- Redis clock where masters must agree: as the floor of a new fence (masters that saw the same
 -- grants then give the same fence) and as a newcomer's place in the wait queue (every master then
 -- orders waiters alike). Without it, both come from this Redis's clock.
-local fence_px, gw_us = ARGV[4], nil
-if ARGV[4] then
-  local sp = string.find(ARGV[4], ' ', 1, true)
-  if sp then
-    fence_px, gw_us = string.sub(ARGV[4], 1, sp - 1), tonumber(string.sub(ARGV[4], sp + 1))
-  end
-end
+local fence_px, gw_us = ARGV[4], tonumber(ARGV[5] or '')
 
 -- next_fence takes the next fence of the name whose fence key is fencekey: max(last fence + 1, now
 -- in µs; RedLock: the gateway's clock), strictly increasing while the fence key lives, and still increasing after it expired

@@ -1,6 +1,6 @@
 -- dequeue.lua (+ lib.lua): a waiter gives up (its wait ran out, its client left, its gateway closes).
 --   KEYS as in lib.lua, then KEYS[8] = the key of the queue ticket to hand out;
---   ARGV[1..5] as in lib.lua, then ARGV[6..8] = [lease, ticket_ms (0: no ticket), arrival_us (the
+--   ARGV[1..6] as in lib.lua, then ARGV[7..9] = [lease, ticket_ms (0: no ticket), arrival_us (the
 --   waiter's arrival as its gateway knows it, used when Redis lost the entry; 0: unknown)]
 --   => {1, ticketed}        a hold had already been handed to lease: it was passed on to the
 --                           next waiters (or freed), so a grant never lands on someone who has gone
@@ -8,7 +8,7 @@
 --                           (-2: nothing holds)
 --   ticketed is 1 when the waiter's arrival was kept under KEYS[8] for ticket_ms, for its next
 --   waiting acquire to resume (see acquire.lua).
-local lease, ticket_ms, arrival = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+local lease, ticket_ms, arrival = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local ticketed = 0
 if ticket_ms > 0 then

@@ -1,7 +1,7 @@
 -- force.lua (+ lib.lua): force release (Redisson's forceUnlock): takes every hold off a lock (its
 --   exclusive holder and every shared holder) or a semaphore (every permit), whoever holds it, and
 --   hands what that frees to the head of the line, as a release does (see promote in lib.lua).
---   KEYS as in lib.lua; ARGV[1..5] as in lib.lua.
+--   KEYS as in lib.lua; ARGV[1..6] as in lib.lua.
 --   => {granted, removed, [lease, owner, fence, mode ('x'|'s'), watchdog (0|1)] for each hold removed}
 --   granted is how many waiters were handed a hold. Holds that had already run out are not
 --   counted: they are reclaimed as expired. The removed leases hold nothing any more, so every call

@@ -1,5 +1,5 @@
 -- heartbeat.lua (+ lib.lua): one replica's periodic care of one lock (or semaphore) it has waiters for.
---   KEYS and ARGV[1..5] as in lib.lua, then ARGV[6..] = that replica's waiting leases.
+--   KEYS and ARGV[1..6] as in lib.lua, then ARGV[7..] = that replica's waiting leases.
 --   It pushes their liveness deadlines and the queue keys' expiry forward, drops dead entries and
 --   expired shared holds, hands out what fits to the head of the line (a holder's expiry publishes
 --   nothing, so this is how expiry is noticed), and reports:
@@ -9,7 +9,7 @@
 --   are the given ones that are neither queued nor holding (e.g. Redis lost the queue in a
 --   restart): their replica queues them again at their original arrival.
 --   Any number of leases may be given: they are handled in chunks (see lib.lua).
-local first, last = 6, #ARGV
+local first, last = 7, #ARGV
 
 if last >= first and redis.call('EXISTS', q) == 1 then
   local deadline = string.format('%d', now_ms() + liveness_ms)

@@ -1,6 +1,6 @@
 -- multi_acquire.lua (+ lib.lua): a multi-lock's try, all or nothing, in one step.
---   KEYS = lib.lua's seven keys of each member in turn (members in name order); ARGV[1..5] as in
---   lib.lua (kind 'l'), then ARGV[6..11] = [lease, ttl_ms, owner, watchdog (0|1), max_hold_ms,
+--   KEYS = lib.lua's seven keys of each member in turn (members in name order); ARGV[1..6] as in
+--   lib.lua (kind 'l'), then ARGV[7..12] = [lease, ttl_ms, owner, watchdog (0|1), max_hold_ms,
 --   hold ('x' exclusive | 's' shared)]
 --   => {1, fence...}      every member granted to lease for ttl_ms, with a fence each (KEYS order)
 --    | {0, ms, index...}  nothing granted: index (1-based) are the members held, or waited for by
@@ -9,7 +9,7 @@
 -- Each member is checked as acquire.lua's try checks a lock, so a group and single requests for
 -- its members obey one set of rules; a member that fits but has waiters is handed to its head
 -- waiter, as a single try would.
-local lease, ttl, owner, wd, hold_ms, want = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+local lease, ttl, owner, wd, hold_ms, want = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]
 local n = #KEYS / 7
 
 local busy, wait_ms = {}, -2

@@ -1,10 +1,10 @@
 -- multi_release.lua (+ lib.lua): gives back every member a multi-lock's lease still holds.
---   KEYS as in multi_acquire.lua; ARGV[1..5] as in lib.lua, then ARGV[6..7] = [lease, hold ('x'|'s')]
+--   KEYS as in multi_acquire.lua; ARGV[1..6] as in lib.lua, then ARGV[7..8] = [lease, hold ('x'|'s')]
 --   => {watchdog, index...}  every member lease held is given back, each to the head of its own
 --                            line (see give_back in lib.lua); index (1-based) are the members it
 --                            no longer held; watchdog is 1 when the group had a watchdog duty,
 --                            which the caller drops
-local lease, want = ARGV[6], ARGV[7]
+local lease, want = ARGV[7], ARGV[8]
 local n = #KEYS / 7
 
 local reply = {0}

@@ -1,6 +1,6 @@
 -- multi_renew.lua (+ lib.lua): renews every member of a multi-lock's lease, or ends the group.
 --   KEYS as in multi_acquire.lua (all of the group's members, or the first ones a waiting group
---   holds so far); ARGV[1..5] as in lib.lua, then ARGV[6..11] = [lease, hold ('x'|'s'),
+--   holds so far); ARGV[1..6] as in lib.lua, then ARGV[7..12] = [lease, hold ('x'|'s'),
 --   ttl_ms (0 = keep the group's), by_watchdog (1: the watchdog's renewal),
 --   confirm ('' | '0' | '1': a waiting group's final step, setting every member's watchdog flag
 --   to it and its max hold to max_hold_ms from now), max_hold_ms]
@@ -12,7 +12,7 @@
 --    | {-1}                        by_watchdog, and the group is no watchdog lease or is past its
 --                                  max hold: nothing changed (its members run out their last TTL)
 -- Never resurrects a member. Also confirms the members a waiting group took one by one.
-local lease, want, ttl, by_watchdog, confirm = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
+local lease, want, ttl, by_watchdog, confirm = ARGV[7], ARGV[8], tonumber(ARGV[9]), ARGV[10], ARGV[11]
 local n = #KEYS / 7
 
 local fences, lost = {}, {}
@@ -54,7 +54,7 @@ end
 if confirm ~= '' then
   wd, until_ms = confirm, 0
   if wd == '1' then
-    until_ms = now_ms() + tonumber(ARGV[11])
+    until_ms = now_ms() + tonumber(ARGV[12])
   end
 end
 

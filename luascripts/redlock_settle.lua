@@ -5,9 +5,9 @@
 -- that has not handed it over yet keeps it in line: when it does, the lease's release (which
 -- reaches every master) gives that hold back, or takes the entry out of line (see release in
 -- redlock_quorum.go).
---   KEYS as in lib.lua; ARGV[1..5] as in lib.lua, then ARGV[6..7] = [lease, ttl_ms]
+--   KEYS as in lib.lua; ARGV[1..6] as in lib.lua, then ARGV[7..8] = [lease, ttl_ms]
 --   => 1: the lease holds here now (TTL set); 0: it does not
-local lease, ttl = ARGV[6], tonumber(ARGV[7])
+local lease, ttl = ARGV[7], tonumber(ARGV[8])
 local fence, _, mode = held_by(lease)
 if not fence then
   return 0

@@ -4,9 +4,9 @@
 -- different orders): there it gives the hold back, to that earlier waiter (promote), so that two
 -- waiters never split the masters between them for good. The waiter queues again at its arrival
 -- when its heartbeat finds it neither holding nor queued there.
---   KEYS as in lib.lua; ARGV[1..5] as in lib.lua, then ARGV[6..7] = [lease, arrival_us]
+--   KEYS as in lib.lua; ARGV[1..6] as in lib.lua, then ARGV[7..8] = [lease, arrival_us]
 --   => 1: given back; 0: kept (or it held nothing here)
-local lease, arrival = ARGV[6], tonumber(ARGV[7])
+local lease, arrival = ARGV[7], tonumber(ARGV[8])
 local fence, _, mode = held_by(lease)
 if not fence then
   return 0

@@ -1,5 +1,5 @@
--- reenter.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[8] = the Idempotency-Key latch;
---   ARGV[1..5] as in lib.lua, then ARGV[6..10] = [lease, ttl_ms, idem_ms (0: no key),
+-- reenter.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[8] = the Idempotency-Key record;
+--   ARGV[1..6] as in lib.lua, then ARGV[7..11] = [lease, ttl_ms, idem_ms (0: no key),
 --   want ('x' exclusive | 's' shared), permits (a semaphore's size; 0 for a lock)]
 --   => {holds, fence, watchdog, pttl, used}  held that way: count incremented, TTL reset to
 --                                      ttl_ms (= pttl); used: a semaphore's permits in use
@@ -13,7 +13,7 @@
 -- watchers its new TTL (notify 't'; unwatched, that costs one EXISTS). A retry of a re-entry that was applied
 -- (same Idempotency-Key) adds no hold: while the lease holds it gets the first answer with the
 -- remaining pttl (not the TTL the first answer set, which has partly run); once it is gone, {0}.
-local lease, ttl, idem_ms, want, permits, latch = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10]), KEYS[8]
+local lease, ttl, idem_ms, want, permits, record = ARGV[7], ARGV[8], tonumber(ARGV[9]), ARGV[10], tonumber(ARGV[11]), KEYS[8]
 
 local exclusive = kind == 'l' and redis.call('HEXISTS', lock, lease) == 1
 local shared = shared_hold(lease)
@@ -36,7 +36,7 @@ local used = 0
 if kind == 's' then
   used = redis.call('ZCARD', sh)
 end
-local prev = replay(latch, idem_ms)
+local prev = replay(record, idem_ms)
 if prev then
   if want == 'x' or not shared then
     prev[4] = redis.call('PTTL', lock)
@@ -70,4 +70,4 @@ end
 if redis.call('EXISTS', q) == 1 then
   hint()
 end
-return remember(latch, idem_ms, ttl, reply)
+return remember(record, idem_ms, ttl, reply)

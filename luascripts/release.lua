@@ -1,5 +1,5 @@
--- release.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[8] = the Idempotency-Key latch;
---   ARGV[1..5] as in lib.lua, then ARGV[6..8] = [lease, idem_ms (0: no key),
+-- release.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[8] = the Idempotency-Key record;
+--   ARGV[1..6] as in lib.lua, then ARGV[7..9] = [lease, idem_ms (0: no key),
 --   which ('' = the exclusive hold if the lease has one, else the shared one; 'x'; 's')]
 --   => {-1}                   lease does not hold (that way); nothing changed
 --    | {holds, shared}        count decremented, still held; shared is 1 for a shared hold
@@ -13,9 +13,9 @@
 -- first, so a hold can never be handed straight back to it. A retry of a release that was applied
 -- (same Idempotency-Key) gets the first answer again and changes nothing, so a reentrant lease is
 -- never decremented twice.
-local lease, idem_ms, which, latch = ARGV[6], tonumber(ARGV[7]), ARGV[8], KEYS[8]
+local lease, idem_ms, which, record = ARGV[7], tonumber(ARGV[8]), ARGV[9], KEYS[8]
 
-local prev = replay(latch, idem_ms)
+local prev = replay(record, idem_ms)
 if prev then
   return prev
 end
@@ -29,7 +29,7 @@ local function after(ttl, wd, still_held, shared)
   if still_held then
     wd = 2
   end
-  return remember(latch, idem_ms, ttl, {0, wd, shared})
+  return remember(record, idem_ms, ttl, {0, wd, shared})
 end
 
 if which ~= 's' and kind == 'l' then
@@ -37,12 +37,12 @@ if which ~= 's' and kind == 'l' then
   local holds, ttl = tonumber(v[1]), v[2]
   if holds then
     if holds > 1 then
-      return remember(latch, idem_ms, ttl, {redis.call('HINCRBY', lock, lease, -1), 0})
+      return remember(record, idem_ms, ttl, {redis.call('HINCRBY', lock, lease, -1), 0})
     end
     redis.call('DEL', lock)
     notify('r', {{tonumber(v[4]), 'x', 0, v[5]}})
     if redis.call('EXISTS', q, sh) == 0 then -- the uncontended path: nobody waits, no shared holds
-      return remember(latch, idem_ms, ttl, {0, tonumber(v[3]), 0})
+      return remember(record, idem_ms, ttl, {0, tonumber(v[3]), 0})
     end
     return after(ttl, tonumber(v[3]), shared_hold(lease) ~= nil, 0)
   end
@@ -57,7 +57,7 @@ if not m then
 end
 if m.holds > 1 then
   redis.call('HSET', shm, lease, pack(m.holds - 1, m.fence, m.ttl, m.wd, m.until_ms, m.owner))
-  return remember(latch, idem_ms, m.ttl, {m.holds - 1, 1})
+  return remember(record, idem_ms, m.ttl, {m.holds - 1, 1})
 end
 redis.call('ZREM', sh, lease)
 redis.call('HDEL', shm, lease)

@@ -1,5 +1,5 @@
--- renew.lua (+ lib.lua): KEYS as in lib.lua; ARGV[1..5] as in lib.lua, then
---   ARGV[6..7] = [lease, ttl_ms (0 = keep the lease's ttl)]
+-- renew.lua (+ lib.lua): KEYS as in lib.lua; ARGV[1..6] as in lib.lua, then
+--   ARGV[7..8] = [lease, ttl_ms (0 = keep the lease's ttl)]
 --   => {holds, fence, ttl_ms, watchdog, shared, used, size}  lease held: TTL set to ttl_ms (every
 --                                        hold it has; the figures are its exclusive hold's when it
 --                                        has one, shared = 0, else its shared hold's, shared = 1);
@@ -9,9 +9,9 @@
 -- Also confirms a hold handed to a waiter. With others waiting, the first one's replica is told
 -- when the holds now run out. While the lock is watched, its watchers are told the new TTLs
 -- (notify 't'; unwatched, that costs one EXISTS). A renewal is idempotent by nature (a retry sets the same TTL, from a
--- little later, and never revives a lease), so it keeps no Idempotency-Key latch: a retry after the
+-- little later, and never revives a lease), so it keeps no Idempotency-Key record: a retry after the
 -- lease is gone answers {0}, the truth.
-local lease, ttl = ARGV[6], tonumber(ARGV[7])
+local lease, ttl = ARGV[7], tonumber(ARGV[8])
 
 local reply
 local ttls = {} -- the holds renewed, for notify
@@ -21,7 +21,7 @@ if holds then
   if ttl == 0 then
     x_ttl = tonumber(redis.call('HGET', lock, ':ttl'))
   else
-    redis.call('HSET', lock, ':ttl', ARGV[7])
+    redis.call('HSET', lock, ':ttl', ARGV[8])
   end
   redis.call('PEXPIRE', lock, x_ttl)
   local meta = redis.call('HMGET', lock, ':fence', ':wd', ':owner')

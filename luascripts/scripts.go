@@ -33,8 +33,25 @@ import _ "embed"
 //go:embed core.lua
 var core string
 
+// lib.lua's helpers come in files by concept, joined in this order (each uses only those before
+// it): the common keys and arguments, live events, holders, idempotency records, the queue.
+
 //go:embed lib.lua
-var libBody string
+var libBase string
+
+//go:embed lib_notify.lua
+var libNotify string
+
+//go:embed lib_holders.lua
+var libHolders string
+
+//go:embed lib_idempotency.lua
+var libIdempotency string
+
+//go:embed lib_queue.lua
+var libQueue string
+
+var libBody = libBase + libNotify + libHolders + libIdempotency + libQueue
 
 var lib = core + libBody
 

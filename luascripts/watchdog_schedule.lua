@@ -2,16 +2,16 @@
 -- -> when its next renewal is due, ms of Redis time). Every due time is Redis time, so gateway
 -- clocks play no part.
 --   ARGV = ['enroll', member, delay_ms, aged_member, grant_ms]
---                                            => 1: member is due delay_ms from now; with KEYS[2]
+--                                            => {1}: member is due delay_ms from now; with KEYS[2]
 --                                               (the shard's aged zset, see lockcore/long_holds.go)
 --                                               aged_member is entered there at grant_ms
---   ARGV = ['reschedule', member, delay_ms]  => 1: an enrolled member is due delay_ms from now
---                                               (its lease's TTL was just set); 0: not enrolled
+--   ARGV = ['reschedule', member, delay_ms]  => {1}: an enrolled member is due delay_ms from now
+--                                               (its lease's TTL was just set); {0}: not enrolled
 --   ARGV = ['claim', hold_ms, limit]         => {later, member...}: up to limit due members, each
 --                                               pushed to later (hold_ms from now), so other
 --                                               replicas skip it meanwhile and a claimer that
 --                                               fails is retried then
---   ARGV = ['settle', later, member, due_ms, ...] => 1: a claimer's outcome: each member is due
+--   ARGV = ['record', later, member, due_ms, ...] => 1: a claimer's outcome: each member is due
 --                                               at due_ms (0: it leaves the schedule); a member no
 --                                               longer at later was rescheduled meanwhile and
 --                                               keeps the earlier of the two
@@ -27,14 +27,14 @@ if op == 'enroll' then
   if KEYS[2] then
     redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
   end
-  return 1
+  return {1}
 end
 if op == 'reschedule' then
   if not redis.call('ZSCORE', schedule, ARGV[2]) then
-    return 0
+    return {0}
   end
   redis.call('ZADD', schedule, 'XX', string.format('%d', now_ms + tonumber(ARGV[3])), ARGV[2])
-  return 1
+  return {1}
 end
 if op == 'follow' then
   for i = 3, #ARGV, 2 do
@@ -46,7 +46,7 @@ if op == 'follow' then
   end
   return 1
 end
-if op == 'settle' then
+if op == 'record' then
   local later = ARGV[2]
   for i = 3, #ARGV, 2 do
     local member, due = ARGV[i], ARGV[i + 1]

@@ -138,7 +138,7 @@ func (m *Metrics) Granted(kind string, mode lockcore.Mode, how lockcore.GrantHow
 	}
 }
 
-func (m *Metrics) Released(kind string, mode lockcore.Mode, held time.Duration) {
+func (m *Metrics) HoldReleased(kind string, mode lockcore.Mode, held time.Duration) {
 	m.releases.WithLabelValues(kind, string(mode)).Inc()
 	if held >= 0 {
 		m.holdSeconds.WithLabelValues(kind, string(mode)).Observe(held.Seconds())
@@ -147,7 +147,7 @@ func (m *Metrics) Released(kind string, mode lockcore.Mode, held time.Duration) 
 
 func (m *Metrics) Refused(kind string) { m.conflicts.WithLabelValues(kind).Inc() }
 
-func (m *Metrics) Forced(kind string) { m.forced.WithLabelValues(kind).Inc() }
+func (m *Metrics) ForceReleased(kind string) { m.forced.WithLabelValues(kind).Inc() }
 
 func (m *Metrics) Lost(kind string) {
 	m.lost.WithLabelValues(kind).Inc()
@@ -176,13 +176,13 @@ func (m *Metrics) WatchdogRenewal(outcome string) {
 	}
 }
 
-func (m *Metrics) ScriptCall(script string, failed bool, took time.Duration) {
+func (m *Metrics) ScriptCall(name string, failed bool, took time.Duration) {
 	outcome := "ok"
 	if failed {
 		outcome = "error"
 	}
-	m.scriptCalls.WithLabelValues(script, outcome).Inc()
-	m.scriptSeconds.WithLabelValues(script).Observe(took.Seconds())
+	m.scriptCalls.WithLabelValues(name, outcome).Inc()
+	m.scriptSeconds.WithLabelValues(name).Observe(took.Seconds())
 }
 
 func (m *Metrics) RedisError()   { m.redisErrors.Inc() }

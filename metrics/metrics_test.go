@@ -17,6 +17,6 @@ func BenchmarkLockPathCycle(b *testing.B) {
 		m.ScriptCall("acquire", false, 40*time.Microsecond)
 		m.Granted("lock", lockcore.Exclusive, lockcore.GrantNew, 0)
 		m.ScriptCall("release", false, 40*time.Microsecond)
-		m.Released("lock", lockcore.Exclusive, 3*time.Millisecond)
+		m.HoldReleased("lock", lockcore.Exclusive, 3*time.Millisecond)
 	}
 }
