@@ -62,8 +62,13 @@ var ErrShuttingDown = fmt.Errorf("%w: gateway shutting down", ErrUnavailable)
 // errShuttingDown is ErrShuttingDown for a wait that never joined a queue.
 var errShuttingDown = &ShutdownError{}
 
-// errBadTicketSignature: a queue ticket did not verify; the waiter queues as a newcomer.
-var errBadTicketSignature = errors.New("queue ticket ignored")
+// errTicketIgnored: a queue ticket did not verify (or names no principal, see errUnboundTicket);
+// the waiter queues as a newcomer.
+var errTicketIgnored = errors.New("queue ticket ignored")
+
+// errUnboundTicket: a queue ticket handed to no principal, presented by an authenticated caller
+// (see parseTicket): ignored, the caller queues as a newcomer.
+var errUnboundTicket = fmt.Errorf("%w: it names no principal", errTicketIgnored)
 
 // ShutdownError ends a wait when its Service closes. It matches ErrShuttingDown and ErrUnavailable.
 type ShutdownError struct {

@@ -302,6 +302,37 @@ func TestQueueTicketChecks(t *testing.T) {
 	}
 }
 
+// TestQueueTicketBoundToItsPrincipal: a ticket handed to one principal is refused to another, even
+// with its owner string (it would take the first principal's place in line); a ticket handed to no
+// principal (minted with authentication off, or by an older build) presented by an authenticated
+// caller is ignored: it queues as a newcomer.
+func TestQueueTicketBoundToItsPrincipal(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{})
+	ctx := context.Background()
+	w.hold(t, w.svc, "a", "holder", time.Minute)
+	ticketFor := func(principal string) string {
+		_, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: "a", Owner: "me", TTL: time.Minute, Wait: 10 * time.Millisecond,
+			Principal: principal})
+		var held *lockcore.HeldError
+		require.ErrorAs(t, err, &held)
+		require.NotEmpty(t, held.QueueTicket)
+		return held.QueueTicket
+	}
+	for name, principal := range map[string]string{"another principal": "mallory", "no principal": ""} {
+		_, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: "a", Owner: "me", TTL: time.Minute, Wait: time.Second,
+			Principal: principal, QueueTicket: ticketFor("alice")})
+		assert.ErrorIs(t, err, lockcore.ErrInvalidTicket, name)
+	}
+	_, err := w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: "a", Owner: "me", TTL: time.Minute, Wait: 10 * time.Millisecond,
+		Principal: "alice", QueueTicket: ticketFor("")})
+	var held *lockcore.HeldError
+	assert.ErrorAs(t, err, &held, "a ticket of no principal is ignored: the request waits as a newcomer")
+	_, err = w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: "a", Owner: "me", TTL: time.Minute, Wait: 10 * time.Millisecond,
+		Principal: "alice", QueueTicket: ticketFor("alice")})
+	assert.ErrorAs(t, err, &held, "its own principal's ticket is taken")
+}
+
 // TestQueueTicketWorksOnce presents one ticket twice: the first request resumes the ticket's early
 // place, ahead of a waiter that came after it; the second (a copy) queues as a newcomer, behind.
 func TestQueueTicketWorksOnce(t *testing.T) {

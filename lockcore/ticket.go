@@ -15,12 +15,16 @@ import (
 // arrival, ahead of everyone who came later. The record is taken when presented, so a ticket works
 // once: a copy, or a ticket presented again after its wait was granted, queues as a newcomer, as
 // does one presented after the grace. Tickets are signed like lease tokens (in a domain of their
-// own), so nobody can forge a reference to another waiter's place.
+// own), so nobody can forge a reference to another waiter's place, and carry the principal they
+// were handed to, so that nobody else can take that place with them.
 type ticketClaims struct {
 	V     int    `json:"v"`
 	Lock  string `json:"lock"`
 	Owner string `json:"owner"`
 	ID    string `json:"id"`
+	// Principal is the authenticated caller the ticket was handed to ("": none). Tickets minted
+	// by builds before 2026-11 carry none.
+	Principal string `json:"principal,omitempty"`
 }
 
 func (t *Tokens) mintTicket(tk ticketClaims) string {
@@ -32,15 +36,18 @@ func (t *Tokens) mintTicket(tk ticketClaims) string {
 
 // parseTicket returns the ID of the queue ticket value. A ticket that does not verify (signed with
 // another secret, say by a replica configured differently or before a restart with a random
-// secret, or altered) yields "" and errBadTicketSignature: the caller queues as a newcomer. It
-// returns ErrInvalidTicket for a verified ticket handed to another lock or owner, or too long.
-func (t *Tokens) parseTicket(value, lock, owner string) (string, error) {
+// secret, or altered) yields "" and errTicketIgnored: the caller queues as a newcomer. It
+// returns ErrInvalidTicket for a verified ticket handed to another lock, owner or principal, or
+// too long. A ticket without a principal presented by an authenticated caller was minted by an
+// older build, or with authentication off: it yields "" and errUnboundTicket, and the caller
+// queues as a newcomer.
+func (t *Tokens) parseTicket(value, lock, owner, principal string) (string, error) {
 	if len(value) > maxTokenLen {
 		return "", fmt.Errorf("%w: longer than %d bytes", ErrInvalidTicket, maxTokenLen)
 	}
 	raw, err := t.verify(ticketDomain, value)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", errBadTicketSignature, err)
+		return "", fmt.Errorf("%w: %v", errTicketIgnored, err)
 	}
 	var tk ticketClaims
 	if err := json.Unmarshal(raw, &tk); err != nil || tk.V != 1 || uuid.Validate(tk.ID) != nil {
@@ -52,5 +59,11 @@ func (t *Tokens) parseTicket(value, lock, owner string) (string, error) {
 	if tk.Owner != owner {
 		return "", fmt.Errorf("%w: handed out to owner %q, not %q", ErrInvalidTicket, tk.Owner, owner)
 	}
-	return tk.ID, nil
+	switch {
+	case tk.Principal == principal:
+		return tk.ID, nil
+	case tk.Principal == "":
+		return "", errUnboundTicket
+	}
+	return "", fmt.Errorf("%w: handed out to another principal", ErrInvalidTicket)
 }

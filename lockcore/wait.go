@@ -42,9 +42,9 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 	}()
 	var ticketID string
 	if req.QueueTicket != "" {
-		id, err := s.tokens.parseTicket(req.QueueTicket, req.Lock, req.Owner)
+		id, err := s.tokens.parseTicket(req.QueueTicket, req.Lock, req.Owner, req.Principal)
 		switch {
-		case errors.Is(err, errBadTicketSignature):
+		case errors.Is(err, errTicketIgnored):
 			s.log.Warn("queue ticket ignored: the waiter queues as a newcomer", "lock", req.Lock, "err", err)
 		case err != nil:
 			return Grant{}, err
@@ -293,7 +293,8 @@ func (wt *waitTurn) end(ctx context.Context, cause error) error {
 	}
 	var queueTicket string
 	if err == nil && r.ticketed {
-		queueTicket = s.tokens.mintTicket(ticketClaims{Lock: wt.asked.Lock, Owner: wt.asked.Owner, ID: a.ticketID})
+		queueTicket = s.tokens.mintTicket(ticketClaims{Lock: wt.asked.Lock, Owner: wt.asked.Owner, ID: a.ticketID,
+			Principal: wt.asked.Principal})
 	}
 	switch {
 	case cause != nil:
