@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 var deployRound = flag.Duration("deployments.round", 3*time.Second, "BenchmarkDeployments: length of one measured round")

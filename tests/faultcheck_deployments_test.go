@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // The fault checker's deployments (faultModes' deploy functions) and the faults each one takes.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // held is one grant as its client saw it.

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // The fault checker's clients: what each does with its leases, as the history records it.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // The example alerting rules (deploy/prometheus/leasegate-alerts.yml) are validated by promtool

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // The Python SDK (sdk/python/leasegate.py) is one standard-library-only module. TestPythonSDK

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 var redlockRound = flag.Duration("redlock.round", 3*time.Second, "BenchmarkRedLock: length of one measured round")

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasegate/leasegate/internal/harness"
 	leasegate "github.com/leasegate/leasegate/sdk/go"
-	"github.com/leasegate/leasegate/tests/harness"
 )
 
 // securedEnv is a gateway that authenticates (an auth file of testPrincipals) and serves HTTPS

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // The TypeScript SDK (sdk/typescript) is an npm package generated from openapi.yaml. These tests
