@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Load for the benchmarks (bench/ and the tests package's): bounded loops of acquire+release
+// Load for the benchmarks (bench/ and tests/deployments'): bounded loops of acquire+release
 // calls against a gateway, with no spec validation and no reporting through a test.
 
 // Cycles runs n clients for d, client i acquiring at acquire (POST body, 201) and releasing at
