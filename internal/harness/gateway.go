@@ -56,6 +56,15 @@ func GatewayBinary() (string, error) {
 	return binPath, buildErr
 }
 
+// RemoveGatewayBinary removes what GatewayBinary built, if anything: call it once this process
+// starts no more gateways (or CLI processes), at the end of TestMain.
+func RemoveGatewayBinary() error {
+	if binPath == "" {
+		return nil
+	}
+	return os.RemoveAll(filepath.Dir(binPath))
+}
+
 // ModuleRoot returns the directory holding this module's go.mod.
 func ModuleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
