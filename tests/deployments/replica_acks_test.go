@@ -30,12 +30,14 @@ func newReplicatedRedis(t *testing.T) (master, replica *harness.Redis) {
 }
 
 // ackedGateway starts a master with one replica in sync and a gateway on it whose grants wait
-// 200 ms for one replica's acknowledgement, and returns a client of it.
+// 2 s for one replica's acknowledgement, and returns a client of it. (With 200 ms, a grant made
+// while the replica was still there was now and then refused on a busy machine: see
+// TestClusterReplicaAckedGrants.)
 func ackedGateway(t *testing.T) (master, replica *harness.Redis, c *harness.Client) {
 	t.Helper()
 	master, replica = newReplicatedRedis(t)
 	gw := harness.NewGateway(t, harness.GatewayOptions{Redis: master, Env: map[string]string{
-		"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "200ms"}})
+		"LEASEGATE_REPLICA_ACKS": "1", "LEASEGATE_REPLICA_ACK_TIMEOUT": "2s"}})
 	return master, replica, harness.NewClient(t, gw.URL)
 }
 
