@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasegate/leasegate/auth"
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // jwtFile writes key's JWKS (or PEM, when pemKey) beside an auth file whose "jwt" member is extra

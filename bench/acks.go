@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/lockcore"
-	"github.com/leasegate/leasegate/tests/harness"
 )
 
 // replicaAcks measures what replica-acknowledged grants cost: uncontended acquire+release cycles

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // participant is one client of a contention run: where it acquires and with what body.

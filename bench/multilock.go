@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // multiLocks measures multi-locks beside single locks in one run: try-once acquire+release cycles

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // target is one server lgbench measures in the outside scenario.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/lockcore"
-	"github.com/leasegate/leasegate/tests/harness"
 )
 
 // throughput measures uncontended acquire+release cycles/s with keep-alive clients on distinct

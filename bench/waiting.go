@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // build is one gateway executable the waiting scenario measures.

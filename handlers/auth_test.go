@@ -27,8 +27,8 @@ import (
 
 	"github.com/leasegate/leasegate/api"
 	"github.com/leasegate/leasegate/auth"
+	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/lockcore"
-	"github.com/leasegate/leasegate/tests/harness"
 )
 
 // authConfig is an auth file of two principals: "app" (lock and inspect on "app.") and "ops"

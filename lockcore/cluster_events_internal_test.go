@@ -8,7 +8,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // gatedClient holds back the sharded subscriptions of a real client until gate is closed: a slot

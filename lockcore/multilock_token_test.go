@@ -6,8 +6,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/lockcore"
-	"github.com/leasegate/leasegate/tests/harness"
 )
 
 var testGroup = lockcore.MultiLease{ID: "m-" + testLeaseID, Owner: "mover", Locks: []string{"acct.17", "acct.42"}, Mode: lockcore.Exclusive}

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/lockcore"
 	"github.com/leasegate/leasegate/luascripts"
-	"github.com/leasegate/leasegate/tests/harness"
 )
 
 // evalQueued runs acquire.lua on lock straight on Redis, as a replica whose reply was lost (or a

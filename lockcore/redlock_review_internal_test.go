@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // Regression tests for what a review of RedLock mode found (each failed before its fix), and

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/lockcore"
-	"github.com/leasegate/leasegate/tests/harness"
 )
 
 // waitWorld is one test's lockcore: its own redis-server, a fresh key prefix, and a Service.

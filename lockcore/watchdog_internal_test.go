@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasegate/leasegate/tests/harness"
+	"github.com/leasegate/leasegate/internal/harness"
 )
 
 // newInternalService starts a redis-server and a Service on it, closed when t ends.

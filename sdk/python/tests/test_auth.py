@@ -1,10 +1,10 @@
 """End-to-end tests of sdk/python/leasegate.py's authentication and HTTPS options (``api_key``,
 ``ca_file``, ``ssl_context``) and of the errors of an authenticating gateway.
 
-Run with test_e2e.py by tests/python_sdk_test.go (``go test -run TestPythonSDK ./tests/``), which
-starts, beside the plain gateway of LEASEGATE_URL, a second one that serves HTTPS with a
-certificate of a test CA and authenticates (an auth file; at most one parked waiting request per
-principal), and sets:
+Run with test_e2e.py by tests/sdks/python_sdk_test.go (``go test -run TestPythonSDK
+./tests/sdks``), which starts, beside the plain gateway of LEASEGATE_URL, a second one that serves
+HTTPS with a certificate of a test CA and authenticates (an auth file; at most one parked waiting
+request per principal), and sets:
 
     LEASEGATE_TLS_URL            the HTTPS gateway's URL
     LEASEGATE_TLS_CA_FILE        the CA that signed its certificate (PEM)
@@ -41,11 +41,11 @@ from test_rw_semaphore import problem_answer  # noqa: E402
 
 
 def setting(name: str) -> str:
-    """The environment variable ``name``, which tests/python_sdk_test.go sets: missing, the test
+    """The environment variable ``name``, which tests/sdks/python_sdk_test.go sets: missing, the test
     fails (a skipped test would let a lost variable pass unseen)."""
     v = os.environ.get(name, "")
     if not v:
-        raise AssertionError(f"{name} is not set: run these tests with tests/python_sdk_test.go (see test_auth.py)")
+        raise AssertionError(f"{name} is not set: run these tests with tests/sdks/python_sdk_test.go (see test_auth.py)")
     return v
 
 

@@ -1,6 +1,6 @@
 """End-to-end tests of sdk/python/leasegate.py against a real gateway.
 
-Run by tests/python_sdk_test.go (``go test -run TestPython ./tests/``), which starts a
+Run by tests/sdks/python_sdk_test.go (``go test -run TestPython ./tests/sdks``), which starts a
 redis-server and a gateway and sets LEASEGATE_URL. By hand:
 
     LEASEGATE_URL=http://127.0.0.1:8080 python3 -m unittest discover -s sdk/python/tests -v
@@ -125,7 +125,7 @@ def raw(method: str, path: str, headers: Mapping[str, str] | None = None, body: 
         return e.code, json.loads(e.read())
 
 
-@unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/python_sdk_test.go sets it)")
+@unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/sdks/python_sdk_test.go sets it)")
 class EndToEnd(unittest.TestCase):
     def setUp(self) -> None:
         self.gw = leasegate.Client(URL, timeout=10)

@@ -1,7 +1,7 @@
 """End-to-end tests of sdk/python/leasegate.py's multi-locks (``lock_all``, ``multilock``).
 
-Run with test_e2e.py by tests/python_sdk_test.go (``go test -run TestPython ./tests/``), which
-starts a redis-server and a gateway and sets LEASEGATE_URL. By hand:
+Run with test_e2e.py by tests/sdks/python_sdk_test.go (``go test -run TestPython
+./tests/sdks``), which starts a redis-server and a gateway and sets LEASEGATE_URL. By hand:
 
     LEASEGATE_URL=http://127.0.0.1:8080 python3 -m unittest discover -s sdk/python/tests -v
 
@@ -35,7 +35,7 @@ def names(prefix: str, *members: str) -> list[str]:
     return [f"py.{prefix}.{run}.{m}" for m in members]
 
 
-@unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/python_sdk_test.go sets it)")
+@unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/sdks/python_sdk_test.go sets it)")
 class MultiLocks(unittest.TestCase):
     def setUp(self) -> None:
         self.gw = leasegate.Client(URL, timeout=10)

@@ -1,7 +1,7 @@
 """End-to-end tests of sdk/python/leasegate.py's read-write locks and semaphores.
 
-Run with test_e2e.py by tests/python_sdk_test.go (``go test -run TestPython ./tests/``), which
-starts a redis-server and a gateway and sets LEASEGATE_URL. By hand:
+Run with test_e2e.py by tests/sdks/python_sdk_test.go (``go test -run TestPython
+./tests/sdks``), which starts a redis-server and a gateway and sets LEASEGATE_URL. By hand:
 
     LEASEGATE_URL=http://127.0.0.1:8080 python3 -m unittest discover -s sdk/python/tests -v
 
@@ -33,7 +33,7 @@ def problem_answer(status: int, ptype: str, retry_after: str = "0") -> leasegate
         body=json.dumps({"type": ptype, "title": "injected", "status": status, "detail": "injected"}).encode())
 
 
-@unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/python_sdk_test.go sets it)")
+@unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/sdks/python_sdk_test.go sets it)")
 class ReadWriteLocks(unittest.TestCase):
     def setUp(self) -> None:
         self.gw = leasegate.Client(URL, timeout=10)
@@ -163,7 +163,7 @@ class ReadWriteLocks(unittest.TestCase):
         self.assertTrue(other.release())
 
 
-@unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/python_sdk_test.go sets it)")
+@unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/sdks/python_sdk_test.go sets it)")
 class Semaphores(unittest.TestCase):
     def setUp(self) -> None:
         self.gw = leasegate.Client(URL, timeout=10)

@@ -1,9 +1,10 @@
 // The client's API key (`createLeasegateClient(url, { apiKey })`) against a gateway that
 // authenticates, at $LEASEGATE_AUTH_URL, with $LEASEGATE_API_KEY the key of a principal allowed to
-// lock, inspect and force-release every name. tests/sdk_auth_test.go starts one serving HTTPS with
-// a certificate of a private CA, which this process trusts through NODE_EXTRA_CA_CERTS, and runs
-// this file against the SDK compiled afresh ($LEASEGATE_SDK_MODULE). Without LEASEGATE_AUTH_URL
-// (`npm test`, whose gateway does not authenticate) only the checks that need no gateway run.
+// lock, inspect and force-release every name. tests/sdks/sdk_auth_test.go starts one serving
+// HTTPS with a certificate of a private CA, which this process trusts through NODE_EXTRA_CA_CERTS,
+// and runs this file against the SDK compiled afresh ($LEASEGATE_SDK_MODULE). Without
+// LEASEGATE_AUTH_URL (`npm test`, whose gateway does not authenticate) only the checks that need no
+// gateway run.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { pathToFileURL } from "node:url";
@@ -15,7 +16,7 @@ const { ForbiddenError, LeaseLostError, UnauthenticatedError, createLeasegateCli
 
 const baseUrl = process.env.LEASEGATE_AUTH_URL ?? "";
 const apiKey = process.env.LEASEGATE_API_KEY ?? "";
-const needsGateway = baseUrl ? {} : { skip: "LEASEGATE_AUTH_URL is not set (tests/sdk_auth_test.go sets it)" };
+const needsGateway = baseUrl ? {} : { skip: "LEASEGATE_AUTH_URL is not set (tests/sdks/sdk_auth_test.go sets it)" };
 const TEST_TIMEOUT = 20_000;
 const run = `ts-auth-${process.pid}-${Date.now().toString(36)}`;
 

@@ -1,5 +1,5 @@
 // End-to-end tests of the TypeScript SDK against a live gateway at $LEASEGATE_URL
-// (tests/typescript_sdk_test.go starts one on its own redis-server and runs `npm test`).
+// (tests/sdks/typescript_sdk_test.go starts one on its own redis-server and runs `npm test`).
 // Every call goes through the generated client or the SDK's convenience layer.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -28,7 +28,7 @@ const baseUrl = process.env.LEASEGATE_URL;
 if (!baseUrl) {
   throw new Error(
     "LEASEGATE_URL is not set: these tests need a running gateway, e.g. " +
-      "LEASEGATE_URL=http://127.0.0.1:8080 npm test (tests/typescript_sdk_test.go sets it)",
+      "LEASEGATE_URL=http://127.0.0.1:8080 npm test (tests/sdks/typescript_sdk_test.go sets it)",
   );
 }
 

@@ -1,5 +1,5 @@
 // End-to-end tests of the TypeScript SDK's multi-locks (`lockAll()`, `MultiLockLease`) against a
-// live gateway at $LEASEGATE_URL (tests/typescript_sdk_test.go starts one on its own
+// live gateway at $LEASEGATE_URL (tests/sdks/typescript_sdk_test.go starts one on its own
 // redis-server and runs `npm test`, which runs every test/*.test.mjs).
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -22,7 +22,7 @@ const baseUrl = process.env.LEASEGATE_URL ?? "";
 if (!baseUrl) {
   throw new Error(
     "LEASEGATE_URL is not set: these tests need a running gateway, e.g. " +
-      "LEASEGATE_URL=http://127.0.0.1:8080 npm test (tests/typescript_sdk_test.go sets it)",
+      "LEASEGATE_URL=http://127.0.0.1:8080 npm test (tests/sdks/typescript_sdk_test.go sets it)",
   );
 }
 

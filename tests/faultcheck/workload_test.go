@@ -1,0 +1,140 @@
+package faultcheck
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/leasegate/leasegate/internal/harness"
+	"github.com/leasegate/leasegate/internal/testkit"
+)
+
+// The fault checker's clients: what each does with its leases, as the history records it.
+// worker is one client: over and over it waits for a lock (or abandons the wait), works under it
+// (writing to the fenced store), renews, re-enters, and releases, or lets a lease run out.
+func (fc *faultCheck) worker(i int, stop <-chan struct{}) {
+	rng := rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
+	for k := 0; ; k++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		lock := fc.locks[rng.IntN(len(fc.locks))]
+		owner := fmt.Sprintf("c%02d-%d", i, k)
+		ttl, watchdog := leaseTTL, rng.IntN(5) == 0
+		if watchdog {
+			ttl = watchdogTTL
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		if rng.IntN(8) == 0 { // abandoned
+			ctx, cancel = context.WithTimeout(context.Background(), time.Duration(50+rng.IntN(800))*time.Millisecond)
+		}
+		body := fmt.Sprintf(`{"owner":%q,"ttl_ms":%d,"wait_ms":%d}`, owner, ttl.Milliseconds(), waitFor.Milliseconds())
+		if watchdog { // bounded, so that a lease whose release never got through is freed soon
+			body = fmt.Sprintf(`{"owner":%q,"ttl_ms":%d,"wait_ms":%d,"watchdog":true,"max_hold_ms":%d}`,
+				owner, ttl.Milliseconds(), waitFor.Milliseconds(), maxHold.Milliseconds())
+		}
+		c := fc.client(rng)
+		sent := time.Now()
+		r, err := fc.send(ctx, c, http.MethodPost, "/locks/"+lock, nil, body)
+		answered := time.Now()
+		cancel()
+		if err != nil {
+			// Granted just as the client gave up, or as its replica went away: the lease holds
+			// the lock, unknown to anyone, until its TTL (a watchdog lease: its max hold).
+			unknownFor := ttl
+			if watchdog {
+				unknownFor = maxHold
+			}
+			fc.h.unknownHold(lock, answered, answered.Add(unknownFor))
+			if ctx.Err() == nil { // a replica going away: do not spin on it
+				pause := time.NewTimer(20 * time.Millisecond)
+				<-pause.C // retry back-off
+			}
+			continue
+		}
+		fc.h.wait(lock, owner, sent, answered, waitFor, r.Status)
+		if r.Status != http.StatusCreated {
+			continue
+		}
+		l := &held{lock: lock, owner: owner, fence: r.Int("fence"), token: r.Str("token"), sent: sent, answered: answered,
+			validUntil: sent.Add(ttl), watchdog: watchdog}
+		if watchdog {
+			l.maxHoldUntil = sent.Add(maxHold)
+		}
+		fc.hold(rng, c, l, ttl)
+		fc.h.add(l)
+	}
+}
+
+// hold works under l: a few writes to the fenced store, renewals and maybe a re-entry, then a
+// release (or, now and then, nothing: the lease runs out).
+func (fc *faultCheck) hold(rng *rand.Rand, c *harness.Client, l *held, ttl time.Duration) {
+	ctx := context.Background()
+	holds := 1
+	for step := range 1 + rng.IntN(4) {
+		if !l.valid(time.Now()) {
+			break // the client stops work before its lease can lapse
+		}
+		fc.h.write(l, time.Now())
+		switch rng.IntN(4) {
+		case 0:
+			t0 := time.Now()
+			r, err := fc.send(ctx, c, http.MethodPost, "/locks/"+l.lock+"/renew", testkit.TokenHeader(l.token), "")
+			switch {
+			case err == nil && r.Status == http.StatusOK:
+				l.validUntil = t0.Add(ttl)
+			case err == nil && r.Status == http.StatusGone:
+				l.lost(time.Now(), "renew 410")
+				return
+			}
+		case 1:
+			if step == 0 {
+				t0 := time.Now()
+				body := fmt.Sprintf(`{"owner":%q,"ttl_ms":%d}`, l.owner, ttl.Milliseconds())
+				r, err := fc.send(ctx, c, http.MethodPost, "/locks/"+l.lock, harness.Headers{"Lease-Token": l.token, "Idempotency-Key": l.owner + "-re"}, body)
+				switch {
+				case err == nil && r.Status == http.StatusOK:
+					holds++
+					l.validUntil = t0.Add(ttl)
+				case err == nil && r.Status == http.StatusGone:
+					l.lost(time.Now(), "re-entry 410")
+					return
+				}
+			}
+		}
+		pause := time.NewTimer(time.Duration(rng.IntN(150)) * time.Millisecond)
+		<-pause.C // the work's duration
+	}
+	if rng.IntN(10) == 0 && !l.watchdog {
+		l.released = l.validUntil // abandoned: it runs out
+		return
+	}
+	for h := range holds {
+		l.releaseSent = time.Now()
+		// A release is retried with its Idempotency-Key (on any replica) while the answer is lost
+		// or 503, as the SDKs do, for a few seconds.
+		headers := harness.Headers{"Lease-Token": l.token, "Idempotency-Key": fmt.Sprintf("%s-rel-%d", l.owner, h)}
+		r, err := fc.send(ctx, c, http.MethodDelete, "/locks/"+l.lock, headers, "")
+		for try := 0; try < 20 && (err != nil || r.Status == http.StatusServiceUnavailable); try++ {
+			pause := time.NewTimer(250 * time.Millisecond)
+			<-pause.C // retry back-off
+			r, err = fc.send(ctx, fc.client(rng), http.MethodDelete, "/locks/"+l.lock, headers, "")
+		}
+		switch {
+		case err == nil && r.Status == http.StatusGone:
+			l.lost(time.Now(), "release 410")
+			return
+		case err != nil || r.Status != http.StatusOK:
+			l.released = l.validUntil // outcome unknown: count it held until it could lapse
+			if l.watchdog {
+				l.unknown = true
+			}
+			return
+		}
+	}
+	l.released, l.confirmed = l.releaseSent, true
+}

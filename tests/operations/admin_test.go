@@ -1,0 +1,142 @@
+package operations
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/internal/harness"
+	"github.com/leasegate/leasegate/internal/testkit"
+)
+
+// num reads a JSON number the harness decoded.
+func num(v any) int64 {
+	n, _ := v.(json.Number).Int64()
+	return n
+}
+
+// listAll follows GET path's next_cursor to the end and returns every entry's key field, counting
+// the pages.
+func listAll(t *testing.T, e *testkit.Env, path, field, key string, limit int) (names map[string]map[string]any, pages int) {
+	t.Helper()
+	names = map[string]map[string]any{}
+	cursor := ""
+	for {
+		r := e.Client.Do(http.MethodGet, fmt.Sprintf("%s&limit=%d&cursor=%s", path, limit, url.QueryEscape(cursor)), nil, "")
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		pages++
+		for _, it := range r.JSON()[field].([]any) {
+			m := it.(map[string]any)
+			names[m[key].(string)] = m
+		}
+		if cursor = r.Str("next_cursor"); cursor == "" {
+			return names, pages
+		}
+		require.Less(t, pages, 100000, "the listing never ends")
+	}
+}
+
+func TestAdminListShowsHoldersAndWaiters(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, nil)
+	x := e.Client.Do(http.MethodPost, "/locks/adm.x", nil, testkit.WatchdogBody("writer", 30000, ""))
+	require.Equal(t, http.StatusCreated, x.Status)
+	for _, o := range []string{"r1", "r2"} {
+		require.Equal(t, http.StatusCreated, e.Client.Do(http.MethodPost, "/locks/adm.s", nil, testkit.SharedBody(o, 30000, 0)).Status)
+	}
+	require.Equal(t, http.StatusCreated, e.Client.Do(http.MethodPost, "/locks/other.y", nil, testkit.AcquireBody("elsewhere", 30000)).Status)
+	require.Equal(t, http.StatusCreated, e.Client.Do(http.MethodPost, "/semaphores/adm.sem", nil, testkit.PermitBody("p1", 3, 30000, 0)).Status)
+	waiter := testkit.StartWaiterBody(e.Client, "adm.x", testkit.WaitBody("queued", 30000, 10000))
+	harness.Eventually(t, 5*time.Second, "the waiter queued", func() bool { return e.Waiters(t, "adm.x") == 1 })
+
+	locks, _ := listAll(t, e, "/locks?prefix=adm.", "locks", "lock", 100)
+	require.Len(t, locks, 2)
+	assert.Equal(t, "writer", locks["adm.x"]["owner"])
+	assert.Equal(t, "exclusive", locks["adm.x"]["mode"])
+	assert.Equal(t, true, locks["adm.x"]["watchdog"])
+	assert.Equal(t, int64(1), num(locks["adm.x"]["waiters"]))
+	assert.Equal(t, x.Int("fence"), num(locks["adm.x"]["fence"]))
+	assert.GreaterOrEqual(t, num(locks["adm.x"]["age_ms"]), int64(0))
+	assert.Equal(t, "shared", locks["adm.s"]["mode"])
+	assert.Equal(t, int64(2), num(locks["adm.s"]["holders"]))
+
+	all, _ := listAll(t, e, "/locks?prefix=", "locks", "lock", 100)
+	assert.Len(t, all, 3, "every held lock without a prefix")
+
+	sems, _ := listAll(t, e, "/semaphores?prefix=adm", "semaphores", "name", 100)
+	require.Len(t, sems, 1)
+	assert.Equal(t, int64(3), num(sems["adm.sem"]["permits"]))
+	assert.Equal(t, int64(1), num(sems["adm.sem"]["used"]))
+
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/adm.x", testkit.TokenHeader(x.Str("token")), "").Status)
+	require.Equal(t, http.StatusCreated, (<-waiter).Status)
+
+	// A refused acquire and a wait count toward the most contended names (this replica).
+	require.Equal(t, http.StatusConflict, e.Client.Do(http.MethodPost, "/locks/other.y", nil, testkit.AcquireBody("late", 30000)).Status)
+	top := e.Client.Do(http.MethodGet, "/admin/top", nil, "")
+	require.Equal(t, http.StatusOK, top.Status)
+	contended := top.JSON()["most_contended"].([]any)
+	require.Len(t, contended, 2, string(top.Body))
+	assert.ElementsMatch(t, []string{"adm.x", "other.y"},
+		[]string{contended[0].(map[string]any)["lock"].(string), contended[1].(map[string]any)["lock"].(string)})
+}
+
+func TestAdminListRefusesBadQueries(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, nil)
+	for _, q := range []string{"prefix=a%20b", "prefix=" + strings.Repeat("a", 201), "limit=0", "limit=1001", "limit=x",
+		"cursor=nonsense", "cursor=7-0"} {
+		for _, path := range []string{"/locks?", "/semaphores?"} {
+			r := e.Client.Do(http.MethodGet, path+q, nil, "")
+			assert.Equal(t, http.StatusBadRequest, r.Status, path+q)
+			assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), path+q)
+		}
+	}
+}
+
+// TestAdminListPaginatesTenThousandLocksWithoutKeys holds 10,000 locks and lists them all in pages
+// of 500: every one appears, and Redis ran SCAN, never KEYS.
+func TestAdminListPaginatesTenThousandLocksWithoutKeys(t *testing.T) {
+	t.Parallel()
+	testkit.StandaloneOnly(t, "reads INFO commandstats of the one server")
+	e := testkit.NewEnv(t, nil)
+	const n = 10000
+	var wg sync.WaitGroup
+	names := make(chan int, n)
+	for i := range n {
+		names <- i
+	}
+	close(names)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range names {
+				r := e.Client.Do(http.MethodPost, fmt.Sprintf("/locks/bulk.%05d", i), nil, testkit.AcquireBody("bulk", 600000))
+				if r.Status != http.StatusCreated {
+					t.Errorf("bulk.%05d: %d %s", i, r.Status, r.Body)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.False(t, t.Failed())
+	e.Redis.MustDo(t, "CONFIG", "RESETSTAT")
+
+	locks, pages := listAll(t, e, "/locks?prefix=bulk.", "locks", "lock", 500)
+	assert.Len(t, locks, n)
+	assert.Greater(t, pages, 10, "paginated")
+	stats := e.Redis.MustDo(t, "INFO", "commandstats")
+	assert.NotContains(t, stats, "cmdstat_keys:")
+	assert.Contains(t, stats, "cmdstat_scan:")
+	t.Logf("%d locks in %d pages", len(locks), pages)
+}
