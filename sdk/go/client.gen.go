@@ -196,7 +196,9 @@ type AcquireRequest struct {
 	// same owner. Presented within 10 s of that answer, it queues this request at the
 	// earlier wait's original arrival. A ticket works once; one that has run out, was used
 	// already, or does not verify is ignored (the request queues as a newcomer). A ticket
-	// for another lock or owner is rejected with 400.
+	// for another lock, owner or principal (the authenticated caller it was handed to) is
+	// rejected with 400; one handed to no principal, presented by an authenticated caller,
+	// is ignored.
 	QueueTicket *string `json:"queue_ticket,omitempty"`
 
 	// TtlMs Lease time to live in milliseconds, from 1 to the configured maximum

@@ -574,7 +574,9 @@ export interface components {
              *     same owner. Presented within 10 s of that answer, it queues this request at the
              *     earlier wait's original arrival. A ticket works once; one that has run out, was used
              *     already, or does not verify is ignored (the request queues as a newcomer). A ticket
-             *     for another lock or owner is rejected with 400.
+             *     for another lock, owner or principal (the authenticated caller it was handed to) is
+             *     rejected with 400; one handed to no principal, presented by an authenticated caller,
+             *     is ignored.
              */
             queue_ticket?: string;
         };
