@@ -13,8 +13,9 @@ import (
 type oneRedis struct {
 	client     rueidis.Client
 	runner     runner
-	acks       *replicaAcks // nil unless grants wait for replicas
-	chanPrefix string       // + replica ID = a replica's grants channel
+	acks       *replicaAcks  // nil unless grants wait for replicas
+	chanPrefix string        // + replica ID = a replica's grants channel
+	subscribed chan struct{} // closed once this process's subscription is first confirmed
 }
 
 func (d *oneRedis) run(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
@@ -46,11 +47,18 @@ func (d *oneRedis) grants(string) string                     { return d.chanPref
 func (d *oneRedis) slot(string) int                          { return 0 }
 func (d *oneRedis) shards() int                              { return 1 }
 
+// listen follows this process's one grants channel, which serves every lock.
 func (d *oneRedis) listen(l listener) {
-	l.follow(feed{client: d.client, channel: d.chanPrefix + l.replicaID()}, nil)
+	l.follow(feed{client: d.client, channel: d.chanPrefix + l.replicaID()}, func(first bool) {
+		if first {
+			close(d.subscribed)
+		}
+	})
 }
 
-func (d *oneRedis) ready(listener, string) <-chan struct{} { return closedChan }
+// ready: messages about any lock reach this process once its subscription is first confirmed
+// (after a start while Redis is down, that is when Redis comes back).
+func (d *oneRedis) ready(listener, string) <-chan struct{} { return d.subscribed }
 
 func (d *oneRedis) ping(ctx context.Context) error {
 	return classify(d.client.Do(ctx, d.client.B().Ping().Build()).Error())

@@ -94,5 +94,6 @@ const (
 	featureAcks       feature = "replica acks"
 )
 
-// closedChan is ready for a waiter whose grants arrive on a subscription that serves every lock.
+// closedChan is ready at once: RedLock's waiters do not wait for their masters' subscriptions (a
+// hand-off whose message a master's subscription missed is found by the heartbeat).
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

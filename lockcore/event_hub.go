@@ -226,14 +226,14 @@ func (h *eventHub) resync(match func(key string) bool) {
 	}
 }
 
-// resyncEarly makes the streams of slot's locks that joined before its subscription was first
-// confirmed (marked early by join) read their locks again: their state may be older than the
-// subscription, and the messages in between were lost.
-func (h *eventHub) resyncEarly(slot int) {
+// resyncEarly makes the streams of the locks whose key matches that joined before their
+// subscription was first confirmed (marked early by join) read their locks again: their state may
+// be older than the subscription, and the messages in between were lost.
+func (h *eventHub) resyncEarly(match func(key string) bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for key, wl := range h.locks {
-		if keySlot(key) != slot {
+		if !match(key) {
 			continue
 		}
 		for st := range wl.streams {

@@ -45,13 +45,17 @@ func (ws *waiters) follow(f feed, confirmed func(first bool)) {
 					e.obs.Resubscribed()
 				}
 				ws.checkAll()
-				switch {
-				case !f.sharded:
-					ws.events.resync(func(string) bool { return true })
-				case first:
-					ws.events.resyncEarly(f.slot)
-				default:
-					ws.events.resync(func(key string) bool { return keySlot(key) == f.slot })
+				// The streams of the locks this subscription serves read their locks again; on its
+				// first confirmation only those that joined before it (see eventHub.join), since
+				// the others read their state after it.
+				serves := func(string) bool { return true }
+				if f.sharded {
+					serves = func(key string) bool { return keySlot(key) == f.slot }
+				}
+				if first {
+					ws.events.resyncEarly(serves)
+				} else {
+					ws.events.resync(serves)
 				}
 				first = false
 			})

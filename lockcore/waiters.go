@@ -30,7 +30,7 @@ type waiters struct {
 type eventSink interface {
 	deliver(msg string)
 	resync(match func(key string) bool)
-	resyncEarly(slot int)
+	resyncEarly(match func(key string) bool)
 }
 
 // waiter is one waiting Acquire. Its events channel receives grants addressed to it and requests
