@@ -141,7 +141,7 @@ const (
 type reenterReply struct {
 	outcome  int
 	holds    int64
-	fence    int64 // the lease's fence (0 for a shared hold's re-entry on one Redis: see reenter.lua)
+	fence    int64 // the fence of the hold re-entered
 	watchdog bool
 	ttl      time.Duration // what the lease has left now (a replayed answer's too)
 	used     int64
