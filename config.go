@@ -34,7 +34,9 @@ type Config struct {
 	MaxWait           time.Duration `split_words:"true" default:"60s"`
 	MaxHold           time.Duration `split_words:"true" default:"1h"`
 	MaxWaiters        int           `split_words:"true" default:"10000"`
-	FenceTTL          time.Duration `split_words:"true" default:"24h"`
+	MaxStreams        int           `split_words:"true" default:"1000"`
+	MaxStreamLifetime time.Duration `split_words:"true" default:"1h"`
+	FenceTTL          time.Duration `split_words:"true" default:"10m"`
 	ShutdownTimeout   time.Duration `split_words:"true" default:"30s"`
 	LogLevel          string        `split_words:"true" default:"info"`
 	AccessLog         string        `split_words:"true" default:"errors"`
@@ -48,7 +50,19 @@ type Config struct {
 	QuotaBurst        int           `split_words:"true" default:"0"`
 	QuotaParked       int           `split_words:"true" default:"0"`
 	QuotaHeld         int           `split_words:"true" default:"0"`
+	QuotaStreams      int           `split_words:"true" default:"0"`
+	AuthFailureRate   float64       `split_words:"true" default:"20"`
 	MetricsAuth       string        `split_words:"true" default:"open"`
+}
+
+// authQuotaDefaults are the quotas every principal has when an auth file is set and the variable
+// is not (an explicit 0 means no limit). The rate bounds what one principal can make Redis keep
+// (docs/auth.md, "What one principal can cost"): every hold, fence key and idempotency record
+// comes from a request and lasts an hour at most. LEASEGATE_QUOTA_HELD stays off by default: its
+// count costs two Redis round trips per acquire and release.
+var authQuotaDefaults = map[string]func(*Config){
+	"QUOTA_RATE":    func(c *Config) { c.QuotaRate = 100 },
+	"QUOTA_STREAMS": func(c *Config) { c.QuotaStreams = 100 },
 }
 
 // loadConfig reads the environment and rejects bad values, naming the variable.
@@ -57,12 +71,19 @@ func loadConfig() (Config, error) {
 	if err := envconfig.Process("leasegate", &cfg); err != nil {
 		return Config{}, err
 	}
+	if cfg.AuthFile != "" {
+		for name, set := range authQuotaDefaults {
+			if _, given := os.LookupEnv("LEASEGATE_" + name); !given {
+				set(&cfg)
+			}
+		}
+	}
 	// envconfig lets a set-but-empty variable bypass its default; an empty value is a mistake.
 	for _, name := range []string{"LISTEN", "REDIS_ADDR", "REDIS_URL", "REDIS_USERNAME", "REDIS_PASSWORD", "REDIS_TLS_CA",
 		"REDLOCK_URLS", "REPLICA_ACKS", "REPLICA_ACK_TIMEOUT", "TOKEN_SECRET", "KEY_PREFIX",
-		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL",
+		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "MAX_STREAMS", "MAX_STREAM_LIFETIME", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL",
 		"TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE", "AUTH_FILE", "METRICS_AUTH",
-		"QUOTA_RATE", "QUOTA_BURST", "QUOTA_PARKED", "QUOTA_HELD"} {
+		"QUOTA_RATE", "QUOTA_BURST", "QUOTA_PARKED", "QUOTA_HELD", "QUOTA_STREAMS", "AUTH_FAILURE_RATE"} {
 		if v, ok := os.LookupEnv("LEASEGATE_" + name); ok && strings.TrimSpace(v) == "" {
 			return Config{}, fmt.Errorf("LEASEGATE_%s is set but empty; unset it to use the default", name)
 		}
@@ -97,6 +118,8 @@ func loadConfig() (Config, error) {
 		check(cfg.MaxWait > 0, "MAX_WAIT", "must be positive, got %v", cfg.MaxWait),
 		check(cfg.MaxHold > 0, "MAX_HOLD", "must be positive, got %v", cfg.MaxHold),
 		check(cfg.MaxWaiters > 0, "MAX_WAITERS", "must be positive, got %d", cfg.MaxWaiters),
+		check(cfg.MaxStreams >= 0, "MAX_STREAMS", "must not be negative, got %d", cfg.MaxStreams),
+		check(cfg.MaxStreamLifetime >= 0, "MAX_STREAM_LIFETIME", "must not be negative, got %v", cfg.MaxStreamLifetime),
 		check(cfg.FenceTTL >= time.Minute, "FENCE_TTL", "must be at least 1m, got %v", cfg.FenceTTL),
 		check(cfg.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT", "must be positive, got %v", cfg.ShutdownTimeout),
 		check(levelErr == nil, "LOG_LEVEL", "%q is not debug, info, warn or error", cfg.LogLevel),
@@ -109,8 +132,10 @@ func loadConfig() (Config, error) {
 		check(cfg.QuotaBurst >= 0, "QUOTA_BURST", "must not be negative, got %d", cfg.QuotaBurst),
 		check(cfg.QuotaParked >= 0, "QUOTA_PARKED", "must not be negative, got %d", cfg.QuotaParked),
 		check(cfg.QuotaHeld >= 0, "QUOTA_HELD", "must not be negative, got %d", cfg.QuotaHeld),
-		check(cfg.AuthFile != "" || (cfg.QuotaRate == 0 && cfg.QuotaParked == 0 && cfg.QuotaHeld == 0), "QUOTA_RATE",
-			"LEASEGATE_QUOTA_PARKED and LEASEGATE_QUOTA_HELD limit principals: they need LEASEGATE_AUTH_FILE"),
+		check(cfg.QuotaStreams >= 0, "QUOTA_STREAMS", "must not be negative, got %d", cfg.QuotaStreams),
+		check(cfg.AuthFailureRate >= 0, "AUTH_FAILURE_RATE", "must not be negative, got %g", cfg.AuthFailureRate),
+		check(cfg.AuthFile != "" || (cfg.QuotaRate == 0 && cfg.QuotaParked == 0 && cfg.QuotaHeld == 0 && cfg.QuotaStreams == 0), "QUOTA_RATE",
+			"LEASEGATE_QUOTA_PARKED, LEASEGATE_QUOTA_STREAMS and LEASEGATE_QUOTA_HELD limit principals: they need LEASEGATE_AUTH_FILE"),
 		check(cfg.QuotaHeld == 0 || len(cfg.RedlockURLs) == 0, "QUOTA_HELD", "is not offered on RedLock (LEASEGATE_REDLOCK_URLS)"),
 		check(slices.Contains([]string{"open", "admin"}, cfg.MetricsAuth), "METRICS_AUTH", "%q is not open or admin", cfg.MetricsAuth),
 		check(cfg.MetricsAuth == "open" || cfg.AuthFile != "", "METRICS_AUTH", "admin needs LEASEGATE_AUTH_FILE"),

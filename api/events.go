@@ -77,3 +77,15 @@ type LostEvent struct {
 	Fence  int64     `json:"fence"`
 	Reason string    `json:"reason"`
 }
+
+// ClosedEvent is a "closed" event: the gateway ended the stream, and says why in Reason:
+// "unauthenticated" (the credential was revoked from the auth file, or it expired), "forbidden"
+// (the principal lost the permission or the prefix the stream needs, or the lease token is no
+// longer its) or "lifetime" (the stream reached LEASEGATE_MAX_STREAM_LIFETIME: reconnect).
+// Detail is the reason in words. It is the stream's last event.
+type ClosedEvent struct {
+	Lock   string    `json:"lock"`
+	At     Timestamp `json:"at"`
+	Reason string    `json:"reason"`
+	Detail string    `json:"detail"`
+}

@@ -21,7 +21,7 @@ import (
 //	                 "quotas": {"held": 500}}]}
 //
 // Member names match exactly and unknown members are errors, so that a typo never loosens the
-// file. A principal's optional "quotas" ("rate", "burst", "parked", "held") replace the gateway's
+// file. A principal's optional "quotas" ("rate", "burst", "parked", "streams", "held") replace the gateway's
 // defaults for it. The top-level "jwt" member configures bearer JWTs (jwt.go); a principal's
 // "certificate_subjects" are the verified client-certificate subjects that authenticate as it.
 
@@ -204,7 +204,7 @@ func decodeStrict(data []byte, v any) error {
 // checkNames refuses member names that encoding/json matched up to case ("Keys" for "keys").
 func checkNames(data []byte) error {
 	known := append([]string{"principals", "jwt", "name", "keys", "prefixes", "permissions", "certificate_subjects",
-		"quotas", "rate", "burst", "parked", "held"}, jwtMembers...)
+		"quotas", "rate", "burst", "parked", "streams", "held"}, jwtMembers...)
 	type frame struct{ object, wantKey bool }
 	var stack []frame
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -30,13 +30,14 @@ var permissions = []Permission{Lock, Inspect, Admin}
 const AllNames = "*"
 
 // Quotas are a principal's own quotas (the auth file's "quotas" member), in place of the gateway's
-// defaults (LEASEGATE_QUOTA_RATE, _BURST, _PARKED and _HELD): a nil field keeps the default, 0 means
-// no limit. A principal of a JWT's claims has none.
+// defaults (LEASEGATE_QUOTA_RATE, _BURST, _PARKED, _STREAMS and _HELD): a nil field keeps the
+// default, 0 means no limit. A principal of a JWT's claims has none.
 type Quotas struct {
-	Rate   *float64 `json:"rate"`   // requests per second on one replica
-	Burst  *int     `json:"burst"`  // the rate's bucket size (default: the rate, at least 1)
-	Parked *int     `json:"parked"` // waiting requests parked at once on one replica
-	Held   *int     `json:"held"`   // locks and permits held at once across replicas
+	Rate    *float64 `json:"rate"`    // requests per second on one replica
+	Burst   *int     `json:"burst"`   // the rate's bucket size (default: the rate, at least 1)
+	Parked  *int     `json:"parked"`  // waiting requests parked at once on one replica
+	Streams *int     `json:"streams"` // event streams open at once on one replica
+	Held    *int     `json:"held"`    // locks and permits held at once across replicas
 }
 
 // check refuses negative quotas.
@@ -47,7 +48,7 @@ func (q Quotas) check() error {
 	for _, v := range []struct {
 		name string
 		n    *int
-	}{{"burst", q.Burst}, {"parked", q.Parked}, {"held", q.Held}} {
+	}{{"burst", q.Burst}, {"parked", q.Parked}, {"streams", q.Streams}, {"held", q.Held}} {
 		if v.n != nil && *v.n < 0 {
 			return fmt.Errorf(`"quotas": %q must not be negative, got %d`, v.name, *v.n)
 		}

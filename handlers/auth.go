@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -46,6 +47,8 @@ type guard struct {
 	log  *slog.Logger
 	// quotas: the principal's requests per second are taken here, once it is known
 	quotas *quotas
+	// failures: the failed authentications of each client address (nil: not limited)
+	failures *failedAuths
 }
 
 // need wraps a route's handler: the request must carry the API key of a principal that has perm
@@ -58,7 +61,15 @@ func (g *guard) need(perm auth.Permission, sc scope, next http.HandlerFunc) http
 		return next
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, err := g.authorize(r, perm, sc)
+		addr := clientAddress(r)
+		err := g.failures.check(addr)
+		var p *auth.Principal
+		if err == nil {
+			p, err = g.authorize(r, perm, sc)
+			if errors.Is(err, auth.ErrUnauthenticated) {
+				g.failures.failed(addr)
+			}
+		}
 		if err == nil {
 			err = g.quotas.allow(p)
 		}
@@ -68,6 +79,7 @@ func (g *guard) need(perm auth.Permission, sc scope, next http.HandlerFunc) http
 		}
 		if info, ok := r.Context().Value(requestKey{}).(*requestInfo); ok {
 			info.principal = p
+			info.reauthorize = func() error { _, err := g.authorize(r, perm, sc); return err }
 		}
 		next(w, r)
 	}
@@ -150,6 +162,14 @@ func (g *guard) authenticate(r *http.Request) (*auth.Principal, error) {
 func principalFrom(ctx context.Context) *auth.Principal {
 	if info, ok := ctx.Value(requestKey{}).(*requestInfo); ok {
 		return info.principal
+	}
+	return nil
+}
+
+// reauthorizer returns the request's reauthorize (see requestInfo), nil without authentication.
+func reauthorizer(ctx context.Context) func() error {
+	if info, ok := ctx.Value(requestKey{}).(*requestInfo); ok {
+		return info.reauthorize
 	}
 	return nil
 }

@@ -58,6 +58,8 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		deniedErr   *auth.ForbiddenError
 		quotaErr    *quotaError
 		heldQuota   *lockcore.QuotaExceededError
+		streamsErr  *tooManyStreamsError
+		throttled   *authThrottledError
 	)
 	switch {
 	case errors.As(err, &reqErr):
@@ -65,6 +67,10 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 	case errors.Is(err, auth.ErrUnauthenticated):
 		p.Status, p.Type, p.Title = http.StatusUnauthorized, api.TypeUnauthenticated, "Unauthenticated"
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leasegate"`)
+	case errors.As(err, &throttled):
+		p.Status, p.Type, p.Title = http.StatusTooManyRequests, api.TypeAuthenticationThrottled, "Authentication throttled"
+		p.RetryAfterms = ptr(throttled.retryAfter.Milliseconds())
+		w.Header().Set("Retry-After", retryAfterSeconds(throttled.retryAfter))
 	case errors.As(err, &quotaErr):
 		p.Status, p.Type, p.Title = http.StatusTooManyRequests, api.TypeQuotaExceeded, "Quota exceeded"
 		p.RetryAfterms = ptr(quotaErr.retryAfter.Milliseconds())
@@ -124,6 +130,10 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		p.Status, p.Type, p.Title = http.StatusServiceUnavailable, api.TypeTooManyWaiters, "Too many waiting requests"
 		w.Header().Set("Retry-After", "1")
 		log.Warn("waiting request refused: too many waiting requests", "request_id", p.RequestID)
+	case errors.As(err, &streamsErr):
+		p.Status, p.Type, p.Title = http.StatusServiceUnavailable, api.TypeTooManyStreams, "Too many event streams"
+		w.Header().Set("Retry-After", "1")
+		log.Warn("event stream refused: too many event streams", "request_id", p.RequestID)
 	case errors.Is(err, lockcore.ErrNotSupported):
 		p.Status, p.Type, p.Title = http.StatusNotImplemented, api.TypeNotSupported, "Not supported"
 		log.Info("operation not supported on this deployment", "request_id", p.RequestID, "err", err)

@@ -43,11 +43,19 @@ func (h *lockHandlers) semaphoreEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 // stream answers ref's live events as Server-Sent Events until the client leaves, the stream's
-// lease is lost (its last event), or the gateway shuts down. Each event has an id (its number in
-// this stream, from 1), a type and one line of JSON data; a comment line goes out after
-// keepAliveEvery without an event. Problems before the stream starts (a bad name or token, a
-// lease already gone, Redis down) are answered as problem+json.
+// lease is lost (its last event), the gateway shuts down, or the gateway closes it (a "closed"
+// event, its last: the request's credentials stopped allowing it, or it reached its lifetime; see
+// Streams). Each event has an id (its number in this stream, from 1), a type and one line of JSON
+// data; a comment line goes out after keepAliveEvery without an event. Problems before the stream
+// starts (a bad name or token, a lease already gone, Redis down, too many streams) are answered as
+// problem+json.
 func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockcore.Ref) {
+	admitted, err := h.streams.admit(r, h.quotas)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	defer admitted()
 	st, err := h.locker.Watch(r.Context(), ref, r.Header.Get(leaseTokenHeader))
 	if err != nil {
 		writeError(w, r, h.log, err)
@@ -71,17 +79,44 @@ func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockco
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
 	w.WriteHeader(http.StatusOK)
+	reauthorize := reauthorizer(r.Context())
+	var endOfLife time.Time
+	if h.streams.Lifetime > 0 {
+		endOfLife = time.Now().Add(h.streams.Lifetime)
+	}
+	// wake is how long one wait for an event lasts: the stream looks at its credentials and its
+	// lifetime in between.
+	wake := keepAliveEvery
+	if reauthorize != nil || !endOfLife.IsZero() {
+		wake = min(reauthorizeEvery, wake)
+	}
 	var buf bytes.Buffer
+	wrote, checked := time.Now(), time.Now()
 	for id := 1; ; {
-		next, cancel := context.WithTimeout(r.Context(), keepAliveEvery)
+		next, cancel := context.WithTimeout(r.Context(), wake)
 		ev, err := st.Next(next)
 		cancel()
 		buf.Reset()
+		last := false
+		now := time.Now()
+		if now.Sub(checked) >= wake {
+			checked = now
+			if reason, why := streamEnd(reauthorize, endOfLife, now); why != nil {
+				writeData(&buf, id, "closed", api.ClosedEvent{Lock: ref.Name, At: api.Timestamp(now), Reason: reason, Detail: why.Error()})
+				h.log.Info("event stream closed", "request_id", requestIDFrom(r.Context()), "lock", ref.Name, "reason", reason, "detail", why.Error())
+				err, last = nil, true
+			}
+		}
 		switch {
+		case last:
 		case err == nil:
 			writeEvent(&buf, id, ref, ev)
 			id++
+			last = ev.Type == lockcore.EventLost
 		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+			if now.Sub(wrote) < keepAliveEvery {
+				continue
+			}
 			buf.WriteString(": keep-alive\n\n")
 		default: // the client left, or the gateway shuts down (its clients reconnect elsewhere)
 			return
@@ -95,7 +130,8 @@ func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockco
 		if _, err := w.Write(buf.Bytes()); err != nil {
 			return
 		}
-		if err := rc.Flush(); err != nil || ev.Type == lockcore.EventLost {
+		wrote = now
+		if err := rc.Flush(); err != nil || last {
 			return
 		}
 	}
@@ -103,8 +139,13 @@ func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockco
 
 // writeEvent renders ev as one Server-Sent Event into buf.
 func writeEvent(buf *bytes.Buffer, id int, ref lockcore.Ref, ev lockcore.Event) {
-	buf.WriteString("id: " + strconv.Itoa(id) + "\nevent: " + string(ev.Type) + "\ndata: ")
-	_ = json.NewEncoder(buf).Encode(eventBody(ref, ev)) // one line, with its newline
+	writeData(buf, id, string(ev.Type), eventBody(ref, ev))
+}
+
+// writeData renders one Server-Sent Event of type typ with data as its JSON line into buf.
+func writeData(buf *bytes.Buffer, id int, typ string, data any) {
+	buf.WriteString("id: " + strconv.Itoa(id) + "\nevent: " + typ + "\ndata: ")
+	_ = json.NewEncoder(buf).Encode(data) // one line, with its newline
 	buf.WriteString("\n")
 }
 

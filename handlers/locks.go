@@ -38,10 +38,11 @@ func idempotencyKey(r *http.Request) (string, error) {
 }
 
 type lockHandlers struct {
-	locker Locker
-	limits api.Limits
-	log    *slog.Logger
-	quotas *quotas // nil: none
+	locker  Locker
+	limits  api.Limits
+	log     *slog.Logger
+	quotas  *quotas // nil: none
+	streams *streamGate
 }
 
 // acquire handles POST /locks/{name}: 201 for a new grant, 200 for a re-entry.

@@ -26,6 +26,9 @@ type requestInfo struct {
 	id        string
 	rec       *statusRecorder
 	principal *auth.Principal // set by guard.need once the request is authorized
+	// reauthorize, set by guard.need, authenticates and authorizes the request again against the
+	// credentials in force now (an event stream does, while it lasts); nil without authentication.
+	reauthorize func() error
 }
 
 // requestIDHeader carries the request ID: the client's when it sends a sane one, else ours.

@@ -12,16 +12,18 @@ import (
 )
 
 // Quotas are per-principal limits on one gateway replica, so that one client cannot take the
-// service down: requests per second (a token bucket, golang.org/x/time/rate) and waiting requests
-// parked at once. These are the defaults; a principal's own "quotas" in the auth file replace
-// them for it (auth.Quotas). They apply to authenticated principals only (LEASEGATE_AUTH_FILE);
-// without authentication the replica-wide LEASEGATE_MAX_WAITERS still bounds parked requests. Over
-// a limit a request is answered 429 quota-exceeded with Retry-After, before anything else is done.
+// service down: requests per second (a token bucket, golang.org/x/time/rate), waiting requests
+// parked at once and event streams open at once. These are the defaults; a principal's own
+// "quotas" in the auth file replace them for it (auth.Quotas). They apply to authenticated
+// principals only (LEASEGATE_AUTH_FILE); without authentication the replica-wide
+// LEASEGATE_MAX_WAITERS and LEASEGATE_MAX_STREAMS still bound parked requests and streams. Over a
+// limit a request is answered 429 quota-exceeded with Retry-After, before anything else is done.
 // (The cap on holds across replicas is lockcore's: see AcquireRequest.HeldCap.)
 type Quotas struct {
-	Rate   float64 // requests per second per principal (0: no limit)
-	Burst  int     // the bucket's size: requests a principal may send at once (default: Rate, at least 1)
-	Parked int     // waiting requests a principal may have parked at once (0: no limit)
+	Rate    float64 // requests per second per principal (0: no limit)
+	Burst   int     // the bucket's size: requests a principal may send at once (default: Rate, at least 1)
+	Parked  int     // waiting requests a principal may have parked at once (0: no limit)
+	Streams int     // event streams a principal may have open at once (0: no limit)
 }
 
 // quotaError is a request over one of its principal's quotas.
@@ -44,8 +46,9 @@ type quotas struct {
 
 type principalUse struct {
 	limiter *rate.Limiter // nil: no rate limit
-	parked  int
-	seen    time.Time // last request, for forgetting principals gone quiet
+	parked  int           // waiting requests parked now
+	streams int           // event streams open now
+	seen    time.Time     // last request, for forgetting principals gone quiet
 }
 
 // forgetAfter is how long a principal's use is kept after its last request (its bucket is full
@@ -60,8 +63,8 @@ func newQuotas(cfg Quotas) *quotas {
 }
 
 // limits are p's quotas: its own where the auth file gives them, else the defaults.
-func (q *quotas) limits(p *auth.Principal) (perSecond float64, burst, parked int) {
-	perSecond, burst, parked = q.cfg.Rate, q.cfg.Burst, q.cfg.Parked
+func (q *quotas) limits(p *auth.Principal) (perSecond float64, burst, parked, streams int) {
+	perSecond, burst, parked, streams = q.cfg.Rate, q.cfg.Burst, q.cfg.Parked, q.cfg.Streams
 	own := p.Quotas
 	if own.Rate != nil {
 		perSecond, burst = *own.Rate, 0 // the default burst goes with the default rate
@@ -72,10 +75,13 @@ func (q *quotas) limits(p *auth.Principal) (perSecond float64, burst, parked int
 	if own.Parked != nil {
 		parked = *own.Parked
 	}
+	if own.Streams != nil {
+		streams = *own.Streams
+	}
 	if perSecond > 0 && burst <= 0 {
 		burst = max(int(math.Ceil(perSecond)), 1)
 	}
-	return perSecond, burst, parked
+	return perSecond, burst, parked, streams
 }
 
 // use returns principal's use, made on its first request. Call with q.mu held.
@@ -84,7 +90,7 @@ func (q *quotas) use(principal string, now time.Time) *principalUse {
 	if u == nil {
 		if len(q.by) >= forgetAt {
 			for p, old := range q.by {
-				if old.parked == 0 && now.Sub(old.seen) > forgetAfter {
+				if old.parked == 0 && old.streams == 0 && now.Sub(old.seen) > forgetAfter {
 					delete(q.by, p)
 				}
 			}
@@ -102,7 +108,7 @@ func (q *quotas) allow(p *auth.Principal) error {
 	if q == nil || p == nil {
 		return nil
 	}
-	perSecond, burst, _ := q.limits(p)
+	perSecond, burst, _, _ := q.limits(p)
 	if perSecond <= 0 {
 		return nil
 	}
@@ -132,22 +138,37 @@ func (q *quotas) admitWait(p *auth.Principal) (done func(), err error) {
 	if q == nil || p == nil {
 		return func() {}, nil
 	}
-	_, _, parked := q.limits(p)
-	if parked <= 0 {
+	_, _, parked, _ := q.limits(p)
+	return q.admit(p, parked, "parked waiting requests", func(u *principalUse) *int { return &u.parked })
+}
+
+// admitStream counts an event stream of p until done is called, or refuses it when p has its
+// quota of open streams already.
+func (q *quotas) admitStream(p *auth.Principal) (done func(), err error) {
+	if q == nil || p == nil {
+		return func() {}, nil
+	}
+	_, _, _, streams := q.limits(p)
+	return q.admit(p, streams, "open event streams", func(u *principalUse) *int { return &u.streams })
+}
+
+// admit counts one more of what count points at in p's use, up to limit (0: none), until done.
+func (q *quotas) admit(p *auth.Principal, limit int, what string, count func(*principalUse) *int) (done func(), err error) {
+	if limit <= 0 {
 		return func() {}, nil
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	u := q.use(p.Name, time.Now())
-	if u.parked >= parked {
-		return nil, &quotaError{principal: p.Name, limit: fmt.Sprintf("%d parked waiting requests", parked), retryAfter: time.Second}
+	n := count(q.use(p.Name, time.Now()))
+	if *n >= limit {
+		return nil, &quotaError{principal: p.Name, limit: fmt.Sprintf("%d %s", limit, what), retryAfter: time.Second}
 	}
-	u.parked++
+	*n++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			q.mu.Lock()
-			u.parked--
+			*n--
 			q.mu.Unlock()
 		})
 	}, nil

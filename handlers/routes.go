@@ -52,6 +52,11 @@ type Options struct {
 	MetricsAuth bool
 	// Quotas limit each principal's requests on this replica (with Auth; see quota.go).
 	Quotas Quotas
+	// Streams bound the live event streams of this replica (see streams.go).
+	Streams Streams
+	// AuthFailures bound each client address's failed authentications (with Auth; see
+	// auth_failures.go).
+	AuthFailures AuthFailures
 }
 
 // Metrics is what the router needs of the gateway's metrics (*metrics.Metrics).
@@ -69,8 +74,8 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 		opts.Logger = slog.Default()
 	}
 	q := newQuotas(opts.Quotas)
-	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger, quotas: q}
-	g := &guard{auth: opts.Auth, log: opts.Logger, quotas: q}
+	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger, quotas: q, streams: &streamGate{Streams: opts.Streams}}
+	g := &guard{auth: opts.Auth, log: opts.Logger, quotas: q, failures: newFailedAuths(opts.AuthFailures)}
 	const (
 		lock, inspect, admin = auth.Lock, auth.Inspect, auth.Admin
 	)

@@ -16,9 +16,10 @@ type Options struct {
 	PingTimeout time.Duration
 	// Logger receives what lockcore has to report outside any request. Default slog.Default().
 	Logger *slog.Logger
-	// FenceTTL is how long a lock's last fence is kept in Redis after its last grant. Default 24h.
+	// FenceTTL is how long a lock's last fence is kept in Redis after its last grant. Default 10m.
 	// Fences stay strictly increasing after it is gone (they never fall behind the Redis clock in
-	// µs); it only bounds Redis memory by the names in use.
+	// µs, which is the floor of every new fence); while it lives it also covers a Redis clock that
+	// steps back. It bounds Redis memory by the names granted within it.
 	FenceTTL time.Duration
 
 	// Waiting (see wait.go). Heartbeat is how often a replica refreshes the queue entries of its

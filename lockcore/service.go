@@ -109,7 +109,7 @@ func (opts Options) withDefaults() (Options, error) {
 	}
 	opts.PingTimeout = cmp.Or(opts.PingTimeout, 2*time.Second)
 	opts.Logger = cmp.Or(opts.Logger, slog.Default())
-	opts.FenceTTL = cmp.Or(opts.FenceTTL, 24*time.Hour)
+	opts.FenceTTL = cmp.Or(opts.FenceTTL, 10*time.Minute)
 	opts.Heartbeat = cmp.Or(opts.Heartbeat, 250*time.Millisecond)
 	opts.Liveness = cmp.Or(opts.Liveness, 750*time.Millisecond)
 	opts.ClaimTTL = cmp.Or(opts.ClaimTTL, 750*time.Millisecond)

@@ -533,13 +533,15 @@ type Owner = string
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Problem struct {
 	// Detail A human-readable explanation of this occurrence.
@@ -857,13 +859,15 @@ type SemaphoreNameParam = string
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type BackendUnavailable = Problem
 
@@ -884,13 +888,15 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type BadRequest = Problem
 
@@ -911,13 +917,15 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type BodyTooLarge = Problem
 
@@ -938,13 +946,15 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type ClientError = Problem
 
@@ -965,13 +975,15 @@ type ClientError = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Forbidden = Problem
 
@@ -995,13 +1007,15 @@ type Healthy = Health
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Internal = Problem
 
@@ -1022,13 +1036,15 @@ type Internal = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type LeaseGone = Problem
 
@@ -1049,13 +1065,15 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type LockHeld = Problem
 
@@ -1082,13 +1100,15 @@ type MultiLockRenewed = MultiLockGrant
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type NotSupported = Problem
 
@@ -1109,13 +1129,15 @@ type NotSupported = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type QuotaExceeded = Problem
 
@@ -1136,13 +1158,15 @@ type QuotaExceeded = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type SemaphoreConflict = Problem
 
@@ -1163,13 +1187,15 @@ type SemaphoreConflict = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Unauthenticated = Problem
 
@@ -1190,13 +1216,15 @@ type Unauthenticated = Problem
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
 // | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Unexpected = Problem
 
@@ -1800,6 +1828,7 @@ type ClientInterface interface {
 	// | `forced` | `owners`, `holds_removed`, `holds` (`owner`, `fence`, `mode`) | a force release |
 	// | `waiters` | `waiters` | someone joined or left the line (a grant's count is in `granted`) |
 	// | `lost` | `fence`, `reason` (`expired`, `forced`, `gone`) | with `Lease-Token` only: that lease ended by anything but its own release; the last event |
+	// | `closed` | `reason` (`unauthenticated`, `forbidden`, `lifetime`), `detail` | the gateway ends the stream: its credential was revoked or expired, its principal lost the permission or prefix it needs (checked every second, with the auth file's changes), or it reached `LEASEGATE_MAX_STREAM_LIFETIME` (default 1 h; reconnect); the last event |
 	//
 	// **Guarantees.** The events after `state` are exactly the changes Redis made after that
 	// state, in the order Redis made them (per lock, across every gateway replica). Expiry
@@ -1813,9 +1842,14 @@ type ClientInterface interface {
 	// `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.
 	// Nothing is stored for replay: a reconnection (with or without `Last-Event-ID`, which is
 	// ignored) starts a new stream with a fresh `state`, on any replica. The stream ends when
-	// the gateway shuts down (reconnect to another replica), after `lost`, or when the client
-	// leaves. Watching costs the lock's scripts a publish per event while someone watches, and
-	// nothing (one key check) once nobody does.
+	// the gateway shuts down (reconnect to another replica), after `lost` or `closed`, or when
+	// the client leaves. Watching costs the lock's scripts a publish per event while someone
+	// watches, and nothing (one key check) once nobody does.
+	//
+	// **Limits.** A replica streams at most `LEASEGATE_MAX_STREAMS` (default 1,000) at once:
+	// past it, 503 `too-many-streams` with `Retry-After`. With an auth file each principal may
+	// have `LEASEGATE_QUOTA_STREAMS` (default 100; its own `streams` quota) open on a replica:
+	// past it, 429 `quota-exceeded`.
 	//
 	// Corresponds with GET /locks/{name}/events (the `WatchLock` operationId).
 	WatchLock(ctx context.Context, name LockNameParam, params *WatchLockParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2007,8 +2041,9 @@ type ClientInterface interface {
 	//
 	// The semaphore's events, as `GET /locks/{name}/events` streams a lock's: `state` (the
 	// `GET /semaphores/{name}` body, plus `lock`, the semaphore's name, and `at`), `granted`,
-	// `handed-off`, `released`, `expired`, `forced`, `waiters`, and `lost` with a permit's
-	// `Lease-Token`; events about a permit carry no `mode`.
+	// `handed-off`, `released`, `expired`, `forced`, `waiters`, `lost` with a permit's
+	// `Lease-Token`, and `closed`; events about a permit carry no `mode`. The same limits apply
+	// (`LEASEGATE_MAX_STREAMS`, `LEASEGATE_QUOTA_STREAMS`, `LEASEGATE_MAX_STREAM_LIFETIME`).
 	//
 	// Corresponds with GET /semaphores/{name}/events (the `WatchSemaphore` operationId).
 	WatchSemaphore(ctx context.Context, name SemaphoreNameParam, params *WatchSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2217,6 +2252,7 @@ func (c *Client) AcquireLock(ctx context.Context, name LockNameParam, params *Ac
 // | `forced` | `owners`, `holds_removed`, `holds` (`owner`, `fence`, `mode`) | a force release |
 // | `waiters` | `waiters` | someone joined or left the line (a grant's count is in `granted`) |
 // | `lost` | `fence`, `reason` (`expired`, `forced`, `gone`) | with `Lease-Token` only: that lease ended by anything but its own release; the last event |
+// | `closed` | `reason` (`unauthenticated`, `forbidden`, `lifetime`), `detail` | the gateway ends the stream: its credential was revoked or expired, its principal lost the permission or prefix it needs (checked every second, with the auth file's changes), or it reached `LEASEGATE_MAX_STREAM_LIFETIME` (default 1 h; reconnect); the last event |
 //
 // **Guarantees.** The events after `state` are exactly the changes Redis made after that
 // state, in the order Redis made them (per lock, across every gateway replica). Expiry
@@ -2230,9 +2266,14 @@ func (c *Client) AcquireLock(ctx context.Context, name LockNameParam, params *Ac
 // `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.
 // Nothing is stored for replay: a reconnection (with or without `Last-Event-ID`, which is
 // ignored) starts a new stream with a fresh `state`, on any replica. The stream ends when
-// the gateway shuts down (reconnect to another replica), after `lost`, or when the client
-// leaves. Watching costs the lock's scripts a publish per event while someone watches, and
-// nothing (one key check) once nobody does.
+// the gateway shuts down (reconnect to another replica), after `lost` or `closed`, or when
+// the client leaves. Watching costs the lock's scripts a publish per event while someone
+// watches, and nothing (one key check) once nobody does.
+//
+// **Limits.** A replica streams at most `LEASEGATE_MAX_STREAMS` (default 1,000) at once:
+// past it, 503 `too-many-streams` with `Retry-After`. With an auth file each principal may
+// have `LEASEGATE_QUOTA_STREAMS` (default 100; its own `streams` quota) open on a replica:
+// past it, 429 `quota-exceeded`.
 //
 // Corresponds with GET /locks/{name}/events (the `WatchLock` operationId).
 func (c *Client) WatchLock(ctx context.Context, name LockNameParam, params *WatchLockParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2614,8 +2655,9 @@ func (c *Client) AcquireSemaphore(ctx context.Context, name SemaphoreNameParam, 
 //
 // The semaphore's events, as `GET /locks/{name}/events` streams a lock's: `state` (the
 // `GET /semaphores/{name}` body, plus `lock`, the semaphore's name, and `at`), `granted`,
-// `handed-off`, `released`, `expired`, `forced`, `waiters`, and `lost` with a permit's
-// `Lease-Token`; events about a permit carry no `mode`.
+// `handed-off`, `released`, `expired`, `forced`, `waiters`, `lost` with a permit's
+// `Lease-Token`, and `closed`; events about a permit carry no `mode`. The same limits apply
+// (`LEASEGATE_MAX_STREAMS`, `LEASEGATE_QUOTA_STREAMS`, `LEASEGATE_MAX_STREAM_LIFETIME`).
 //
 // Corresponds with GET /semaphores/{name}/events (the `WatchSemaphore` operationId).
 func (c *Client) WatchSemaphore(ctx context.Context, name SemaphoreNameParam, params *WatchSemaphoreParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4038,6 +4080,7 @@ type ClientWithResponsesInterface interface {
 	// | `forced` | `owners`, `holds_removed`, `holds` (`owner`, `fence`, `mode`) | a force release |
 	// | `waiters` | `waiters` | someone joined or left the line (a grant's count is in `granted`) |
 	// | `lost` | `fence`, `reason` (`expired`, `forced`, `gone`) | with `Lease-Token` only: that lease ended by anything but its own release; the last event |
+	// | `closed` | `reason` (`unauthenticated`, `forbidden`, `lifetime`), `detail` | the gateway ends the stream: its credential was revoked or expired, its principal lost the permission or prefix it needs (checked every second, with the auth file's changes), or it reached `LEASEGATE_MAX_STREAM_LIFETIME` (default 1 h; reconnect); the last event |
 	//
 	// **Guarantees.** The events after `state` are exactly the changes Redis made after that
 	// state, in the order Redis made them (per lock, across every gateway replica). Expiry
@@ -4051,9 +4094,14 @@ type ClientWithResponsesInterface interface {
 	// `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.
 	// Nothing is stored for replay: a reconnection (with or without `Last-Event-ID`, which is
 	// ignored) starts a new stream with a fresh `state`, on any replica. The stream ends when
-	// the gateway shuts down (reconnect to another replica), after `lost`, or when the client
-	// leaves. Watching costs the lock's scripts a publish per event while someone watches, and
-	// nothing (one key check) once nobody does.
+	// the gateway shuts down (reconnect to another replica), after `lost` or `closed`, or when
+	// the client leaves. Watching costs the lock's scripts a publish per event while someone
+	// watches, and nothing (one key check) once nobody does.
+	//
+	// **Limits.** A replica streams at most `LEASEGATE_MAX_STREAMS` (default 1,000) at once:
+	// past it, 503 `too-many-streams` with `Retry-After`. With an auth file each principal may
+	// have `LEASEGATE_QUOTA_STREAMS` (default 100; its own `streams` quota) open on a replica:
+	// past it, 429 `quota-exceeded`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4263,8 +4311,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// The semaphore's events, as `GET /locks/{name}/events` streams a lock's: `state` (the
 	// `GET /semaphores/{name}` body, plus `lock`, the semaphore's name, and `at`), `granted`,
-	// `handed-off`, `released`, `expired`, `forced`, `waiters`, and `lost` with a permit's
-	// `Lease-Token`; events about a permit carry no `mode`.
+	// `handed-off`, `released`, `expired`, `forced`, `waiters`, `lost` with a permit's
+	// `Lease-Token`, and `closed`; events about a permit carry no `mode`. The same limits apply
+	// (`LEASEGATE_MAX_STREAMS`, `LEASEGATE_QUOTA_STREAMS`, `LEASEGATE_MAX_STREAM_LIFETIME`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7996,6 +8045,7 @@ func (c *ClientWithResponses) AcquireLockWithResponse(ctx context.Context, name 
 // | `forced` | `owners`, `holds_removed`, `holds` (`owner`, `fence`, `mode`) | a force release |
 // | `waiters` | `waiters` | someone joined or left the line (a grant's count is in `granted`) |
 // | `lost` | `fence`, `reason` (`expired`, `forced`, `gone`) | with `Lease-Token` only: that lease ended by anything but its own release; the last event |
+// | `closed` | `reason` (`unauthenticated`, `forbidden`, `lifetime`), `detail` | the gateway ends the stream: its credential was revoked or expired, its principal lost the permission or prefix it needs (checked every second, with the auth file's changes), or it reached `LEASEGATE_MAX_STREAM_LIFETIME` (default 1 h; reconnect); the last event |
 //
 // **Guarantees.** The events after `state` are exactly the changes Redis made after that
 // state, in the order Redis made them (per lock, across every gateway replica). Expiry
@@ -8009,9 +8059,14 @@ func (c *ClientWithResponses) AcquireLockWithResponse(ctx context.Context, name 
 // `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.
 // Nothing is stored for replay: a reconnection (with or without `Last-Event-ID`, which is
 // ignored) starts a new stream with a fresh `state`, on any replica. The stream ends when
-// the gateway shuts down (reconnect to another replica), after `lost`, or when the client
-// leaves. Watching costs the lock's scripts a publish per event while someone watches, and
-// nothing (one key check) once nobody does.
+// the gateway shuts down (reconnect to another replica), after `lost` or `closed`, or when
+// the client leaves. Watching costs the lock's scripts a publish per event while someone
+// watches, and nothing (one key check) once nobody does.
+//
+// **Limits.** A replica streams at most `LEASEGATE_MAX_STREAMS` (default 1,000) at once:
+// past it, 503 `too-many-streams` with `Retry-After`. With an auth file each principal may
+// have `LEASEGATE_QUOTA_STREAMS` (default 100; its own `streams` quota) open on a replica:
+// past it, 429 `quota-exceeded`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8335,8 +8390,9 @@ func (c *ClientWithResponses) AcquireSemaphoreWithResponse(ctx context.Context, 
 //
 // The semaphore's events, as `GET /locks/{name}/events` streams a lock's: `state` (the
 // `GET /semaphores/{name}` body, plus `lock`, the semaphore's name, and `at`), `granted`,
-// `handed-off`, `released`, `expired`, `forced`, `waiters`, and `lost` with a permit's
-// `Lease-Token`; events about a permit carry no `mode`.
+// `handed-off`, `released`, `expired`, `forced`, `waiters`, `lost` with a permit's
+// `Lease-Token`, and `closed`; events about a permit carry no `mode`. The same limits apply
+// (`LEASEGATE_MAX_STREAMS`, `LEASEGATE_QUOTA_STREAMS`, `LEASEGATE_MAX_STREAM_LIFETIME`).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -13,23 +13,6 @@ import (
 	"github.com/leasegate/leasegate/internal/testkit"
 )
 
-// noEventOf fails t if s sends an event of one of types within d (other events are skipped).
-func (s *eventStream) noEventOf(t *testing.T, d time.Duration, types ...string) {
-	t.Helper()
-	deadline := time.After(d)
-	for {
-		select {
-		case ev, ok := <-s.events:
-			require.True(t, ok, "the stream ended")
-			for _, typ := range types {
-				require.NotEqual(t, typ, ev.Type, "event %s: %v", ev.ID, ev.Data)
-			}
-		case <-deadline:
-			return
-		}
-	}
-}
-
 // A renewal moves a shared hold past the first 100 that a state lists: the stream must not take
 // it for expired (nor its own lease for lost) when it does not see it listed.
 func TestEventsRenewedHoldBeyondTheFirst100IsNotExpired(t *testing.T) {
@@ -56,13 +39,13 @@ func TestEventsRenewedHoldBeyondTheFirst100IsNotExpired(t *testing.T) {
 	a := e.Client.Do(http.MethodPost, "/semaphores/big", nil, `{"owner":"a","permits":200,"ttl_ms":2000}`)
 	require.Equal(t, http.StatusCreated, a.Status, string(a.Body))
 	token := testkit.TokenHeader(a.Str("token"))
-	s := openEvents(t, e.Gateway.URL, "/semaphores/big/events", token)
-	s.expect(t, "state", "")
+	s := testkit.OpenEvents(t, e.Gateway.URL, "/semaphores/big/events", token)
+	s.Expect(t, "state", "")
 	r := e.Client.Do(http.MethodPost, "/semaphores/big/renew", token, `{"ttl_ms":120000}`)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 
 	// a's first TTL (2 s) passes: it was renewed, and is no longer among the first 100 holds.
-	s.noEventOf(t, 3500*time.Millisecond, "expired", "lost")
+	s.NoEventOf(t, 3500*time.Millisecond, "expired", "lost")
 	g := e.Client.Do(http.MethodGet, "/semaphores/big", token, "")
 	require.Equal(t, http.StatusOK, g.Status, string(g.Body))
 	assert.Equal(t, true, g.JSON()["yours"], string(g.Body))
@@ -75,28 +58,28 @@ func TestEventsLostAfterARenewalShortenedTheTTL(t *testing.T) {
 	e := testkit.NewEnv(t, nil)
 	a := e.Hold(t, e.Client, "shorter", "w", 20000)
 	token := testkit.TokenHeader(a.Str("token"))
-	s := openEvents(t, e.Gateway.URL, "/locks/shorter/events", token)
-	s.expect(t, "state", "w")
+	s := testkit.OpenEvents(t, e.Gateway.URL, "/locks/shorter/events", token)
+	s.Expect(t, "state", "w")
 	r := e.Client.Do(http.MethodPost, "/locks/shorter/renew", token, `{"ttl_ms":500}`)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	renewed := time.Now()
-	x := s.next(t, 3*time.Second)
+	x := s.Next(t, 3*time.Second)
 	require.Equal(t, "expired", x.Type, "%v", x.Data)
-	lost := s.next(t, 3*time.Second)
+	lost := s.Next(t, 3*time.Second)
 	require.Equal(t, "lost", lost.Type, "%v", lost.Data)
-	assert.Equal(t, "expired", lost.str("reason"))
+	assert.Equal(t, "expired", lost.Str("reason"))
 	assert.Less(t, lost.At.Sub(renewed), 2*time.Second, "lost within a few ms of the new expiry")
 
 	// The same after a re-entry with a shorter TTL.
 	b := e.Hold(t, e.Client, "shorter2", "w", 20000)
 	token = testkit.TokenHeader(b.Str("token"))
-	s2 := openEvents(t, e.Gateway.URL, "/locks/shorter2/events", token)
-	s2.expect(t, "state", "w")
+	s2 := testkit.OpenEvents(t, e.Gateway.URL, "/locks/shorter2/events", token)
+	s2.Expect(t, "state", "w")
 	r = e.Client.Do(http.MethodPost, "/locks/shorter2", token, `{"owner":"w","ttl_ms":500}`)
 	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
 	renewed = time.Now()
-	require.Equal(t, "expired", s2.next(t, 3*time.Second).Type)
-	lost = s2.next(t, 3*time.Second)
+	require.Equal(t, "expired", s2.Next(t, 3*time.Second).Type)
+	lost = s2.Next(t, 3*time.Second)
 	require.Equal(t, "lost", lost.Type, "%v", lost.Data)
 	assert.Less(t, lost.At.Sub(renewed), 2*time.Second)
 }

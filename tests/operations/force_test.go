@@ -196,8 +196,8 @@ func TestForceReleaseNeverYieldsTwoHolders(t *testing.T) {
 	t.Parallel()
 	p := testkit.NewPair(t)
 	const lock = "race"
-	s := openEvents(t, p.Gateway.URL, "/locks/"+lock+"/events", nil)
-	s.expect(t, "state", "")
+	s := testkit.OpenEvents(t, p.Gateway.URL, "/locks/"+lock+"/events", nil)
+	s.Expect(t, "state", "")
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -267,23 +267,23 @@ func TestForceReleaseNeverYieldsTwoHolders(t *testing.T) {
 	seen := map[int64]bool{}
 	resynced := false
 	for done := false; !done; {
-		ev := s.next(t, 10*time.Second)
+		ev := s.Next(t, 10*time.Second)
 		switch ev.Type {
 		case "state":
 			resynced = true
 			clear(holders)
 			if ev.Data["held"] == true {
-				holders[ev.int("fence")] = ev.str("owner")
+				holders[ev.Int("fence")] = ev.Str("owner")
 			}
 		case "granted":
-			require.Empty(t, holders, "event %s: %s granted fence %d while %v hold", ev.ID, ev.str("owner"), ev.int("fence"), holders)
-			require.Greater(t, ev.int("fence"), lastFence, "fences rise")
-			lastFence = ev.int("fence")
-			holders[ev.int("fence")] = ev.str("owner")
-			seen[ev.int("fence")] = true
+			require.Empty(t, holders, "event %s: %s granted fence %d while %v hold", ev.ID, ev.Str("owner"), ev.Int("fence"), holders)
+			require.Greater(t, ev.Int("fence"), lastFence, "fences rise")
+			lastFence = ev.Int("fence")
+			holders[ev.Int("fence")] = ev.Str("owner")
+			seen[ev.Int("fence")] = true
 		case "released", "expired":
-			delete(holders, ev.int("fence"))
-			done = ev.str("owner") == "marker"
+			delete(holders, ev.Int("fence"))
+			done = ev.Str("owner") == "marker"
 		case "forced":
 			holds, _ := ev.Data["holds"].([]any)
 			require.LessOrEqual(t, len(holds), 1)

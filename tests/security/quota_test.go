@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -315,4 +316,52 @@ func TestQuotaHeldDowngrade(t *testing.T) {
 			require.Equal(t, http.StatusOK, c[1].Do(http.MethodDelete, "/locks/"+r.Str("lock"), e.as("billing", r.Str("token")), "").Status)
 		}
 	}
+}
+
+// TestRedisGrowthOfOnePrincipalIsBoundedByDefault: with an auth file and no quota set, a principal
+// that takes and releases locks on ever new names (each leaves its fence key behind) is held to
+// the default 100 requests per second, and what it leaves expires within LEASEGATE_FENCE_TTL's
+// default of 10 minutes (the outside probe saw 700-1,000 pairs a second, kept for 24 h).
+func TestRedisGrowthOfOnePrincipalIsBoundedByDefault(t *testing.T) {
+	t.Parallel()
+	testkit.StandaloneOnly(t, "reads the Redis keys directly")
+	e := newAuthEnv(t, nil)
+	start := time.Now()
+	var served, limited int
+	for i := range 400 {
+		name := fmt.Sprintf("billing.%s-%d", strings.Repeat("n", 180), i)
+		a := e.Client.Do(http.MethodPost, "/locks/"+name, e.as("billing", ""), testkit.AcquireBody("w", 1000))
+		if a.Status == http.StatusTooManyRequests {
+			limited++
+			assert.Equal(t, probQuotaExceeded, a.Str("type"))
+			continue
+		}
+		require.Equal(t, http.StatusCreated, a.Status, "%s", a.Body)
+		served++
+		if e.Client.Do(http.MethodDelete, "/locks/"+name, e.as("billing", a.Str("token")), "").Status == http.StatusOK {
+			served++
+		}
+	}
+	took := time.Since(start).Seconds()
+	assert.Positive(t, limited, "the default rate quota bites")
+	assert.LessOrEqual(t, float64(served), 100+100*took+2, "requests served within the default burst plus rate")
+
+	keys, err := e.Redis.DoList("KEYS", e.Gateway.KeyPrefix+"*")
+	require.NoError(t, err)
+	fences, bytes := 0, int64(0)
+	for _, k := range keys {
+		if !strings.HasSuffix(k, ":fence") {
+			continue
+		}
+		fences++
+		ttl, err := strconv.ParseInt(e.Redis.MustDo(t, "PTTL", k), 10, 64)
+		require.NoError(t, err)
+		assert.True(t, ttl > 0 && ttl <= (10*time.Minute).Milliseconds(), "%s expires within 10 minutes: PTTL %d", k, ttl)
+		n, err := strconv.ParseInt(e.Redis.MustDo(t, "MEMORY", "USAGE", k), 10, 64)
+		require.NoError(t, err)
+		bytes += n
+	}
+	require.Positive(t, fences)
+	t.Logf("400 acquire+release attempts on fresh 200-byte names in %.2f s: %d requests served, %d refused 429; "+
+		"%d fence keys left, %d bytes each (MEMORY USAGE), expiring within 10 minutes", took, served, limited, fences, bytes/int64(fences))
 }

@@ -129,6 +129,7 @@ export interface paths {
          *     | `forced` | `owners`, `holds_removed`, `holds` (`owner`, `fence`, `mode`) | a force release |
          *     | `waiters` | `waiters` | someone joined or left the line (a grant's count is in `granted`) |
          *     | `lost` | `fence`, `reason` (`expired`, `forced`, `gone`) | with `Lease-Token` only: that lease ended by anything but its own release; the last event |
+         *     | `closed` | `reason` (`unauthenticated`, `forbidden`, `lifetime`), `detail` | the gateway ends the stream: its credential was revoked or expired, its principal lost the permission or prefix it needs (checked every second, with the auth file's changes), or it reached `LEASEGATE_MAX_STREAM_LIFETIME` (default 1 h; reconnect); the last event |
          *
          *     **Guarantees.** The events after `state` are exactly the changes Redis made after that
          *     state, in the order Redis made them (per lock, across every gateway replica). Expiry
@@ -142,9 +143,14 @@ export interface paths {
          *     `state` instead of guessing; `lost` then says `gone` if the lease was found gone in it.
          *     Nothing is stored for replay: a reconnection (with or without `Last-Event-ID`, which is
          *     ignored) starts a new stream with a fresh `state`, on any replica. The stream ends when
-         *     the gateway shuts down (reconnect to another replica), after `lost`, or when the client
-         *     leaves. Watching costs the lock's scripts a publish per event while someone watches, and
-         *     nothing (one key check) once nobody does.
+         *     the gateway shuts down (reconnect to another replica), after `lost` or `closed`, or when
+         *     the client leaves. Watching costs the lock's scripts a publish per event while someone
+         *     watches, and nothing (one key check) once nobody does.
+         *
+         *     **Limits.** A replica streams at most `LEASEGATE_MAX_STREAMS` (default 1,000) at once:
+         *     past it, 503 `too-many-streams` with `Retry-After`. With an auth file each principal may
+         *     have `LEASEGATE_QUOTA_STREAMS` (default 100; its own `streams` quota) open on a replica:
+         *     past it, 429 `quota-exceeded`.
          */
         get: operations["watchLock"];
         put?: never;
@@ -249,8 +255,9 @@ export interface paths {
          * Stream a semaphore's live events (Server-Sent Events)
          * @description The semaphore's events, as `GET /locks/{name}/events` streams a lock's: `state` (the
          *     `GET /semaphores/{name}` body, plus `lock`, the semaphore's name, and `at`), `granted`,
-         *     `handed-off`, `released`, `expired`, `forced`, `waiters`, and `lost` with a permit's
-         *     `Lease-Token`; events about a permit carry no `mode`.
+         *     `handed-off`, `released`, `expired`, `forced`, `waiters`, `lost` with a permit's
+         *     `Lease-Token`, and `closed`; events about a permit carry no `mode`. The same limits apply
+         *     (`LEASEGATE_MAX_STREAMS`, `LEASEGATE_QUOTA_STREAMS`, `LEASEGATE_MAX_STREAM_LIFETIME`).
          */
         get: operations["watchSemaphore"];
         put?: never;
@@ -998,13 +1005,15 @@ export interface components {
          *     | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
          *     | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
          *     | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-         *     | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second or `LEASEGATE_QUOTA_PARKED` parked waiting requests; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+         *     | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
          *     | `urn:leasegate:problem:not-found` | 404 | No such route. |
          *     | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
          *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
          *     | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
          *     | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
          *     | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+         *     | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+         *     | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
          *     | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
          */
         Problem: {
@@ -1079,7 +1088,7 @@ export interface components {
         };
     };
     responses: {
-        /** @description The authenticated principal is over one of its quotas on this replica (requests per second, or parked waiting requests); nothing was done. */
+        /** @description The authenticated principal is over one of its quotas (requests per second, parked waiting requests or open event streams on this replica; holds across replicas), or the client address failed to authenticate too often (`authentication-throttled`); nothing was done. */
         QuotaExceeded: {
             headers: {
                 "Retry-After": components["headers"]["Retry-After"];
@@ -1194,7 +1203,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Redis does not answer (a restart, a failover, a Cluster slot migration that outlasts 2 s), the replicas did not acknowledge a grant in time (`LEASEGATE_REPLICA_ACKS`: the grant was undone; retry), the replica is shutting down, or it holds its cap of waiting requests. */
+        /** @description Redis does not answer (a restart, a failover, a Cluster slot migration that outlasts 2 s), the replicas did not acknowledge a grant in time (`LEASEGATE_REPLICA_ACKS`: the grant was undone; retry), the replica is shutting down, or it holds its cap of waiting requests (or, for an event stream, of streams). */
         BackendUnavailable: {
             headers: {
                 "Retry-After": components["headers"]["Retry-After"];

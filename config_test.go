@@ -1,0 +1,44 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestAuthTurnsOnDefaultQuotas: with an auth file, every principal has a rate and a streams
+// quota unless the variable is set (0: none); without one, none. Holds are not counted by default.
+func TestAuthTurnsOnDefaultQuotas(t *testing.T) {
+	t.Setenv("LEASEGATE_AUTH_FILE", "/etc/leasegate/auth.json")
+	cfg, err := loadConfig()
+	require.NoError(t, err)
+	assert.Equal(t, 100.0, cfg.QuotaRate)
+	assert.Equal(t, 0, cfg.QuotaHeld)
+	assert.Equal(t, 100, cfg.QuotaStreams)
+	assert.Equal(t, 0, cfg.QuotaParked)
+	assert.Equal(t, 10*time.Minute, cfg.FenceTTL)
+	assert.Equal(t, 1000, cfg.MaxStreams)
+	assert.Equal(t, time.Hour, cfg.MaxStreamLifetime)
+
+	t.Setenv("LEASEGATE_QUOTA_RATE", "0")
+	t.Setenv("LEASEGATE_QUOTA_STREAMS", "7")
+	cfg, err = loadConfig()
+	require.NoError(t, err)
+	assert.Equal(t, 0.0, cfg.QuotaRate, "an explicit 0: no limit")
+	assert.Equal(t, 7, cfg.QuotaStreams)
+
+}
+
+func TestNoAuthNoQuotas(t *testing.T) {
+	cfg, err := loadConfig()
+	require.NoError(t, err)
+	assert.Zero(t, cfg.QuotaRate)
+	assert.Zero(t, cfg.QuotaHeld)
+	assert.Zero(t, cfg.QuotaStreams)
+
+	t.Setenv("LEASEGATE_QUOTA_STREAMS", "5")
+	_, err = loadConfig()
+	assert.ErrorContains(t, err, "need LEASEGATE_AUTH_FILE")
+}
