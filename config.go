@@ -15,7 +15,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 )
 
-// Config is read from LEASEGATE_* environment variables (see README's configuration table).
+// Config is read from LEASEGATE_* environment variables (docs/configuration.md lists them).
 type Config struct {
 	Listen            string        `default:"127.0.0.1:8080"`
 	RedisAddr         string        `split_words:"true" default:"127.0.0.1:6379"`

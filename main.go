@@ -56,7 +56,7 @@ func main() {
 const usage = `leasegate: an HTTP/JSON distributed-lock gateway backed by Redis, and its command line.
 
 Usage:
-  leasegate [serve]          run the gateway (configured by LEASEGATE_* variables; see README)
+  leasegate [serve]          run the gateway (configured by LEASEGATE_* variables; see docs/configuration.md)
   leasegate healthcheck      exit 0 if the gateway on LEASEGATE_LISTEN answers /healthz (over HTTPS
                              when LEASEGATE_TLS_CERT_FILE is set)
   leasegate run (--lock NAME [--lock NAME...] [--shared] | --semaphore NAME --permits N) [flags] -- COMMAND [ARGS...]

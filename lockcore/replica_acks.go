@@ -18,8 +18,8 @@ import (
 // one leaves a hold in place until it runs out, never lets a second holder in; nor are the
 // watchdog's renewals, which come every third of a TTL and are carried on by the new master.
 //
-// What a failover keeps depends on how many replicas are asked for (README, "Replica
-// acknowledgements"): WAIT does not make Redis strongly consistent. A grant on fewer than every
+// What a failover keeps depends on how many replicas are asked for (docs/deployments.md,
+// "What a failover keeps"): WAIT does not make Redis strongly consistent. A grant on fewer than every
 // replica can be lost when the replica promoted is one that did not have it, or when the old
 // master, still writable after the promotion, is acknowledged by a replica that is then resynced
 // from the new master. A grant on every replica (Options.CountReplicas) is on whichever replica

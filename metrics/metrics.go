@@ -1,7 +1,7 @@
 // Package metrics is leasegate's Prometheus instrumentation: the collectors behind GET /metrics,
 // fed by lockcore (as its lockcore.Observer), by the HTTP layer (ObserveRequest) and by the
-// long-hold sweep (SetHolds). No metric has a per-lock-name label: names are unbounded. README's
-// "Metrics" section lists them; deploy/prometheus has alerting rules on them.
+// long-hold sweep (SetHolds). No metric has a per-lock-name label: names are unbounded. docs/operations.md
+// ("Metrics") lists them; deploy/prometheus has alerting rules on them.
 package metrics
 
 import (

@@ -29,7 +29,10 @@ var (
 )
 
 // GatewayBinary builds this module's gateway once per test process (with -race when the tests
-// run with it) and returns the binary's path.
+// run with it) and returns the binary's path. The binary lives in a directory of its own under
+// os.TempDir() that RemoveGatewayBinary removes; what a process killed before it could (a test
+// timeout, an interrupted run) left behind is removed by the next process that builds one (see
+// claimBinaryDir).
 func GatewayBinary() (string, error) {
 	buildOnce.Do(func() {
 		root, err := ModuleRoot()
@@ -37,7 +40,8 @@ func GatewayBinary() (string, error) {
 			buildErr = err
 			return
 		}
-		dir, err := os.MkdirTemp("", "leasegate-bin-")
+		removeStaleBinaryDirs()
+		dir, err := claimBinaryDir()
 		if err != nil {
 			buildErr = err
 			return
@@ -62,6 +66,7 @@ func RemoveGatewayBinary() error {
 	if binPath == "" {
 		return nil
 	}
+	releaseBinaryDir()
 	return os.RemoveAll(filepath.Dir(binPath))
 }
 

@@ -15,8 +15,8 @@ import (
 )
 
 // Deployment is the Redis deployment the black-box suite runs on: LEASEGATE_TEST_REDIS =
-// standalone (the default), sentinel, cluster or tls (TLS only, as an ACL user). README has the
-// command for the whole matrix.
+// standalone (the default), sentinel, cluster or tls (TLS only, as an ACL user). docs/development.md has
+// the command for the whole matrix.
 var Deployment = os.Getenv("LEASEGATE_TEST_REDIS")
 
 // Redis starts t's Redis deployment. It returns the server tests may poke directly (the

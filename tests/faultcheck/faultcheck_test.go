@@ -133,7 +133,7 @@ type deployment struct {
 	firstEnv map[string]string      // added for the replicas started at the beginning only
 	faults   []fault                // its own faults; every mode adds gatewayFaults
 	// quorum is, on RedLock, the masters a grant needs: a lease lost after that many masters were
-	// restarted, down or stalled in its lifetime lost its majority as README documents.
+	// restarted, down or stalled in its lifetime lost its majority as docs/redlock.md documents.
 	quorum int
 }
 

@@ -364,7 +364,7 @@ func overlaps(byLock map[string][]*held, valid func(*held) bool) []string {
 //     come late on this loaded machine) lets it run out, and its holder learns on its next call;
 //   - on RedLock, a lease holds while a majority of masters keeps it: when quorum masters were
 //     down at its grant, restarted empty, or stalled past its hold's TTL in its lifetime, its
-//     renewals could no longer reach a majority and it was lost, as README documents (a restarted
+//     renewals could no longer reach a majority and it was lost, as docs/redlock.md documents (a restarted
 //     master counts again once its guard is over, and answers that it holds nothing).
 func (h *history) excuse(l *held, quorum int) string {
 	if l.watchdog {

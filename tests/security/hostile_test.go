@@ -69,7 +69,7 @@ func TestOversizedHeadersAndSlowClients(t *testing.T) {
 	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, big.Status, "%s", big.Body)
 	assert.Equal(t, "application/problem+json", big.Header.Get("Content-Type"))
 	assert.Equal(t, "urn:leasegate:problem:headers-too-large", big.Str("type"))
-	// Past four times the limit net/http stops reading and answers itself, in plain text (README
+	// Past four times the limit net/http stops reading and answers itself, in plain text (docs/api.md
 	// says so): a plain client, not the spec-checking one.
 	req, err := http.NewRequest(http.MethodGet, e.Gateway.URL+"/locks/big", nil)
 	require.NoError(t, err)
