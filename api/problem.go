@@ -27,6 +27,7 @@ const (
 	TypeQuotaExceeded           = "urn:leasegate:problem:quota-exceeded"
 	TypeAuthenticationThrottled = "urn:leasegate:problem:authentication-throttled"
 	TypeHeadersTooLarge         = "urn:leasegate:problem:headers-too-large"
+	TypeIdempotencyKeyReused    = "urn:leasegate:problem:idempotency-key-reused"
 )
 
 // Problem is an RFC 9457 problem details body, with leasegate's extension members.

@@ -111,6 +111,8 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		p.Status, p.Type, p.Title, p.Locks = http.StatusGone, api.TypeLeaseGone, "Lease gone", lostErr.Locks
 	case errors.Is(err, lockcore.ErrLeaseLost):
 		p.Status, p.Type, p.Title = http.StatusGone, api.TypeLeaseGone, "Lease gone"
+	case errors.Is(err, lockcore.ErrIdempotencyKeyReused):
+		p.Status, p.Type, p.Title = http.StatusUnprocessableEntity, api.TypeIdempotencyKeyReused, "Idempotency-Key reused"
 	case errors.Is(err, lockcore.ErrInvalidToken):
 		p.Status, p.Type, p.Title = http.StatusBadRequest, api.TypeInvalidLeaseToken, "Invalid lease token"
 	case errors.Is(err, lockcore.ErrInvalidTicket):

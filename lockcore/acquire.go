@@ -23,6 +23,9 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error
 	if err := s.offered(req.ref()); err != nil {
 		return Grant{}, err
 	}
+	if err := s.claimIdempotencyKey(ctx, req.IdempotencyKey, req.fingerprint(req.Token), req.TTL); err != nil {
+		return Grant{}, err
+	}
 	g, err := s.acquireAny(ctx, req)
 	kind := req.Kind.String()
 	switch {

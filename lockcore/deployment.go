@@ -92,6 +92,7 @@ const (
 	featureHeldQuota  feature = "the cap on held leases"
 	featureLongHolds  feature = "the long-hold report"
 	featureAcks       feature = "replica acks"
+	featureKeyReuse   feature = "detecting a reused Idempotency-Key"
 )
 
 // closedChan is ready at once: RedLock's waiters do not wait for their masters' subscriptions (a

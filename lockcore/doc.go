@@ -27,7 +27,8 @@
 //
 // Below everything: keys.go (Kind, Ref, Mode and a lock's keys), scripts.go (the table of Lua
 // scripts and the calls made of them), wire.go (the private string formats written into Redis),
-// token.go and ticket.go (signed lease tokens and queue tickets), observer.go, options.go.
+// token.go and ticket.go (signed lease tokens and queue tickets), idempotency_claims.go (the
+// request each Idempotency-Key was first sent with), observer.go, options.go.
 //
 // # Words
 //

@@ -15,6 +15,9 @@ var (
 	ErrHeld = errors.New("lock is held by another lease")
 	// ErrLeaseLost: the lease no longer holds the lock (expired, or fully released).
 	ErrLeaseLost = errors.New("lease no longer holds the lock")
+	// ErrIdempotencyKeyReused: the request's Idempotency-Key was first sent with another request
+	// (another operation, lock, owner, mode, TTL or lease): it is not a retry, and nothing was done.
+	ErrIdempotencyKeyReused = errors.New("the Idempotency-Key was first sent with another request")
 	// ErrInvalidToken: a lease token is malformed, forged, or minted for another lock.
 	ErrInvalidToken = errors.New("invalid lease token")
 	// ErrInvalidTicket: a queue ticket is malformed, forged, or minted for another lock or owner.

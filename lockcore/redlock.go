@@ -395,7 +395,7 @@ func (rl *redlock) offers(f feature) error {
 	switch f {
 	case featureSemaphores:
 		return notSupported(f, "RedLock", "a majority per permit does not bound the holders by the permits")
-	case featureMultiLocks, featureEvents, featureListing, featureHeldQuota, featureLongHolds, featureAcks:
+	case featureMultiLocks, featureEvents, featureListing, featureHeldQuota, featureLongHolds, featureAcks, featureKeyReuse:
 		return notSupported(f, "RedLock", "")
 	}
 	return nil

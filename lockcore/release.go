@@ -39,6 +39,9 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, er
 	if err != nil {
 		return Released{}, err
 	}
+	if err := s.claimIdempotencyKey(ctx, req.IdempotencyKey, releaseFingerprint(l, req.Mode), 0); err != nil {
+		return Released{}, err
+	}
 	rel, err := s.releaseLease(ctx, l, req.IdempotencyKey, req.Mode)
 	// The hold's count goes when the lease holds nothing more: a release that gave back one hold
 	// of a lease holding the lock both ways, or that names a mode the lease does not hold, leaves

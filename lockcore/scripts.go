@@ -52,6 +52,8 @@ var scripts = struct {
 	inspect, watch, watchSnapshot *script
 	// The watchdog's schedule, and the ledgers (long holds, held quota).
 	watchdogRenew, watchdogSchedule, watchdogDue, aged, held *script
+	// The requests Idempotency-Keys were first sent with.
+	idempotencyClaim *script
 	// RedLock's own (see redlock.go).
 	redlockGuard, redlockFence, redlockYield, redlockSettle *script
 }{
@@ -73,6 +75,7 @@ var scripts = struct {
 	watchdogDue:      newScript("watchdog_due", luascripts.WatchdogDue, readsOnly),
 	aged:             newScript("aged", luascripts.Aged, readsOnly),
 	held:             newScript("held", luascripts.Held, writes),
+	idempotencyClaim: newScript("idempotency_claim", luascripts.IdempotencyClaim, writes),
 	redlockGuard:     newScript("redlock_guard", luascripts.RedlockGuard, writes),
 	redlockFence:     newScript("redlock_fence", luascripts.RedlockFence, writes),
 	redlockYield:     newScript("redlock_yield", luascripts.RedlockYield, writes),

@@ -19,6 +19,8 @@
 //	            exists only while some replica streams N's events (see notify in lib.lua)
 //	Pheld:{A}   zset  the holds principal A counts -> until when (ms, Redis time): its ledger for
 //	            the cap on what it holds at once (held.lua; only with LEASEGATE_QUOTA_HELD)
+//	Pidem-key:{K}  string  the fingerprint of the first request sent with Idempotency-Key K (scoped
+//	            to its principal), kept as long as its answer (idempotency_claim.lua)
 //
 // A multi-lock's members are ordinary locks held by one lease "m-<uuid>"; its scripts
 // (multi_*.lua) take the keys of every member, which may live in different hash tags.
@@ -186,3 +188,8 @@ var RedlockSettle = lib + redlockSettle
 //
 //go:embed held.lua
 var Held string
+
+// IdempotencyClaim records the request an Idempotency-Key was first sent with.
+//
+//go:embed idempotency_claim.lua
+var IdempotencyClaim string

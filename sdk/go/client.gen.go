@@ -531,6 +531,7 @@ type Owner = string
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -857,6 +858,7 @@ type SemaphoreNameParam = string
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -886,6 +888,7 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -915,6 +918,7 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -944,6 +948,7 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -973,6 +978,7 @@ type ClientError = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -990,6 +996,36 @@ type Forbidden = Problem
 // Healthy defines model for Healthy.
 type Healthy = Health
 
+// IdempotencyKeyReused An RFC 9457 problem details body with leasegate's extension members. Clients switch
+// on `type`, never on `title`. The problem types:
+//
+// | type | status | meaning |
+// | --- | --- | --- |
+// | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
+// | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
+// | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:not-found` | 404 | No such route. |
+// | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
+type IdempotencyKeyReused = Problem
+
 // Internal An RFC 9457 problem details body with leasegate's extension members. Clients switch
 // on `type`, never on `title`. The problem types:
 //
@@ -1005,6 +1041,7 @@ type Healthy = Health
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -1034,6 +1071,7 @@ type Internal = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -1063,6 +1101,7 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -1098,6 +1137,7 @@ type MultiLockRenewed = MultiLockGrant
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -1127,6 +1167,7 @@ type NotSupported = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -1156,6 +1197,7 @@ type QuotaExceeded = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -1185,6 +1227,7 @@ type SemaphoreConflict = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -1214,6 +1257,7 @@ type Unauthenticated = Problem
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
 // | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
 // | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
 // | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -1263,6 +1307,9 @@ type ReleaseLockParams struct {
 	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
 	// acquire sent with a key whose answer could not be delivered keeps its grant for the
 	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// The same key sent with another request (another operation, name, owner, mode, TTL or
+	// `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+	// refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
 	// 1-255 visible ASCII characters, else 400.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
@@ -1307,6 +1354,9 @@ type AcquireLockParams struct {
 	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
 	// acquire sent with a key whose answer could not be delivered keeps its grant for the
 	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// The same key sent with another request (another operation, name, owner, mode, TTL or
+	// `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+	// refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
 	// 1-255 visible ASCII characters, else 400.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
@@ -1341,6 +1391,9 @@ type RenewLockParams struct {
 	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
 	// acquire sent with a key whose answer could not be delivered keeps its grant for the
 	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// The same key sent with another request (another operation, name, owner, mode, TTL or
+	// `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+	// refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
 	// 1-255 visible ASCII characters, else 400.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
@@ -1417,6 +1470,9 @@ type ReleaseSemaphoreParams struct {
 	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
 	// acquire sent with a key whose answer could not be delivered keeps its grant for the
 	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// The same key sent with another request (another operation, name, owner, mode, TTL or
+	// `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+	// refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
 	// 1-255 visible ASCII characters, else 400.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
@@ -1458,6 +1514,9 @@ type AcquireSemaphoreParams struct {
 	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
 	// acquire sent with a key whose answer could not be delivered keeps its grant for the
 	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// The same key sent with another request (another operation, name, owner, mode, TTL or
+	// `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+	// refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
 	// 1-255 visible ASCII characters, else 400.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
@@ -1492,6 +1551,9 @@ type RenewSemaphoreParams struct {
 	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
 	// acquire sent with a key whose answer could not be delivered keeps its grant for the
 	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// The same key sent with another request (another operation, name, owner, mode, TTL or
+	// `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+	// refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
 	// 1-255 visible ASCII characters, else 400.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
@@ -4741,6 +4803,11 @@ type ReleaseLockResponse410Headers struct {
 	XRequestId string
 }
 
+// ReleaseLockResponse422Headers the declared response headers of an HTTP 422 response for ReleaseLock
+type ReleaseLockResponse422Headers struct {
+	XRequestId string
+}
+
 // ReleaseLockResponse429Headers the declared response headers of an HTTP 429 response for ReleaseLock
 type ReleaseLockResponse429Headers struct {
 	RetryAfter int64
@@ -4776,6 +4843,8 @@ type ReleaseLockResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyReused
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4794,6 +4863,8 @@ type ReleaseLockResponse struct {
 	Headers403 *ReleaseLockResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseLockResponse410Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ReleaseLockResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReleaseLockResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -4827,6 +4898,11 @@ func (r ReleaseLockResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r ReleaseLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReleaseLockResponse) GetApplicationproblemJSON422() *IdempotencyKeyReused {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5070,6 +5146,11 @@ type AcquireLockResponse413Headers struct {
 	XRequestId string
 }
 
+// AcquireLockResponse422Headers the declared response headers of an HTTP 422 response for AcquireLock
+type AcquireLockResponse422Headers struct {
+	XRequestId string
+}
+
 // AcquireLockResponse429Headers the declared response headers of an HTTP 429 response for AcquireLock
 type AcquireLockResponse429Headers struct {
 	RetryAfter int64
@@ -5111,6 +5192,8 @@ type AcquireLockResponse struct {
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyReused
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5135,6 +5218,8 @@ type AcquireLockResponse struct {
 	Headers410 *AcquireLockResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *AcquireLockResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *AcquireLockResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *AcquireLockResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -5183,6 +5268,11 @@ func (r AcquireLockResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r AcquireLockResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r AcquireLockResponse) GetApplicationproblemJSON422() *IdempotencyKeyReused {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -6984,6 +7074,11 @@ type ReleaseSemaphoreResponse410Headers struct {
 	XRequestId string
 }
 
+// ReleaseSemaphoreResponse422Headers the declared response headers of an HTTP 422 response for ReleaseSemaphore
+type ReleaseSemaphoreResponse422Headers struct {
+	XRequestId string
+}
+
 // ReleaseSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for ReleaseSemaphore
 type ReleaseSemaphoreResponse429Headers struct {
 	RetryAfter int64
@@ -7024,6 +7119,8 @@ type ReleaseSemaphoreResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyReused
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -7044,6 +7141,8 @@ type ReleaseSemaphoreResponse struct {
 	Headers403 *ReleaseSemaphoreResponse403Headers
 	// Headers410 the parsed response headers for an HTTP 410 response
 	Headers410 *ReleaseSemaphoreResponse410Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ReleaseSemaphoreResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReleaseSemaphoreResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -7079,6 +7178,11 @@ func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
 func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReleaseSemaphoreResponse) GetApplicationproblemJSON422() *IdempotencyKeyReused {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -7341,6 +7445,11 @@ type AcquireSemaphoreResponse413Headers struct {
 	XRequestId string
 }
 
+// AcquireSemaphoreResponse422Headers the declared response headers of an HTTP 422 response for AcquireSemaphore
+type AcquireSemaphoreResponse422Headers struct {
+	XRequestId string
+}
+
 // AcquireSemaphoreResponse429Headers the declared response headers of an HTTP 429 response for AcquireSemaphore
 type AcquireSemaphoreResponse429Headers struct {
 	RetryAfter int64
@@ -7387,6 +7496,8 @@ type AcquireSemaphoreResponse struct {
 	ApplicationproblemJSON410 *LeaseGone
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyReused
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *QuotaExceeded
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -7413,6 +7524,8 @@ type AcquireSemaphoreResponse struct {
 	Headers410 *AcquireSemaphoreResponse410Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *AcquireSemaphoreResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *AcquireSemaphoreResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *AcquireSemaphoreResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -7463,6 +7576,11 @@ func (r AcquireSemaphoreResponse) GetApplicationproblemJSON410() *LeaseGone {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r AcquireSemaphoreResponse) GetApplicationproblemJSON413() *BodyTooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r AcquireSemaphoreResponse) GetApplicationproblemJSON422() *IdempotencyKeyReused {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -8917,6 +9035,13 @@ func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) 
 		}
 		response.ApplicationproblemJSON410 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest QuotaExceeded
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9005,6 +9130,16 @@ func ParseReleaseLockResponse(rsp *http.Response) (*ReleaseLockResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers410 = &headers
+	case rsp.StatusCode == 422:
+		var headers ReleaseLockResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseLockResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -9313,6 +9448,13 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest QuotaExceeded
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9445,6 +9587,16 @@ func ParseAcquireLockResponse(rsp *http.Response) (*AcquireLockResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers AcquireLockResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers AcquireLockResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -11595,6 +11747,13 @@ func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreRespons
 		}
 		response.ApplicationproblemJSON410 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest QuotaExceeded
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11690,6 +11849,16 @@ func ParseReleaseSemaphoreResponse(rsp *http.Response) (*ReleaseSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers410 = &headers
+	case rsp.StatusCode == 422:
+		var headers ReleaseSemaphoreResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReleaseSemaphoreResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -12025,6 +12194,13 @@ func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreRespons
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest QuotaExceeded
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12164,6 +12340,16 @@ func ParseAcquireSemaphoreResponse(rsp *http.Response) (*AcquireSemaphoreRespons
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers AcquireSemaphoreResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers AcquireSemaphoreResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

@@ -73,7 +73,7 @@ func TestRetriedAcquireGetsTheSameLease(t *testing.T) {
 	require.Equal(t, http.StatusCreated, later.Status)
 	assert.Less(t, later.Int("ttl_ms"), int64(59900), "the replay's ttl_ms is what is left")
 	other := e.Client.Do(http.MethodPost, "/locks/same", idem("acq-1", nil), testkit.AcquireBody("someone-else", 60000))
-	assert.Equal(t, http.StatusConflict, other.Status, "the key is the owner's only")
+	assert.Equal(t, http.StatusUnprocessableEntity, other.Status, "the key is the owner's request only: another is refused, 422 (#27)")
 
 	tok := testkit.TokenHeader(first.Str("token"))
 	for range 2 {
@@ -143,4 +143,52 @@ func TestUndeliveredKeyedGrantIsKeptForItsRetry(t *testing.T) {
 	st := e.Client.Do(http.MethodGet, "/locks/kept", testkit.TokenHeader(r.Str("token")), "")
 	assert.Equal(t, true, st.JSON()["yours"])
 	assert.Equal(t, int64(1), st.Int("holds"))
+}
+
+// TestReusedIdempotencyKeyIsRefused: a key sent again with another request (another owner,
+// another lock, another operation, another lease) is refused 422 idempotency-key-reused and
+// changes nothing, as the IETF Idempotency-Key draft asks; the same request again is still a
+// retry, and a waiting acquire's repeats (another wait_ms) are too.
+func TestReusedIdempotencyKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, nil)
+	c := e.Client
+	const reused = "urn:leasegate:problem:idempotency-key-reused"
+	refused := func(r *harness.Response, what string) {
+		t.Helper()
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, "%s: %s", what, r.Body)
+		assert.Equal(t, reused, r.Str("type"), what)
+		assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
+	}
+
+	first := c.Do(http.MethodPost, "/locks/k1", idem("key-a", nil), testkit.AcquireBody("alice", 60000))
+	require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
+	again := c.Do(http.MethodPost, "/locks/k1", idem("key-a", nil), testkit.AcquireBody("alice", 60000))
+	require.Equal(t, http.StatusCreated, again.Status, "the same request: a retry")
+	assert.Equal(t, first.Int("fence"), again.Int("fence"))
+
+	refused(c.Do(http.MethodPost, "/locks/k1", idem("key-a", nil), testkit.AcquireBody("mallory", 60000)), "another owner")
+	refused(c.Do(http.MethodPost, "/locks/k2", idem("key-a", nil), testkit.AcquireBody("alice", 60000)), "another lock")
+	refused(c.Do(http.MethodPost, "/locks/k1", idem("key-a", nil), testkit.AcquireBody("alice", 30000)), "another TTL")
+	tok := testkit.TokenHeader(first.Str("token"))
+	refused(c.Do(http.MethodDelete, "/locks/k1", idem("key-a", tok), ""), "a release")
+	assert.False(t, e.Held("k2"), "nothing done on the other lock")
+	st := c.Do(http.MethodGet, "/locks/k1", nil, "")
+	assert.Equal(t, "alice", st.Str("owner"))
+	assert.Equal(t, int64(1), st.Int("holds"), "nothing given back")
+
+	rel := c.Do(http.MethodDelete, "/locks/k1", idem("key-r", tok), "")
+	require.Equal(t, http.StatusOK, rel.Status, "%s", rel.Body)
+	refused(c.Do(http.MethodPost, "/semaphores/k1", idem("key-r", nil), `{"owner":"alice","permits":2}`), "a semaphore acquire")
+
+	// A long wait sent as several requests with one key, each with the wait it has left.
+	b := e.Hold(t, c, "k3", "bob", 60000)
+	for _, wait := range []int{300, 200} {
+		r := c.Do(http.MethodPost, "/locks/k3", idem("key-w", nil), fmt.Sprintf(`{"owner":"carol","ttl_ms":60000,"wait_ms":%d}`, wait))
+		require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	}
+	require.Equal(t, http.StatusOK, c.Do(http.MethodDelete, "/locks/k3", testkit.TokenHeader(b.Str("token")), "").Status)
+	w := c.Do(http.MethodPost, "/locks/k3", idem("key-w", nil), `{"owner":"carol","ttl_ms":60000,"wait_ms":100}`)
+	require.Equal(t, http.StatusCreated, w.Status, "%s", w.Body)
+	assert.Equal(t, "carol", w.Str("owner"))
 }

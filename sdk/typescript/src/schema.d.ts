@@ -1003,6 +1003,7 @@ export interface components {
          *     | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
          *     | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
          *     | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+         *     | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
          *     | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
          *     | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
          *     | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
@@ -1092,6 +1093,16 @@ export interface components {
         QuotaExceeded: {
             headers: {
                 "Retry-After": components["headers"]["Retry-After"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The request's `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`), so this is no retry of it; nothing was done. Use a fresh key for a new request. */
+        IdempotencyKeyReused: {
+            headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
@@ -1299,6 +1310,9 @@ export interface components {
          *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
          *     acquire sent with a key whose answer could not be delivered keeps its grant for the
          *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+         *     The same key sent with another request (another operation, name, owner, mode, TTL or
+         *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+         *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
          *     1-255 visible ASCII characters, else 400.
          */
         IdempotencyKey: string;
@@ -1442,6 +1456,9 @@ export interface operations {
                  *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
                  *     acquire sent with a key whose answer could not be delivered keeps its grant for the
                  *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     The same key sent with another request (another operation, name, owner, mode, TTL or
+                 *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+                 *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
                  *     1-255 visible ASCII characters, else 400.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
@@ -1490,6 +1507,7 @@ export interface operations {
             409: components["responses"]["LockHeld"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
+            422: components["responses"]["IdempotencyKeyReused"];
             429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
@@ -1523,6 +1541,9 @@ export interface operations {
                  *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
                  *     acquire sent with a key whose answer could not be delivered keeps its grant for the
                  *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     The same key sent with another request (another operation, name, owner, mode, TTL or
+                 *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+                 *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
                  *     1-255 visible ASCII characters, else 400.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
@@ -1554,6 +1575,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
+            422: components["responses"]["IdempotencyKeyReused"];
             429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             503: components["responses"]["BackendUnavailable"];
@@ -1586,6 +1608,9 @@ export interface operations {
                  *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
                  *     acquire sent with a key whose answer could not be delivered keeps its grant for the
                  *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     The same key sent with another request (another operation, name, owner, mode, TTL or
+                 *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+                 *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
                  *     1-255 visible ASCII characters, else 400.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
@@ -1771,6 +1796,9 @@ export interface operations {
                  *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
                  *     acquire sent with a key whose answer could not be delivered keeps its grant for the
                  *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     The same key sent with another request (another operation, name, owner, mode, TTL or
+                 *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+                 *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
                  *     1-255 visible ASCII characters, else 400.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
@@ -1818,6 +1846,7 @@ export interface operations {
             409: components["responses"]["SemaphoreConflict"];
             410: components["responses"]["LeaseGone"];
             413: components["responses"]["BodyTooLarge"];
+            422: components["responses"]["IdempotencyKeyReused"];
             429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
@@ -1850,6 +1879,9 @@ export interface operations {
                  *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
                  *     acquire sent with a key whose answer could not be delivered keeps its grant for the
                  *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     The same key sent with another request (another operation, name, owner, mode, TTL or
+                 *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+                 *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
                  *     1-255 visible ASCII characters, else 400.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
@@ -1880,6 +1912,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
+            422: components["responses"]["IdempotencyKeyReused"];
             429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
@@ -1913,6 +1946,9 @@ export interface operations {
                  *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
                  *     acquire sent with a key whose answer could not be delivered keeps its grant for the
                  *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     The same key sent with another request (another operation, name, owner, mode, TTL or
+                 *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+                 *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
                  *     1-255 visible ASCII characters, else 400.
                  */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
