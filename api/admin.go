@@ -20,6 +20,35 @@ type ListedLock struct {
 	Watchdog  bool   `json:"watchdog"`
 	Waiters   int64  `json:"waiters"`
 	Multilock string `json:"multilock,omitempty"`
+	// HeldBy lists every holder: the exclusive one, then the shared ones (the first 100, soonest to
+	// expire first). Waiting lists the first 20 waiters (lockcore.ListedWaiters), in line order.
+	HeldBy  []ListedHolder `json:"held_by"`
+	Waiting []ListedWaiter `json:"waiting"`
+}
+
+// ListedHolder is one hold in a listing. Mode is a lock's ("exclusive" or "shared"), absent for a
+// semaphore's permit; AgeMs is the time since its grant; Multilock the id of the multi-lock whose
+// member it is: the same id on several locks is one group's lease.
+type ListedHolder struct {
+	Owner     string `json:"owner"`
+	Mode      string `json:"mode,omitempty"`
+	Fence     int64  `json:"fence"`
+	Holds     int64  `json:"holds"`
+	AgeMs     int64  `json:"age_ms"`
+	TTLms     int64  `json:"ttl_ms"`
+	Watchdog  bool   `json:"watchdog"`
+	Multilock string `json:"multilock,omitempty"`
+}
+
+// ListedWaiter is one waiter in a listing: who, for which hold (Mode, absent for a semaphore), and
+// since when (Since: its arrival in the line, Redis time; WaitedMs: until the listing read it).
+// Multilock is set when the waiter is a multi-lock waiting for this member.
+type ListedWaiter struct {
+	Owner     string    `json:"owner"`
+	Mode      string    `json:"mode,omitempty"`
+	Since     Timestamp `json:"since"`
+	WaitedMs  int64     `json:"waited_ms"`
+	Multilock string    `json:"multilock,omitempty"`
 }
 
 // LockList is the body of GET /locks: one page, and the cursor of the next ("" at the end).
@@ -35,6 +64,10 @@ type ListedSemaphore struct {
 	Used    int64  `json:"used"`
 	Waiters int64  `json:"waiters"`
 	AgeMs   int64  `json:"age_ms"` // since the oldest listed permit's grant
+	// HeldBy lists the permits' holders (the first 100, soonest to expire first); Waiting the first 20
+	// waiters, in line order.
+	HeldBy  []ListedHolder `json:"held_by"`
+	Waiting []ListedWaiter `json:"waiting"`
 }
 
 // SemaphoreList is the body of GET /semaphores.

@@ -81,6 +81,7 @@ func (h *adminHandlers) listLocks(w http.ResponseWriter, r *http.Request) {
 		l.Owner, l.Fence, l.TTLms, l.Watchdog = first.Owner, first.Fence, first.TTL.Milliseconds(), first.Watchdog
 		l.Multilock = lockcore.GroupOf(first.Lease)
 		l.AgeMs = st.OldestHold(now).Milliseconds()
+		l.HeldBy, l.Waiting = listedHolders(st, now, true), listedWaiters(st.Waiting, true)
 		body.Locks = append(body.Locks, l)
 	}
 	writeJSON(w, http.StatusOK, body)
@@ -102,9 +103,45 @@ func (h *adminHandlers) listSemaphores(w http.ResponseWriter, r *http.Request) {
 	body := api.SemaphoreList{Semaphores: make([]api.ListedSemaphore, 0, len(states)), NextCursor: next}
 	for _, st := range states {
 		body.Semaphores = append(body.Semaphores, api.ListedSemaphore{Name: st.Ref.Name, Permits: st.Permits,
-			Used: st.SharedCount, Waiters: st.Waiters, AgeMs: st.OldestHold(now).Milliseconds()})
+			Used: st.SharedCount, Waiters: st.Waiters, AgeMs: st.OldestHold(now).Milliseconds(),
+			HeldBy: listedHolders(st, now, false), Waiting: listedWaiters(st.Waiting, false)})
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// listedHolders lists st's holders for a listing: the exclusive one, then the shared ones; modes
+// only for a lock's (withMode).
+func listedHolders(st lockcore.State, now time.Time, withMode bool) []api.ListedHolder {
+	out := make([]api.ListedHolder, 0, len(st.Shared)+1)
+	add := func(h lockcore.Holder, mode lockcore.Mode) {
+		l := api.ListedHolder{Owner: h.Owner, Fence: h.Fence, Holds: h.Holds, AgeMs: h.HeldFor(now).Milliseconds(),
+			TTLms: h.TTL.Milliseconds(), Watchdog: h.Watchdog, Multilock: lockcore.GroupOf(h.Lease)}
+		if withMode {
+			l.Mode = string(mode)
+		}
+		out = append(out, l)
+	}
+	if st.Exclusive != nil {
+		add(*st.Exclusive, lockcore.Exclusive)
+	}
+	for _, h := range st.Shared {
+		add(h, lockcore.Shared)
+	}
+	return out
+}
+
+// listedWaiters lists a listing's waiters; modes only for a lock's (withMode).
+func listedWaiters(ws []lockcore.Waiter, withMode bool) []api.ListedWaiter {
+	out := make([]api.ListedWaiter, 0, len(ws))
+	for _, w := range ws {
+		l := api.ListedWaiter{Owner: w.Owner, Since: api.Timestamp(w.Since), WaitedMs: w.Waited.Milliseconds(),
+			Multilock: lockcore.GroupOf(w.Lease)}
+		if withMode {
+			l.Mode = string(w.Mode)
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // top handles GET /admin/top: the longest-held holds (all replicas) and the most contended names

@@ -44,9 +44,9 @@ type Options struct {
 	// LongHold is LEASEGATE_LONG_HOLD, which the top lists report.
 	Admin    Admin
 	LongHold time.Duration
-	// Auth, when set, authenticates every route but /healthz, /readyz and /openapi.yaml (and
-	// /metrics unless MetricsAuth), and authorizes each by the principal's permissions and
-	// prefixes (see docs/auth.md). Nil: everything is open.
+	// Auth, when set, authenticates every route but /healthz, /readyz, /openapi.yaml and the
+	// dashboard's files under /ui (and /metrics unless MetricsAuth), and authorizes each by the
+	// principal's permissions and prefixes (see docs/auth.md). Nil: everything is open.
 	Auth Authenticator
 	// MetricsAuth protects GET /metrics: it then needs the admin permission on every name.
 	MetricsAuth bool
@@ -113,7 +113,9 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 		r.Get("/locks", g.need(admin, scopeListing, a.listLocks))
 		r.Get("/semaphores", g.need(admin, scopeListing, a.listSemaphores))
 		r.Get("/admin/top", g.need(admin, scopeAll, a.top))
-		dashboard := g.need(admin, scopeAll, ui.Handler(opts.LongHold).ServeHTTP) // GET /ui: the page, and /ui/{asset}
+		// GET /ui: the dashboard's page and /ui/{asset}, served to anyone: they hold no data (the
+		// page asks for an API key and calls the admin API above with it).
+		dashboard := ui.Handler().ServeHTTP
 		r.Get("/ui", dashboard)
 		r.Get("/ui/*", dashboard)
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // List returns one page of the locks (kind KindLock) or semaphores (KindSemaphore) held now whose
@@ -14,10 +15,11 @@ import (
 //
 // It walks Redis with SCAN (never KEYS), asking for hash keys under the name prefix (TYPE hash,
 // MATCH "<key prefix>{<name prefix>*"), and inspects each holder it finds (one read-only script
-// each, pipelined). A page costs one or more SCAN calls of COUNT limit (until about limit holders
-// are found or the keyspace is walked) plus one inspect per holder; SCAN's guarantees apply: a
-// name held during the whole listing appears at least once (rarely twice), and one taken or
-// freed meanwhile may or may not. A page may hold a few more than limit entries (SCAN returns
+// each, pipelined), then reads who waits for those with waiters (State.Waiting; one more script
+// each). A page costs one or more SCAN calls of COUNT limit (until about limit holders are found
+// or the keyspace is walked) plus one inspect per holder and one read per line with waiters;
+// SCAN's guarantees apply: a name held during the whole listing appears at least once (rarely
+// twice), and one taken or freed meanwhile may or may not. A page may hold a few more than limit entries (SCAN returns
 // whole hash buckets) or fewer. On Redis Cluster the walk goes master by master; the cursor
 // carries the master's position, so a resharding during a listing may skip or repeat names.
 func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, limit int) ([]State, string, error) {
@@ -64,6 +66,9 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 		go func() {
 			defer wg.Done()
 			states[i], errs[i] = s.Inspect(ctx, ref, "")
+			if errs[i] == nil && states[i].Held() && states[i].Waiters > 0 {
+				states[i].Waiting, errs[i] = s.waiting(ctx, ref, ListedWaiters)
+			}
 		}()
 	}
 	wg.Wait()
@@ -78,6 +83,51 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 	}
 	slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.Ref.Name, b.Ref.Name) })
 	return out, next, nil
+}
+
+// waiting reads the first limit live waiters of ref's line (waiting.lua; see Waiter). It is read
+// after the holders, in a script of its own, so that Inspect, which lock clients call too, costs
+// what it did: a listing's line may be a moment newer than its holders.
+func (s *Service) waiting(ctx context.Context, ref Ref, limit int) ([]Waiter, error) {
+	k := s.keys(ref)
+	reply, err := s.dep.run(ctx, call{script: scripts.waiting, keys: []string{k.q, k.qd, k.qm}, args: []string{strconv.Itoa(limit)}})
+	if err != nil {
+		return nil, err
+	}
+	r := replyValues(reply)
+	out, ok := readWaiting(r)
+	if !ok {
+		return nil, unexpectedReply("waiting", ref.Name, r, nil)
+	}
+	return out, nil
+}
+
+// readWaiting reads waiting.lua's reply: {now_us, [lease, owner, mode, arrival_us]...}.
+func readWaiting(r []any) ([]Waiter, bool) {
+	if len(r) < 1 || (len(r)-1)%4 != 0 {
+		return nil, false
+	}
+	now, ok := r[0].(int64)
+	if !ok {
+		return nil, false
+	}
+	out := make([]Waiter, 0, (len(r)-1)/4)
+	for r = r[1:]; len(r) >= 4; r = r[4:] {
+		lease, ok1 := r[0].(string)
+		owner, ok2 := r[1].(string)
+		mode, ok3 := r[2].(string)
+		arrival, ok4 := r[3].(int64)
+		if !(ok1 && ok2 && ok3 && ok4) {
+			return nil, false
+		}
+		w := Waiter{Lease: lease, Owner: owner, Mode: Exclusive, Since: time.UnixMicro(arrival),
+			Waited: time.Duration(max(now-arrival, 0)) * time.Microsecond}
+		if mode == Shared.arg() {
+			w.Mode = Shared
+		}
+		out = append(out, w)
+	}
+	return out, true
 }
 
 // heldKeyRef tells which lock or semaphore of kind a hash key found by List belongs to, if it is

@@ -390,3 +390,53 @@ func TestDeadWaitersAheadAreSkipped(t *testing.T) {
 	require.NoError(t, r.err)
 	assert.Less(t, time.Since(released), 2*time.Second, "granted without waiting out a 5 s claim on a dead head")
 }
+
+// TestListShowsWhoWaits lists a lock with a line: a dead replica's entry at its head (never
+// refreshed, so past its liveness deadline), then a shared and an exclusive waiter. List reports
+// the live ones, in line order, with their owners, modes and arrivals; Inspect reports none.
+func TestListShowsWhoWaits(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const lock = "line"
+	w.hold(t, w.svc, lock, "holder", time.Minute)
+	reply := w.evalQueued(t, luascripts.Acquire, lock,
+		"9d7e4c55-0f5b-4b0e-8d5e-6a1f3c2b7e10", "60000", "ghost", "0", "wait", "dead-replica", "0", "0")
+	require.True(t, strings.HasPrefix(reply, "2\n"), "queued: %q", reply)
+	w.awaitWaiters(t, lock, 0) // its liveness deadline (750 ms) passed; the entry stays until pruned
+
+	before := time.Now()
+	reader := acquireAsync(ctx, w.svc, lockcore.AcquireRequest{Lock: lock, Mode: lockcore.Shared, Owner: "reader-1", TTL: time.Minute, Wait: time.Minute})
+	w.awaitWaiters(t, lock, 1)
+	writer := acquireAsync(ctx, w.svc, lockcore.AcquireRequest{Lock: lock, Owner: "writer-2", TTL: time.Minute, Wait: time.Minute})
+	w.awaitWaiters(t, lock, 2)
+
+	states, next, err := w.svc.List(ctx, lockcore.KindLock, lock, "", 10)
+	require.NoError(t, err)
+	require.Empty(t, next)
+	require.Len(t, states, 1)
+	st := states[0]
+	assert.Equal(t, int64(2), st.Waiters)
+	require.Len(t, st.Waiting, 2, "the live waiters, not the dead replica's: %+v", st.Waiting)
+	assert.Equal(t, "reader-1", st.Waiting[0].Owner)
+	assert.Equal(t, lockcore.Shared, st.Waiting[0].Mode)
+	assert.Equal(t, "writer-2", st.Waiting[1].Owner)
+	assert.Equal(t, lockcore.Exclusive, st.Waiting[1].Mode)
+	for _, wt := range st.Waiting {
+		assert.Empty(t, lockcore.GroupOf(wt.Lease), "a lease of its own")
+		assert.WithinDuration(t, before, wt.Since, 2*time.Second, "%s's arrival, on Redis's clock", wt.Owner)
+		assert.Greater(t, wt.Waited, time.Duration(0))
+	}
+	assert.False(t, st.Waiting[1].Since.Before(st.Waiting[0].Since), "line order")
+
+	plain, err := w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
+	require.NoError(t, err)
+	assert.Nil(t, plain.Waiting, "Inspect does not read the line")
+
+	cancel()
+	for _, ch := range []<-chan acquired{reader, writer} {
+		r := receive(t, ch, 10*time.Second, "a waiter gives up")
+		assert.ErrorIs(t, r.err, context.Canceled)
+	}
+}

@@ -48,8 +48,8 @@ var scripts = struct {
 	acquire, reenter, release, renew, dequeue, heartbeat, force *script
 	// On several locks at once, built on lib.lua.
 	multiAcquire, multiRelease, multiRenew *script
-	// Reading a lock, and its live events.
-	inspect, watch, watchSnapshot *script
+	// Reading a lock, its line (for the listings), and its live events.
+	inspect, waiting, watch, watchSnapshot *script
 	// The watchdog's schedule, and the ledgers (long holds, held quota).
 	watchdogRenew, watchdogSchedule, watchdogDue, aged, held *script
 	// The requests Idempotency-Keys were first sent with.
@@ -68,6 +68,7 @@ var scripts = struct {
 	multiRelease:     newScript("multi_release", luascripts.MultiRelease, writes),
 	multiRenew:       newScript("multi_renew", luascripts.MultiRenew, grantsHolds),
 	inspect:          newScript("inspect", luascripts.Inspect, readsOnly),
+	waiting:          newScript("waiting", luascripts.Waiting, readsOnly),
 	watch:            newScript("watch", luascripts.Watch, writes),
 	watchSnapshot:    newScript("watch_snapshot", luascripts.WatchSnapshot, writes),
 	watchdogRenew:    newScript("watchdog_renew", luascripts.WatchdogRenew, writes),

@@ -16,7 +16,10 @@ type State struct {
 	Shared      []Holder
 	SharedCount int64
 	Waiters     int64
-	Permits     int64 // a semaphore's size (0 when nobody holds or waits)
+	// Waiting are the first ListedWaiters live waiters, in line order: only List fills it (Inspect
+	// leaves it nil), for the entries it lists with waiters.
+	Waiting []Waiter
+	Permits int64 // a semaphore's size (0 when nobody holds or waits)
 	// Yours is set only when Inspect was given a token: whether that lease holds (either way).
 	Yours *bool
 }
@@ -52,6 +55,24 @@ type Holder struct {
 	TTL      time.Duration // remaining
 	Watchdog bool
 	HoldLeft time.Duration // how much longer the watchdog renews the lease
+}
+
+// HeldFor is how long ago h was granted, from its fence (see heldSince).
+func (h Holder) HeldFor(now time.Time) time.Duration { return heldSince(h.Fence, now) }
+
+// ListedWaiters is how many waiters List reports per entry (State.Waiting), at most.
+const ListedWaiters = 20
+
+// Waiter is one request in a lock's or semaphore's line, as List saw it.
+type Waiter struct {
+	// Lease is the waiting lease: "m-…" for a multi-lock waiting for this member (see GroupOf).
+	Lease string
+	Owner string
+	Mode  Mode // a semaphore's waiters are Shared
+	// Since is its arrival in the line (Redis time): a waiter coming back with its queue ticket
+	// keeps it. Waited is how long before the listing read the line, on the same clock.
+	Since  time.Time
+	Waited time.Duration
 }
 
 // replyValues reads a script reply's elements: Lua numbers arrive as int64, strings (owners too) as

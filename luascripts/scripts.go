@@ -156,6 +156,11 @@ var watchSnapshot string
 // lock's state in the same step: inspect.lua's body, run as the function snapshot.
 var WatchSnapshot = "local function snapshot()\n" + Inspect + "\nend\n" + watchSnapshot
 
+// Waiting reads who waits in a lock's or semaphore's line, and since when (for the listings).
+//
+//go:embed waiting.lua
+var Waiting string
+
 // Aged reads the long-hold sweep's entries older than the threshold.
 //
 //go:embed aged.lua

@@ -1,7 +1,12 @@
 // Package ui serves the gateway's dashboard at /ui: one page of plain HTML, CSS and JavaScript,
-// embedded in the binary, that reads the admin API (GET /locks, GET /admin/top), follows the events
-// stream of the locks it shows (GET /locks/{name}/events) and force-releases a lock on request
-// (DELETE /locks/{name}?force=true). It needs nothing outside the gateway: no CDN, no framework.
+// embedded in the binary, that reads the admin API (GET /locks, GET /semaphores, GET /admin/top),
+// follows a few events streams (GET /locks/{name}/events, GET /semaphores/{name}/events) and
+// force-releases on request (DELETE …?force=true). It needs nothing outside the gateway: no CDN, no
+// framework.
+//
+// The files carry no data, not even the gateway's settings: everything the page shows comes from
+// the API calls it makes, with the API key it asks for when the gateway authenticates. So the
+// files are served to anyone, and the calls are authorized as any other.
 package ui
 
 import (
@@ -10,7 +15,6 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
-	"html/template"
 	"io/fs"
 	"net/http"
 	"strings"
@@ -21,10 +25,6 @@ import (
 
 //go:embed static
 var static embed.FS
-
-// DefaultLongHold is the long-hold threshold Handler uses when given none: LEASEGATE_LONG_HOLD's
-// default.
-const DefaultLongHold = 10 * time.Minute
 
 // Prefix is the path the dashboard is served under: the page at /ui (and /ui/), its assets at
 // /ui/app.js and /ui/style.css.
@@ -53,22 +53,17 @@ func newAsset(name string, body []byte) asset {
 }
 
 // Handler returns the dashboard's handler for GET (and HEAD) /ui, /ui/ and /ui/{asset}; mount it on
-// both "/ui" and "/ui/*". Holds older than longHold are highlighted as long (zero or less means
-// DefaultLongHold); the page reads the threshold from the data-long-hold-ms attribute of its body.
-// Other paths under /ui answer 404 and other methods 405, as problem+json. Safe for concurrent use.
-func Handler(longHold time.Duration) http.Handler {
-	if longHold <= 0 {
-		longHold = DefaultLongHold
-	}
-	page := template.Must(template.ParseFS(static, "static/index.html"))
-	var index bytes.Buffer
-	if err := page.Execute(&index, struct{ LongHoldMs int64 }{longHold.Milliseconds()}); err != nil {
-		panic(err) // the embedded template and its data are fixed
+// both "/ui" and "/ui/*". Other paths under /ui answer 404 and other methods 405, as problem+json.
+// Safe for concurrent use.
+func Handler() http.Handler {
+	index, err := fs.ReadFile(static, "static/index.html")
+	if err != nil {
+		panic(err) // embedded at build time
 	}
 	assets := map[string]asset{
-		Prefix:                 newAsset("index.html", index.Bytes()),
-		Prefix + "/":           newAsset("index.html", index.Bytes()),
-		Prefix + "/index.html": newAsset("index.html", index.Bytes()),
+		Prefix:                 newAsset("index.html", index),
+		Prefix + "/":           newAsset("index.html", index),
+		Prefix + "/index.html": newAsset("index.html", index),
 	}
 	for _, name := range []string{"app.js", "style.css"} {
 		body, err := fs.ReadFile(static, "static/"+name)

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,14 +15,15 @@ import (
 )
 
 func TestHandlerServesThePageAndItsAssets(t *testing.T) {
-	h := ui.Handler(90 * time.Second)
+	h := ui.Handler()
 	for _, tc := range []struct {
 		path, contentType, contains string
 	}{
-		{"/ui", "text/html; charset=utf-8", `data-long-hold-ms="90000"`},
+		{"/ui", "text/html; charset=utf-8", `<form id="auth" hidden>`},
 		{"/ui/", "text/html; charset=utf-8", `<script src="/ui/app.js" defer></script>`},
 		{"/ui/app.js", "text/javascript; charset=utf-8", `"use strict";`},
 		{"/ui/style.css", "text/css; charset=utf-8", `tr.long-hold`},
+		{"/ui/index.html", "text/html; charset=utf-8", `<table id="semaphores">`},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
 			w := httptest.NewRecorder()
@@ -43,14 +43,8 @@ func TestHandlerServesThePageAndItsAssets(t *testing.T) {
 	}
 }
 
-func TestHandlerDefaultsTheLongHold(t *testing.T) {
-	w := httptest.NewRecorder()
-	ui.Handler(0).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/ui", nil))
-	assert.Contains(t, w.Body.String(), `data-long-hold-ms="600000"`)
-}
-
 func TestHandlerAnswersProblems(t *testing.T) {
-	h := ui.Handler(time.Minute)
+	h := ui.Handler()
 	for _, tc := range []struct {
 		method, path string
 		status       int

@@ -34,6 +34,42 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for ListedHolderMode.
+const (
+	ListedHolderModeExclusive ListedHolderMode = "exclusive"
+	ListedHolderModeShared    ListedHolderMode = "shared"
+)
+
+// Valid indicates whether the value is a known member of the ListedHolderMode enum.
+func (e ListedHolderMode) Valid() bool {
+	switch e {
+	case ListedHolderModeExclusive:
+		return true
+	case ListedHolderModeShared:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListedWaiterMode.
+const (
+	ListedWaiterModeExclusive ListedWaiterMode = "exclusive"
+	ListedWaiterModeShared    ListedWaiterMode = "shared"
+)
+
+// Valid indicates whether the value is a known member of the ListedWaiterMode enum.
+func (e ListedWaiterMode) Valid() bool {
+	switch e {
+	case ListedWaiterModeExclusive:
+		return true
+	case ListedWaiterModeShared:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Mode.
 const (
 	ModeExclusive Mode = "exclusive"
@@ -339,14 +375,44 @@ type InvalidParam struct {
 	Reason string `json:"reason"`
 }
 
+// ListedHolder One hold in a listing.
+type ListedHolder struct {
+	// AgeMs Time since its grant (from its fence).
+	AgeMs int64 `json:"age_ms"`
+	Fence int64 `json:"fence"`
+
+	// Holds Its re-entry count.
+	Holds int64 `json:"holds"`
+
+	// Mode A lock's hold's mode; absent for a semaphore's permit.
+	Mode *ListedHolderMode `json:"mode,omitempty"`
+
+	// Multilock The id of the multi-lock holding this member. A multi-lock's members are held by one
+	// lease, whose id this is: holds with the same id on several locks are one group (Redis
+	// records the group nowhere else; its token carries the member list).
+	Multilock *string `json:"multilock,omitempty"`
+	Owner     string  `json:"owner"`
+
+	// TtlMs Its remaining time to live.
+	TtlMs    int64 `json:"ttl_ms"`
+	Watchdog bool  `json:"watchdog"`
+}
+
+// ListedHolderMode A lock's hold's mode; absent for a semaphore's permit.
+type ListedHolderMode string
+
 // ListedLock defines model for ListedLock.
 type ListedLock struct {
 	// AgeMs Time since the oldest listed hold's grant (from its fence, the Redis time of the grant in µs).
 	AgeMs int64 `json:"age_ms"`
 
 	// Fence That holder's fence.
-	Fence   int64 `json:"fence"`
-	Holders int64 `json:"holders"`
+	Fence int64 `json:"fence"`
+
+	// HeldBy Every holder: the exclusive one, then the shared ones (the first 100, soonest to
+	// expire first). Absent from gateways that predate it.
+	HeldBy  *[]ListedHolder `json:"held_by,omitempty"`
+	Holders int64           `json:"holders"`
 
 	// Lock A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//
@@ -361,11 +427,36 @@ type ListedLock struct {
 	Multilock *string `json:"multilock,omitempty"`
 
 	// Owner The exclusive holder's owner, or the first (soonest to expire) shared holder's.
-	Owner    string `json:"owner"`
-	TtlMs    int64  `json:"ttl_ms"`
-	Waiters  int64  `json:"waiters"`
-	Watchdog bool   `json:"watchdog"`
+	Owner   string `json:"owner"`
+	TtlMs   int64  `json:"ttl_ms"`
+	Waiters int64  `json:"waiters"`
+
+	// Waiting Who waits, in line order: the first 20 live waiters (`waiters` counts them all). The
+	// line is read just after the holders, so it may be a moment newer. Absent from gateways
+	// that predate it.
+	Waiting  *[]ListedWaiter `json:"waiting,omitempty"`
+	Watchdog bool            `json:"watchdog"`
 }
+
+// ListedWaiter One waiter in a listing.
+type ListedWaiter struct {
+	// Mode The hold a lock's waiter asks for; absent for a semaphore's.
+	Mode *ListedWaiterMode `json:"mode,omitempty"`
+
+	// Multilock The id of the multi-lock waiting for this member, when the waiter is one.
+	Multilock *string `json:"multilock,omitempty"`
+	Owner     string  `json:"owner"`
+
+	// Since Its arrival in the line (Redis time, RFC 3339 with ms); a waiter that comes back with
+	// its queue ticket keeps it.
+	Since time.Time `json:"since"`
+
+	// WaitedMs How long it had waited when the listing read the line (Redis time).
+	WaitedMs int64 `json:"waited_ms"`
+}
+
+// ListedWaiterMode The hold a lock's waiter asks for; absent for a semaphore's.
+type ListedWaiterMode string
 
 // LockList defines model for LockList.
 type LockList struct {
@@ -719,6 +810,10 @@ type SemaphoreList struct {
 		// AgeMs Time since the oldest listed permit's grant.
 		AgeMs int64 `json:"age_ms"`
 
+		// HeldBy The permits' holders (the first 100, soonest to expire first). Absent from
+		// gateways that predate it.
+		HeldBy *[]ListedHolder `json:"held_by,omitempty"`
+
 		// Name A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 		//
 		// Example: orders.42
@@ -726,6 +821,10 @@ type SemaphoreList struct {
 		Permits int64    `json:"permits"`
 		Used    int64    `json:"used"`
 		Waiters int64    `json:"waiters"`
+
+		// Waiting Who waits, in line order: the first 20 live waiters (`waiters` counts them all).
+		// Absent from gateways that predate it.
+		Waiting *[]ListedWaiter `json:"waiting,omitempty"`
 	} `json:"semaphores"`
 }
 
@@ -1799,7 +1898,8 @@ type ClientInterface interface {
 	//
 	// One page of the locks held now whose names start with `prefix`, with their holders and
 	// waiters. The listing walks Redis with SCAN (never KEYS): a page costs one or more SCAN
-	// calls of COUNT `limit` plus one read-only script per lock found. SCAN's guarantees apply:
+	// calls of COUNT `limit` plus one read-only script per lock found, and one more per lock
+	// someone waits for (who waits). SCAN's guarantees apply:
 	// a lock held during the whole listing appears at least once (rarely on two pages); one
 	// taken or freed meanwhile may or may not. A page may hold a few more than `limit` entries,
 	// or fewer (even none) while more follow: follow `next_cursor` until it is empty. Part of
@@ -2173,7 +2273,8 @@ func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 //
 // One page of the locks held now whose names start with `prefix`, with their holders and
 // waiters. The listing walks Redis with SCAN (never KEYS): a page costs one or more SCAN
-// calls of COUNT `limit` plus one read-only script per lock found. SCAN's guarantees apply:
+// calls of COUNT `limit` plus one read-only script per lock found, and one more per lock
+// someone waits for (who waits). SCAN's guarantees apply:
 // a lock held during the whole listing appears at least once (rarely on two pages); one
 // taken or freed meanwhile may or may not. A page may hold a few more than `limit` entries,
 // or fewer (even none) while more follow: follow `next_cursor` until it is empty. Part of
@@ -4045,7 +4146,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// One page of the locks held now whose names start with `prefix`, with their holders and
 	// waiters. The listing walks Redis with SCAN (never KEYS): a page costs one or more SCAN
-	// calls of COUNT `limit` plus one read-only script per lock found. SCAN's guarantees apply:
+	// calls of COUNT `limit` plus one read-only script per lock found, and one more per lock
+	// someone waits for (who waits). SCAN's guarantees apply:
 	// a lock held during the whole listing appears at least once (rarely on two pages); one
 	// taken or freed meanwhile may or may not. A page may hold a few more than `limit` entries,
 	// or fewer (even none) while more follow: follow `next_cursor` until it is empty. Part of
@@ -8036,7 +8138,8 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditor
 //
 // One page of the locks held now whose names start with `prefix`, with their holders and
 // waiters. The listing walks Redis with SCAN (never KEYS): a page costs one or more SCAN
-// calls of COUNT `limit` plus one read-only script per lock found. SCAN's guarantees apply:
+// calls of COUNT `limit` plus one read-only script per lock found, and one more per lock
+// someone waits for (who waits). SCAN's guarantees apply:
 // a lock held during the whole listing appears at least once (rarely on two pages); one
 // taken or freed meanwhile may or may not. A page may hold a few more than `limit` entries,
 // or fewer (even none) while more follow: follow `next_cursor` until it is empty. Part of

@@ -89,6 +89,96 @@ func TestAdminListShowsHoldersAndWaiters(t *testing.T) {
 		[]string{contended[0].(map[string]any)["lock"].(string), contended[1].(map[string]any)["lock"].(string)})
 }
 
+// TestAdminListNamesHoldersWaitersAndGroups checks the listings' held_by and waiting: every
+// holder of a shared lock, who waits for a lock and a semaphore and since when, and a multi-lock's
+// members showing its group's id, holding and waiting.
+func TestAdminListNamesHoldersWaitersAndGroups(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, nil)
+	for _, o := range []string{"r1", "r2"} {
+		require.Equal(t, http.StatusCreated, e.Client.Do(http.MethodPost, "/locks/who.shared", nil, testkit.SharedBody(o, 30000, 0)).Status)
+	}
+	require.Equal(t, http.StatusCreated, e.Client.Do(http.MethodPost, "/semaphores/who.sem", nil, testkit.PermitBody("p1", 1, 30000, 0)).Status)
+	group := testkit.LockAll(e.Client, "grouped", []string{"who.m1", "who.m2"}, 30000, 0, "")
+	require.Equal(t, http.StatusCreated, group.Status, string(group.Body))
+
+	before := time.Now()
+	writer := testkit.StartWaiterBody(e.Client, "who.shared", testkit.WaitBody("writer", 30000, 10000))
+	harness.Eventually(t, 5*time.Second, "the writer queued", func() bool { return e.Waiters(t, "who.shared") == 1 })
+	permit := make(chan *harness.Response, 1)
+	go func() {
+		permit <- e.Client.Do(http.MethodPost, "/semaphores/who.sem", nil, testkit.PermitBody("p2", 1, 30000, 10000))
+	}()
+	// A second group waits for who.m2 (its first member, in name order), with its lease.
+	second := make(chan *harness.Response, 1)
+	go func() { second <- testkit.LockAll(e.Client, "second", []string{"who.m2", "who.m3"}, 30000, 10000, "") }()
+	harness.Eventually(t, 5*time.Second, "the group queued", func() bool { return e.Waiters(t, "who.m2") == 1 })
+
+	locks, _ := listAll(t, e, "/locks?prefix=who.", "locks", "lock", 100)
+	require.Len(t, locks, 3)
+	holders := func(entry map[string]any) (owners, modes []string, groups []string) {
+		for _, h := range entry["held_by"].([]any) {
+			m := h.(map[string]any)
+			owners, modes = append(owners, m["owner"].(string)), append(modes, fmt.Sprint(m["mode"]))
+			groups = append(groups, fmt.Sprint(m["multilock"]))
+			assert.Greater(t, num(m["fence"]), int64(0))
+			assert.Greater(t, num(m["ttl_ms"]), int64(0))
+			assert.GreaterOrEqual(t, num(m["age_ms"]), int64(0))
+		}
+		return owners, modes, groups
+	}
+	owners, modes, _ := holders(locks["who.shared"])
+	assert.ElementsMatch(t, []string{"r1", "r2"}, owners, "every holder of a shared lock")
+	assert.Equal(t, []string{"shared", "shared"}, modes)
+	waiting := locks["who.shared"]["waiting"].([]any)
+	require.Len(t, waiting, 1)
+	w := waiting[0].(map[string]any)
+	assert.Equal(t, "writer", w["owner"])
+	assert.Equal(t, "exclusive", w["mode"])
+	assert.Nil(t, w["multilock"])
+	since, err := time.Parse(time.RFC3339Nano, w["since"].(string))
+	require.NoError(t, err)
+	assert.WithinDuration(t, before, since, 5*time.Second)
+	assert.GreaterOrEqual(t, num(w["waited_ms"]), int64(0))
+
+	for _, member := range []string{"who.m1", "who.m2"} {
+		owners, modes, groups := holders(locks[member])
+		assert.Equal(t, []string{"grouped"}, owners, member)
+		assert.Equal(t, []string{"exclusive"}, modes, member)
+		assert.Equal(t, []string{group.Str("id")}, groups, "%s: held by the group's lease", member)
+	}
+	assert.Empty(t, locks["who.m1"]["waiting"])
+	waiting = locks["who.m2"]["waiting"].([]any)
+	require.Len(t, waiting, 1)
+	w = waiting[0].(map[string]any)
+	assert.Equal(t, "second", w["owner"])
+	assert.True(t, strings.HasPrefix(w["multilock"].(string), "m-"), "a group waits with its lease: %v", w)
+	assert.NotEqual(t, group.Str("id"), w["multilock"])
+
+	harness.Eventually(t, 5*time.Second, "the permit's waiter queued", func() bool {
+		return e.Client.Do(http.MethodGet, "/semaphores/who.sem", nil, "").Int("waiters") == 1
+	})
+	sems, _ := listAll(t, e, "/semaphores?prefix=who.", "semaphores", "name", 100)
+	require.Len(t, sems, 1)
+	held := sems["who.sem"]["held_by"].([]any)
+	require.Len(t, held, 1)
+	assert.Equal(t, "p1", held[0].(map[string]any)["owner"])
+	assert.Nil(t, held[0].(map[string]any)["mode"], "a permit has no mode")
+	waiting = sems["who.sem"]["waiting"].([]any)
+	require.Len(t, waiting, 1)
+	assert.Equal(t, "p2", waiting[0].(map[string]any)["owner"])
+	assert.Nil(t, waiting[0].(map[string]any)["mode"])
+
+	// Let the waiters through.
+	r := e.Client.Do(http.MethodDelete, "/locks/who.shared?force=true", nil, "")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	require.Equal(t, http.StatusCreated, (<-writer).Status)
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/semaphores/who.sem?force=true", nil, "").Status)
+	require.Equal(t, http.StatusCreated, (<-permit).Status)
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/multilocks", testkit.TokenHeader(group.Str("token")), "").Status)
+	require.Equal(t, http.StatusCreated, (<-second).Status)
+}
+
 func TestAdminListRefusesBadQueries(t *testing.T) {
 	t.Parallel()
 	e := testkit.NewEnv(t, nil)

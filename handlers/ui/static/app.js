@@ -1,9 +1,21 @@
-// leasegate dashboard: lists held locks (GET /locks, paged), the top lists (GET /admin/top),
-// follows the events stream of the locks on the page (GET /locks/{name}/events) and force-releases
-// a lock on request (DELETE /locks/{name}?force=true). No dependencies.
+// leasegate dashboard: lists the held locks and semaphores (GET /locks, GET /semaphores, paged),
+// with every holder, who waits and since when, and the multi-locks among them; the top lists
+// (GET /admin/top); a live events panel; force release (DELETE …?force=true). No dependencies.
 //
-// Lock names and owners are user input: they reach the DOM only as text nodes and attribute
-// values, never as HTML.
+// Live events come from two sources. The page follows the events streams of a few names at most
+// (streamCap: the ones someone waits for first, where hand-offs come faster than a re-list), and
+// finds every other change by comparing each listing with the one before (new fences are grants,
+// vanished ones are ends, changed counts of waiters). One stream per listed name would not scale:
+// a replica serves LEASEGATE_MAX_STREAMS streams in all and each principal
+// LEASEGATE_QUOTA_STREAMS, and over HTTP/1.1 a browser opens six connections to a host. A change
+// both sources see is shown once.
+//
+// With authentication on, the page asks for an API key, keeps it in sessionStorage (this tab only)
+// and sends it as Authorization: Bearer on every call; streams are read with fetch, since
+// EventSource cannot send that header.
+//
+// Names and owners are user input: they reach the DOM only as text nodes and attribute values,
+// never as HTML.
 "use strict";
 
 (() => {
@@ -11,29 +23,43 @@
   const SOON_MS = 150; // re-list delay after an event
   const PAGE_LIMIT = 200;
   const MAX_PAGES = 5; // follow next_cursor this far, then ask for a narrower prefix
-  const EVENT_LOG = 30; // live events kept on the page
+  const EVENT_LOG = 50; // live events kept on the page
   const STREAM_RETRY_MS = 30000; // after a stream was refused
+  const STREAM_AGAIN_MS = 5000; // after a stream ended
+  const WAITERS_SHOWN = 5; // per name (a listing names up to 20)
+  const SEEN_MS = 60000; // how long a change is remembered, so that two sources show it once
+  const KEY_ITEM = "leasegate.api-key";
   const TOP_PATH = "/admin/top";
-  const EVENTS = ["state", "granted", "handed-off", "released", "expired", "forced", "waiters"];
+  const KINDS = {
+    lock: { list: "/locks", field: "locks", name: "lock", path: "/locks/", table: "locks", empty: "locks-empty" },
+    semaphore: { list: "/semaphores", field: "semaphores", name: "name", path: "/semaphores/", table: "semaphores", empty: "semaphores-empty" },
+  };
+  const GROUP_COLOURS = 6;
 
   const $ = (id) => document.getElementById(id);
   const body = document.body;
-  const longHoldMs = Number(body.dataset.longHoldMs) || 600000;
-  // ?live=0 turns the events streams off (polling only): for proxies that cut or buffer long
-  // responses, and for headless snapshots, whose virtual clock stands still while a stream is open.
+  // ?live=0 follows no stream: the panel then shows what the listings tell.
   const live = new URLSearchParams(location.search).get("live") !== "0";
   // Over HTTP/1.1 a browser opens at most 6 connections to a host and each stream keeps one, so
-  // leave two for the listing; HTTP/2 carries every stream on one connection.
+  // leave two for the listings; HTTP/2 carries every stream on one connection.
   const nav = performance.getEntriesByType("navigation")[0];
   const streamCap = !live ? 0 : nav && /^h[23]/.test(nav.nextHopProtocol) ? 20 : 4;
 
-  const streams = new Map(); // lock name -> EventSource
-  const refused = new Map(); // lock name -> time to try its stream again
-  const flashUntil = new Map(); // lock name -> time its row stops flashing
-  let shown = []; // the locks on the page, as last listed
+  const streams = new Map(); // "kind:name" -> {ctrl, live}
+  const refused = new Map(); // "kind:name" -> time to try its stream again
+  const flashUntil = new Map(); // "kind:name" -> time its rows stop flashing
+  const seen = new Map(); // "kind:name|grant|fence" or "…|end|fence" -> {at, source} it was shown
+  const last = { lock: null, semaphore: null }; // the previous listing of each kind
+  let longHoldMs = null; // from GET /admin/top
+  let shown = []; // [{kind, name, waiters, age_ms}] on the page
+  let groups = new Map(); // multi-lock id -> {index, owner, mode, holds: [], waitsFor: []}
   let timer = 0;
   let inflight = false;
   let again = false;
+  let needKey = false;
+  let keyGen = 0; // counts the keys given or forgotten: an answer to an older key is dropped
+
+  const keyOf = (kind, name) => `${kind}:${name}`;
 
   // el builds an element; children that are not nodes become text nodes.
   function el(tag, attrs, ...children) {
@@ -43,9 +69,11 @@
       if (k === "class") e.className = v;
       else e.setAttribute(k, String(v));
     }
-    e.append(...children.map((c) => (c instanceof Node ? c : String(c))));
+    e.append(...children.filter((c) => c !== "" && c !== null && c !== undefined).map((c) => (c instanceof Node ? c : String(c))));
     return e;
   }
+
+  const classes = (...names) => names.filter(Boolean).join(" ");
 
   function duration(ms) {
     if (typeof ms !== "number" || ms < 0) return "–";
@@ -60,14 +88,45 @@
     return `${Math.floor(h / 24)}d ${h % 24}h`;
   }
 
+  function apiKey() {
+    try {
+      return sessionStorage.getItem(KEY_ITEM) || "";
+    } catch {
+      return "";
+    }
+  }
+
+  function headers(accept) {
+    const h = { Accept: accept };
+    const key = apiKey();
+    if (key) h.Authorization = `Bearer ${key}`;
+    return h;
+  }
+
+  // ApiError is a refused or failed call; status is 0 when the gateway did not answer.
+  class ApiError extends Error {
+    constructor(message, status) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  function problemMessage(method, path, res, p) {
+    let msg = `${method} ${path}: ${res.status} ${p.title || res.statusText}`;
+    if (p.detail) msg += `: ${p.detail}`;
+    for (const ip of p.invalid_params || []) msg += `; ${ip.name} ${ip.reason}`;
+    if (p.request_id) msg += ` (request ${p.request_id})`;
+    return msg;
+  }
+
   // call sends one API request and returns its JSON body; a problem+json answer (or no answer)
-  // becomes an Error whose message says what went wrong.
+  // becomes an ApiError whose message says what went wrong.
   async function call(method, path) {
     let res;
     try {
-      res = await fetch(path, { method, headers: { Accept: "application/json" }, cache: "no-store" });
+      res = await fetch(path, { method, headers: headers("application/json"), cache: "no-store" });
     } catch (err) {
-      throw new Error(`${method} ${path}: the gateway did not answer (${err.message})`);
+      throw new ApiError(`${method} ${path}: the gateway did not answer (${err.message})`, 0);
     }
     const text = await res.text();
     let data = null;
@@ -76,15 +135,8 @@
     } catch {
       data = null;
     }
-    if (!res.ok) {
-      const p = data || {};
-      let msg = `${method} ${path}: ${res.status} ${p.title || res.statusText}`;
-      if (p.detail) msg += `: ${p.detail}`;
-      for (const ip of p.invalid_params || []) msg += `; ${ip.name} ${ip.reason}`;
-      if (p.request_id) msg += ` (request ${p.request_id})`;
-      throw new Error(msg);
-    }
-    if (data === null) throw new Error(`${method} ${path}: the answer is not JSON`);
+    if (!res.ok) throw new ApiError(problemMessage(method, path, res, data || {}), res.status);
+    if (data === null) throw new ApiError(`${method} ${path}: the answer is not JSON`, res.status);
     return data;
   }
 
@@ -105,7 +157,77 @@
     s.textContent = "";
   }
 
-  async function listLocks(prefix) {
+  // --- API key ---------------------------------------------------------------------------------
+
+  // askForKey stops the page (no re-list, no stream) until a key is given: re-listing with a key
+  // the gateway refuses would only add failed authentications.
+  function askForKey(message) {
+    needKey = true;
+    clearTimeout(timer);
+    closeStreams();
+    body.dataset.state = "auth";
+    clearData();
+    $("auth").hidden = false;
+    $("auth-error").textContent = message;
+    clearStatus("refresh");
+    showKeyState();
+    if (document.activeElement !== $("api-key")) $("api-key").focus();
+  }
+
+  // clearData takes what the last key showed off the page.
+  function clearData() {
+    for (const kind of Object.keys(KINDS)) {
+      for (const tb of [...$(KINDS[kind].table).tBodies]) tb.remove();
+      $(KINDS[kind].empty).hidden = true;
+    }
+    for (const id of ["longest-held", "most-contended", "groups"]) $(id).replaceChildren();
+    $("count").textContent = "…";
+    shown = [];
+  }
+
+  function showKeyState() {
+    $("key-state").hidden = !apiKey();
+  }
+
+  function restart() {
+    keyGen++;
+    needKey = false;
+    last.lock = last.semaphore = null; // a new key may see other names: no diff across it
+    body.dataset.state = "loading";
+    refresh();
+  }
+
+  $("auth").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const key = $("api-key").value.trim();
+    if (!key) return;
+    try {
+      sessionStorage.setItem(KEY_ITEM, key);
+    } catch (err) {
+      $("auth-error").textContent = `This browser keeps no key for the tab: ${err.message}`;
+      return;
+    }
+    $("api-key").value = "";
+    $("auth-error").textContent = "Checking the key…";
+    showKeyState();
+    restart();
+  });
+
+  $("forget-key").addEventListener("click", () => {
+    try {
+      sessionStorage.removeItem(KEY_ITEM);
+    } catch {
+      // nothing kept
+    }
+    closeStreams();
+    showKeyState();
+    restart();
+  });
+
+  // --- listings ----------------------------------------------------------------------------------
+
+  async function listAll(kind, prefix) {
+    const k = KINDS[kind];
     const byName = new Map(); // SCAN may return a name twice
     let cursor = "";
     let pages = 0;
@@ -113,53 +235,205 @@
       const q = new URLSearchParams({ limit: String(PAGE_LIMIT) });
       if (prefix) q.set("prefix", prefix);
       if (cursor) q.set("cursor", cursor);
-      const page = await call("GET", `/locks?${q}`);
-      for (const l of page.locks || []) byName.set(l.lock, l);
+      const page = await call("GET", `${k.list}?${q}`);
+      for (const e of page[k.field] || []) byName.set(e[k.name], e);
       cursor = page.next_cursor || "";
       pages++;
     } while (cursor && pages < MAX_PAGES);
-    const locks = [...byName.values()].sort((a, b) => (a.lock < b.lock ? -1 : a.lock > b.lock ? 1 : 0));
-    return { prefix, locks, more: cursor !== "" };
+    const entries = [...byName.values()].sort((a, b) => (a[k.name] < b[k.name] ? -1 : a[k.name] > b[k.name] ? 1 : 0));
+    return { kind, prefix, entries, more: cursor !== "", at: Date.now() };
   }
 
-  function renderLocks({ prefix, locks, more }) {
-    const now = Date.now();
-    const rows = locks.map((l) => {
-      const long = typeof l.age_ms === "number" && l.age_ms > longHoldMs;
-      const cls = ["lock-row", long && "long-hold", l.waiters > 0 && "contended", (flashUntil.get(l.lock) || 0) > now && "flash"];
-      const name = el("td", { class: "lock" }, el("span", { class: "name" }, l.lock));
-      if (l.multilock) name.append(" ", el("span", { class: "badge multilock", title: `multi-lock ${l.multilock}` }, "multi-lock"));
-      return el(
+  // holdersOf returns an entry's holders: its held_by, or for a gateway that predates it what the
+  // entry says of its first holder.
+  function holdersOf(kind, e) {
+    if (Array.isArray(e.held_by)) return e.held_by;
+    if (kind === "semaphore") return [];
+    return [{ owner: e.owner, mode: e.mode, fence: e.fence, age_ms: e.age_ms, ttl_ms: e.ttl_ms, watchdog: e.watchdog, multilock: e.multilock }];
+  }
+
+  // --- multi-locks ---------------------------------------------------------------------------------
+
+  // findGroups collects the multi-locks the listings show: a group's lease holds each of its
+  // members, so the holds with the same multilock id on several names are one group. Redis records
+  // the group nowhere else (its token carries the member list), so members outside the listing
+  // (another prefix, past MAX_PAGES) do not show.
+  function findGroups(lists) {
+    const out = new Map();
+    const group = (id, owner, mode) => {
+      if (!out.has(id)) out.set(id, { id, index: out.size, owner, mode, holds: [], waitsFor: [] });
+      return out.get(id);
+    };
+    for (const list of lists) {
+      for (const e of list.entries) {
+        const name = e[KINDS[list.kind].name];
+        for (const h of holdersOf(list.kind, e)) if (h.multilock) group(h.multilock, h.owner, h.mode).holds.push(name);
+        for (const w of e.waiting || []) if (w.multilock) group(w.multilock, w.owner, w.mode).waitsFor.push(name);
+      }
+    }
+    return out;
+  }
+
+  function groupBadge(id) {
+    const g = groups.get(id);
+    const short = id.slice(2, 10);
+    const members = g ? g.holds.join(", ") : "";
+    return el(
+      "span",
+      { class: `badge group g${g ? g.index % GROUP_COLOURS : 0}`, "data-group": id, title: `multi-lock ${id}${members ? `: holds ${members}` : ""}` },
+      `group ${short}`,
+    );
+  }
+
+  function renderGroups() {
+    $("groups").replaceChildren(
+      ...[...groups.values()].map((g) =>
+        el(
+          "li",
+          { "data-group": g.id, "data-holds": g.holds.join(" "), "data-waits-for": g.waitsFor.join(" ") },
+          groupBadge(g.id),
+          el("span", { class: "owner", title: g.owner }, g.owner ?? ""),
+          el(
+            "span",
+            { class: "members" },
+            g.holds.length ? `holds ${g.holds.join(", ")}` : "",
+            g.holds.length && g.waitsFor.length ? "; " : "",
+            g.waitsFor.length ? `waits for ${g.waitsFor.join(", ")}` : "",
+          ),
+        ),
+      ),
+    );
+  }
+
+  // --- tables ------------------------------------------------------------------------------------
+
+  function holderCells(kind, h, long) {
+    const cells = [
+      el("td", { class: "owner", title: h.owner }, el("span", { class: "who" }, h.owner ?? ""), h.multilock ? groupBadge(h.multilock) : ""),
+    ];
+    if (kind === "lock") cells.push(el("td", { class: "mode" }, h.mode ? el("span", { class: `badge ${h.mode}` }, h.mode) : ""));
+    cells.push(
+      el("td", { class: "fence num" }, h.fence ?? "–"),
+      el("td", { class: classes("age num", long && "long"), title: `${h.age_ms} ms` }, duration(h.age_ms)),
+      el("td", { class: "ttl num" }, duration(h.ttl_ms)),
+      el("td", { class: `watchdog ${h.watchdog ? "on" : "off"}` }, h.watchdog ? "on" : "off"),
+    );
+    return cells;
+  }
+
+  function waitingCell(e, rowspan) {
+    const td = el("td", { class: "waiting", rowspan });
+    const count = e.waiters || 0;
+    if (!count) {
+      td.append(el("span", { class: "none" }, "–"));
+      return td;
+    }
+    const listed = (e.waiting || []).slice(0, WAITERS_SHOWN);
+    const list = el(
+      "ol",
+      { class: "waiters" },
+      ...listed.map((w) => {
+        const since = new Date(w.since);
+        return el(
+          "li",
+          { "data-owner": w.owner, "data-mode": w.mode, "data-since": w.since, "data-waited-ms": w.waited_ms, "data-multilock": w.multilock },
+          el("span", { class: "who", title: w.owner }, w.owner),
+          w.mode ? el("span", { class: `badge ${w.mode}` }, w.mode) : "",
+          w.multilock ? groupBadge(w.multilock) : "",
+          el("span", { class: "since" }, "since ", el("time", { datetime: w.since, title: w.since }, since.toLocaleTimeString()), ` (${duration(w.waited_ms)})`),
+        );
+      }),
+    );
+    if (count > listed.length) list.append(el("li", { class: "more" }, `+${count - listed.length} more`));
+    td.append(el("span", { class: "count" }, `${count} waiting`), list);
+    return td;
+  }
+
+  function entryBody(kind, e, now) {
+    const k = KINDS[kind];
+    const name = e[k.name];
+    const key = keyOf(kind, name);
+    const held = holdersOf(kind, e);
+    const isLong = (ms) => longHoldMs !== null && typeof ms === "number" && ms > longHoldMs;
+    const long = isLong(e.age_ms);
+    const count = kind === "lock" ? (e.holders ?? held.length) : e.used;
+    const rows = Math.max(held.length, 1);
+    const tb = el("tbody", {
+      class: classes("entry", long && "long-hold", e.waiters > 0 && "contended", (flashUntil.get(key) || 0) > now && "flash"),
+      "data-kind": kind,
+      "data-name": name,
+      "data-holders": count,
+      "data-waiters": e.waiters ?? 0,
+      "data-age-ms": e.age_ms,
+      "data-long-hold": String(long),
+      "data-live": String(!!streams.get(key)?.live),
+    });
+    const nameCell = el("td", { class: "name-cell", rowspan: rows }, el("span", { class: "name" }, name));
+    if (count > held.length && held.length) nameCell.append(el("small", { class: "more" }, `${held.length} of ${count} holders shown`));
+    const first = [nameCell];
+    if (kind === "semaphore") {
+      const meter = el("meter", { min: 0, max: e.permits || 1, value: e.used });
+      first.push(el("td", { class: "permits num", rowspan: rows }, `${e.used} / ${e.permits}`, meter));
+    }
+    const tail = [
+      waitingCell(e, rows),
+      el(
+        "td",
+        { class: "actions", rowspan: rows },
+        el("button", { type: "button", class: "force-release", "data-kind": kind, "data-name": name, title: `Force-release ${kind} ${name}` }, "Force release"),
+      ),
+    ];
+    if (!held.length) {
+      const span = kind === "lock" ? 6 : 5;
+      tb.append(el("tr", { class: "holder" }, ...first, el("td", { colspan: span, class: "none" }, "–"), ...tail));
+      return tb;
+    }
+    held.forEach((h, i) => {
+      const hl = isLong(h.age_ms);
+      const tr = el(
         "tr",
         {
-          class: cls.filter(Boolean).join(" "),
-          "data-lock": l.lock,
-          "data-owner": l.owner ?? "",
-          "data-mode": l.mode,
-          "data-holders": l.holders ?? 1,
-          "data-waiters": l.waiters ?? 0,
-          "data-age-ms": l.age_ms,
-          "data-long-hold": String(long),
+          class: classes("holder", hl && "long-hold"),
+          "data-owner": h.owner ?? "",
+          "data-fence": h.fence,
+          "data-mode": h.mode,
+          "data-multilock": h.multilock,
+          "data-long-hold": String(hl),
         },
-        name,
-        el("td", { class: "owner", title: l.owner }, l.owner ?? ""),
-        el("td", { class: "mode" }, el("span", { class: `badge ${l.mode}` }, l.mode)),
-        el("td", { class: "holders num" }, l.holders ?? 1),
-        el("td", { class: "fence num" }, l.fence ?? "–"),
-        el("td", { class: "age num", title: `${l.age_ms} ms` }, duration(l.age_ms)),
-        el("td", { class: "ttl num" }, duration(l.ttl_ms)),
-        el("td", { class: `watchdog ${l.watchdog ? "on" : "off"}` }, l.watchdog ? "on" : "off"),
-        el("td", { class: "waiters num" }, l.waiters ?? 0),
-        el("td", { class: "actions" }, el("button", { type: "button", class: "force-release", "data-lock": l.lock, title: `Force-release ${l.lock}` }, "Force release")),
+        ...(i === 0 ? first : []),
+        ...holderCells(kind, h, hl),
+        ...(i === 0 ? tail : []),
       );
+      tb.append(tr);
     });
-    $("lock-rows").replaceChildren(...rows);
-    const empty = $("empty");
-    empty.hidden = locks.length > 0;
-    empty.textContent = prefix ? `No lock whose name starts with “${prefix}” is held.` : "No lock is held.";
-    const longCount = locks.filter((l) => l.age_ms > longHoldMs).length;
-    $("count").textContent =
-      `${locks.length} held` + (longCount ? `, ${longCount} long` : "") + (more ? ` (first ${MAX_PAGES} pages: narrow the prefix)` : "");
+    return tb;
+  }
+
+  function renderEntries(list) {
+    const k = KINDS[list.kind];
+    const now = Date.now();
+    const table = $(k.table);
+    for (const tb of [...table.tBodies]) tb.remove();
+    table.append(...list.entries.map((e) => entryBody(list.kind, e, now)));
+    const empty = $(k.empty);
+    empty.hidden = list.entries.length > 0;
+    const what = list.kind === "lock" ? "lock" : "semaphore permit";
+    empty.textContent = list.prefix ? `No ${what} whose name starts with “${list.prefix}” is held.` : `No ${what} is held.`;
+  }
+
+  function renderCount(lists) {
+    const parts = [];
+    let longCount = 0;
+    for (const list of lists) {
+      const n = list.entries.length;
+      parts.push(`${n} ${list.kind}${n === 1 ? "" : "s"}` + (list.more ? ` (first ${MAX_PAGES} pages: narrow the prefix)` : ""));
+      if (longHoldMs !== null) longCount += list.entries.filter((e) => e.age_ms > longHoldMs).length;
+    }
+    $("count").textContent = `${parts.join(", ")} held` + (longCount ? `, ${longCount} long` : "");
+  }
+
+  function kindBadge(kind) {
+    return kind === "semaphore" ? el("span", { class: "badge semaphore" }, "semaphore") : "";
   }
 
   function renderTop(top) {
@@ -167,59 +441,142 @@
       ...(top.longest_held || []).map((e) =>
         el(
           "li",
-          { "data-lock": e.lock, class: e.age_ms > longHoldMs ? "long-hold" : undefined },
-          el("span", { class: "name" }, e.lock, e.kind === "semaphore" ? el("span", { class: "badge" }, "semaphore") : ""),
-          el("span", { class: "owner" }, e.owner ?? ""),
+          { "data-lock": e.lock, "data-kind": e.kind, class: longHoldMs !== null && e.age_ms > longHoldMs ? "long-hold" : undefined },
+          el("span", { class: "name" }, e.lock),
+          kindBadge(e.kind),
+          el("span", { class: "owner", title: e.owner }, e.owner ?? ""),
           el("span", { class: "age" }, duration(e.age_ms)),
         ),
       ),
     );
     $("most-contended").replaceChildren(
       ...(top.most_contended || []).map((e) =>
-        el("li", { "data-lock": e.lock }, el("span", { class: "name" }, e.lock), el("span", { class: "count" }, e.count)),
+        el("li", { "data-lock": e.lock, "data-kind": e.kind }, el("span", { class: "name" }, e.lock), kindBadge(e.kind), el("span", { class: "count" }, e.count)),
       ),
     );
     $("window").textContent = top.window_s ? `last ${top.window_s} s` : "";
   }
 
-  // refresh re-lists the locks and the top lists, then schedules the next re-list.
+  // --- changes seen by comparing listings ----------------------------------------------------------
+
+  // snapshot keeps what a listing says of each name: its holds by fence, and its count of waiters.
+  function snapshot(list) {
+    const entries = new Map();
+    for (const e of list.entries) {
+      const name = e[KINDS[list.kind].name];
+      const held = holdersOf(list.kind, e);
+      const count = list.kind === "lock" ? (e.holders ?? held.length) : e.used;
+      entries.set(name, { holds: new Map(held.map((h) => [h.fence, h])), complete: held.length >= count, waiters: e.waiters ?? 0 });
+    }
+    return { prefix: list.prefix, more: list.more, at: list.at, entries };
+  }
+
+  // compare logs what changed between two listings of a kind, but what a stream showed already.
+  function compare(kind, prev, cur) {
+    if (!prev || prev.prefix !== cur.prefix) return;
+    const at = new Date(cur.at);
+    for (const [name, c] of cur.entries) {
+      const p = prev.entries.get(name);
+      for (const [fence, h] of c.holds) {
+        if (!p || (p.complete && !p.holds.has(fence))) change(kind, name, "granted", h, at);
+      }
+      if (p && c.complete) {
+        for (const [fence, h] of p.holds) if (!c.holds.has(fence)) change(kind, name, "ended", h, at);
+      }
+      const was = p ? p.waiters : 0;
+      if (c.waiters !== was && !streams.get(keyOf(kind, name))?.live) {
+        logEvent(kind, name, "waiters", { waiters: c.waiters, at: at.toISOString() }, "listing");
+      }
+    }
+    if (cur.more) return; // a name missing from an incomplete listing may be on a later page
+    for (const [name, p] of prev.entries) {
+      if (cur.entries.has(name)) continue;
+      for (const h of p.holds.values()) change(kind, name, "ended", h, at);
+    }
+  }
+
+  // change logs a grant or the end of a hold, unless it was shown already.
+  function change(kind, name, type, h, at) {
+    const id = `${keyOf(kind, name)}|${type === "granted" ? "grant" : "end"}|${h.fence}`;
+    if (seen.has(id)) return;
+    seen.set(id, { at: Date.now(), source: "listing" });
+    logEvent(kind, name, type, { owner: h.owner, mode: h.mode, fence: h.fence, at: at.toISOString() }, "listing");
+    flashUntil.set(keyOf(kind, name), Date.now() + 1500);
+  }
+
+  function forget() {
+    const now = Date.now();
+    for (const [id, s] of seen) if (s.at < now - SEEN_MS) seen.delete(id);
+    for (const [key, until] of flashUntil) if (until < now) flashUntil.delete(key);
+  }
+
+  // --- refresh -----------------------------------------------------------------------------------
+
+  // refresh re-lists the locks, the semaphores and the top lists, then schedules the next re-list.
   async function refresh() {
+    if (needKey) return;
     if (inflight) {
       again = true;
       return;
     }
     inflight = true;
     clearTimeout(timer);
+    const gen = keyGen;
     try {
       const prefix = $("prefix").value.trim();
-      const [list, top] = await Promise.allSettled([listLocks(prefix), call("GET", TOP_PATH)]);
-      const errors = [];
-      if (list.status === "fulfilled") {
-        shown = list.value.locks;
-        renderLocks(list.value);
-        syncStreams();
-      } else {
-        errors.push(list.reason.message);
+      const [locks, sems, top] = await Promise.allSettled([listAll("lock", prefix), listAll("semaphore", prefix), call("GET", TOP_PATH)]);
+      if (gen !== keyGen) {
+        again = true; // asked with a key given up meanwhile
+        return;
       }
+      const results = [locks, sems, top];
+      const unauthenticated = results.find((r) => r.status === "rejected" && r.reason.status === 401);
+      if (unauthenticated) {
+        askForKey(unauthenticated.reason.message);
+        return;
+      }
+      const errors = results.filter((r) => r.status === "rejected").map((r) => r.reason.message);
+      // The key form stays until a call succeeds (a key without admin gets 403s: say so there too).
+      if (errors.length < results.length) $("auth").hidden = true;
+      else if (!$("auth").hidden) $("auth-error").textContent = errors.join(" · ");
+      if (top.status === "fulfilled") {
+        longHoldMs = typeof top.value.long_hold_ms === "number" ? top.value.long_hold_ms : null;
+        $("threshold").textContent = longHoldMs === null ? "?" : duration(longHoldMs);
+      }
+      const lists = [locks, sems].filter((r) => r.status === "fulfilled").map((r) => r.value);
+      groups = findGroups(lists);
+      forget();
+      for (const list of lists) {
+        const snap = snapshot(list);
+        compare(list.kind, last[list.kind], snap);
+        last[list.kind] = snap;
+      }
+      for (const list of lists) renderEntries(list);
+      if (lists.length) renderCount(lists);
+      renderGroups();
       if (top.status === "fulfilled") renderTop(top.value);
-      else errors.push(top.reason.message);
+      shown = lists.flatMap((list) => list.entries.map((e) => ({ kind: list.kind, name: e[KINDS[list.kind].name], waiters: e.waiters || 0, age: e.age_ms || 0 })));
+      syncStreams();
       if (errors.length) setStatus("error", errors.join(" · "), "refresh");
       else clearStatus("refresh");
-      body.dataset.state = list.status === "fulfilled" ? "ready" : "error";
+      body.dataset.state = locks.status === "fulfilled" && sems.status === "fulfilled" ? "ready" : "error";
       $("updated").textContent = new Date().toLocaleTimeString();
     } finally {
       inflight = false;
-      if (again) {
-        again = false;
-        timer = setTimeout(refresh, 0);
-      } else {
-        timer = setTimeout(refresh, REFRESH_MS);
+      if (!needKey) {
+        if (again) {
+          again = false;
+          timer = setTimeout(refresh, 0);
+        } else {
+          timer = setTimeout(refresh, REFRESH_MS);
+        }
       }
     }
   }
 
   // soon re-lists shortly: an event said something changed.
   function soon() {
+    if (needKey) return;
     if (inflight) {
       again = true;
       return;
@@ -228,76 +585,132 @@
     timer = setTimeout(refresh, SOON_MS);
   }
 
-  // syncStreams keeps one events stream open per lock on the page, up to streamCap, preferring
-  // locks someone waits for, then the oldest holds.
+  // --- streams -----------------------------------------------------------------------------------
+
+  // syncStreams keeps one events stream open per name on the page, up to streamCap, preferring
+  // names someone waits for, then the oldest holds.
   function syncStreams() {
-    const names = new Set(shown.map((l) => l.lock));
-    for (const [name, es] of streams) {
-      if (!names.has(name)) {
-        es.close();
-        streams.delete(name);
+    const wanted = [...shown].sort((a, b) => b.waiters - a.waiters || b.age - a.age).slice(0, streamCap);
+    const keep = new Set(wanted.map((s) => keyOf(s.kind, s.name)));
+    for (const [key, s] of streams) {
+      if (!keep.has(key)) {
+        s.ctrl.abort();
+        streams.delete(key);
       }
     }
     const now = Date.now();
-    const wanted = [...shown].sort((a, b) => (b.waiters || 0) - (a.waiters || 0) || (b.age_ms || 0) - (a.age_ms || 0));
-    for (const l of wanted) {
-      if (streams.size >= streamCap) break;
-      if (!streams.has(l.lock) && (refused.get(l.lock) || 0) <= now) openStream(l.lock);
+    for (const s of wanted) {
+      const key = keyOf(s.kind, s.name);
+      if (!streams.has(key) && (refused.get(key) || 0) <= now) openStream(s.kind, s.name);
     }
-    for (const row of $("lock-rows").rows) row.dataset.live = String(streams.has(row.dataset.lock));
-    $("streams").textContent = live ? `live: ${streams.size} stream${streams.size === 1 ? "" : "s"}` : "live: off";
+    markLive();
   }
 
-  function openStream(name) {
-    const es = new EventSource(`/locks/${encodeURIComponent(name)}/events`);
-    for (const type of EVENTS) es.addEventListener(type, (ev) => onEvent(name, type, ev));
-    es.onerror = () => {
-      // EventSource reconnects by itself after a dropped stream; CLOSED means it was refused.
-      if (es.readyState !== EventSource.CLOSED) return;
-      es.close();
-      if (streams.get(name) === es) streams.delete(name);
-      refused.set(name, Date.now() + STREAM_RETRY_MS);
-    };
-    streams.set(name, es);
+  function markLive() {
+    for (const tb of document.querySelectorAll("tbody.entry")) {
+      tb.dataset.live = String(!!streams.get(keyOf(tb.dataset.kind, tb.dataset.name))?.live);
+    }
+    const n = [...streams.values()].filter((s) => s.live).length;
+    $("streams").textContent = live ? `live: ${n} stream${n === 1 ? "" : "s"}` : "live: off";
+    $("events-source").textContent = live ? `streams of ${n} name${n === 1 ? "" : "s"}, listings for the rest` : "from the listings (?live=0)";
   }
 
-  function rowOf(name) {
-    for (const row of $("lock-rows").rows) if (row.dataset.lock === name) return row;
-    return null;
+  function closeStreams() {
+    for (const s of streams.values()) s.ctrl.abort();
+    streams.clear();
+    markLive();
   }
 
-  function setCell(row, cls, value) {
-    const cell = row.querySelector(`td.${cls}`);
-    if (cell) cell.textContent = String(value);
+  async function openStream(kind, name) {
+    const key = keyOf(kind, name);
+    const gen = keyGen;
+    const s = { ctrl: new AbortController(), live: false };
+    streams.set(key, s);
+    const path = `${KINDS[kind].path}${encodeURIComponent(name)}/events`;
+    try {
+      const res = await fetch(path, { headers: headers("text/event-stream"), cache: "no-store", signal: s.ctrl.signal });
+      if (!res.ok) {
+        const p = await res.json().catch(() => ({}));
+        const msg = problemMessage("GET", path, res, p);
+        if (res.status === 401 && gen === keyGen) askForKey(msg);
+        refused.set(key, Date.now() + STREAM_RETRY_MS);
+        $("streams").title = msg; // e.g. 429: the principal's streams are used up
+        return;
+      }
+      await readEvents(res.body, (type, data) => onStreamEvent(kind, name, s, type, data));
+      refused.set(key, Date.now() + STREAM_AGAIN_MS);
+    } catch {
+      if (!s.ctrl.signal.aborted) refused.set(key, Date.now() + STREAM_AGAIN_MS);
+    } finally {
+      if (streams.get(key) === s) {
+        streams.delete(key);
+        markLive();
+      }
+    }
   }
 
-  function onEvent(name, type, ev) {
-    if (type === "state") return; // the listing shows it already
+  // readEvents reads a Server-Sent Events body and hands each event's type and data to on.
+  async function readEvents(stream, on) {
+    const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += value.replace(/\r\n?/g, "\n");
+      let end;
+      while ((end = buf.indexOf("\n\n")) >= 0) {
+        const block = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        let type = "message";
+        const data = [];
+        for (const line of block.split("\n")) {
+          if (!line || line.startsWith(":")) continue;
+          const colon = line.indexOf(":");
+          const field = colon < 0 ? line : line.slice(0, colon);
+          let v = colon < 0 ? "" : line.slice(colon + 1);
+          if (v.startsWith(" ")) v = v.slice(1);
+          if (field === "event") type = v;
+          else if (field === "data") data.push(v);
+        }
+        if (data.length) on(type, data.join("\n"));
+      }
+    }
+  }
+
+  function onStreamEvent(kind, name, s, type, raw) {
     let d;
     try {
-      d = JSON.parse(ev.data);
+      d = JSON.parse(raw);
     } catch {
       return;
     }
-    logEvent(type, name, d);
-    const row = rowOf(name);
-    if (row) {
-      if ((type === "granted" || type === "handed-off") && d.owner !== undefined) {
-        setCell(row, "owner", d.owner);
-        row.dataset.owner = d.owner;
-        if (d.fence !== undefined) setCell(row, "fence", d.fence);
-      }
-      if (typeof d.waiters === "number") {
-        setCell(row, "waiters", d.waiters);
-        row.dataset.waiters = String(d.waiters);
-      }
-      row.classList.add("flash");
+    if (type === "state") {
+      s.live = true;
+      markLive();
+      return;
     }
-    flashUntil.set(name, Date.now() + 1500);
+    if (type === "closed") {
+      if (d.reason === "unauthenticated") askForKey(`The gateway ended a stream: ${d.detail || d.reason}`);
+      return;
+    }
+    const key = keyOf(kind, name);
+    const ids = [];
+    if ((type === "granted" || type === "handed-off") && d.fence !== undefined) ids.push(`${key}|grant|${d.fence}`);
+    if ((type === "released" || type === "expired") && d.fence !== undefined) ids.push(`${key}|end|${d.fence}`);
+    if (type === "forced") for (const h of d.holds || []) ids.push(`${key}|end|${h.fence}`);
+    // A change a listing showed already is not shown twice (a stream opens after the listing that
+    // chose it); handed-off and its granted carry the same fence, and both are shown.
+    if (ids.length && ids.every((id) => seen.get(id)?.source === "listing")) return;
+    for (const id of ids) seen.set(id, { at: Date.now(), source: "stream" });
+    logEvent(kind, name, type, d, "stream");
+    flashUntil.set(key, Date.now() + 1500);
+    for (const tb of document.querySelectorAll("tbody.entry")) {
+      if (tb.dataset.kind === kind && tb.dataset.name === name) tb.classList.add("flash");
+    }
     soon();
   }
 
-  function logEvent(type, name, d) {
+  function logEvent(kind, name, type, d, source) {
     const parts = [];
     if (d.owner !== undefined) parts.push(d.owner);
     if (Array.isArray(d.owners)) parts.push(d.owners.join(", "));
@@ -308,40 +721,57 @@
     const at = d.at ? new Date(d.at) : new Date();
     const item = el(
       "li",
-      { class: `event ${type}`, "data-event": type, "data-lock": name },
+      {
+        class: `event ${type}`,
+        "data-event": type,
+        "data-kind": kind,
+        "data-name": name,
+        "data-source": source,
+        "data-owner": d.owner,
+        "data-fence": d.fence,
+        title: source === "listing" ? "seen by comparing two listings (an end may be a release, an expiry or a force release)" : "from the events stream",
+      },
       el("time", { datetime: at.toISOString() }, at.toLocaleTimeString()),
       " ",
       el("span", { class: "type" }, type),
       " ",
       el("span", { class: "name" }, name),
+      kind === "semaphore" ? " " : "",
+      kindBadge(kind),
       " ",
       el("span", { class: "detail" }, parts.join(" · ")),
+      source === "listing" ? el("span", { class: "via" }, " · listing") : "",
     );
     const list = $("events");
     list.prepend(item);
     while (list.children.length > EVENT_LOG) list.lastElementChild.remove();
   }
 
+  // --- force release -------------------------------------------------------------------------------
+
   async function forceRelease(btn) {
-    const name = btn.dataset.lock;
+    const { kind, name } = btn.dataset;
     const ok = window.confirm(
-      `Force-release lock “${name}”?\n\nEvery holder loses it at once (their tokens answer 410 from now on) and the first waiter gets it.`,
+      `Force-release ${kind} “${name}”?\n\nEvery holder loses it at once (their tokens answer 410 from now on) and the first waiter gets it.`,
     );
     if (!ok) return;
     btn.disabled = true;
     try {
-      const r = await call("DELETE", `/locks/${encodeURIComponent(name)}?force=true`);
-      setStatus("ok", `${new Date().toLocaleTimeString()}: force-released ${name}: ${r.holds_removed} hold(s) removed.`, "action");
+      const r = await call("DELETE", `${KINDS[kind].path}${encodeURIComponent(name)}?force=true`);
+      setStatus("ok", `${new Date().toLocaleTimeString()}: force-released ${kind} ${name}: ${r.holds_removed} hold(s) removed.`, "action");
     } catch (err) {
-      setStatus("error", err.message, "action");
+      if (err.status === 401) askForKey(err.message);
+      else setStatus("error", err.message, "action");
     }
     soon();
   }
 
-  $("lock-rows").addEventListener("click", (ev) => {
-    const btn = ev.target.closest("button.force-release");
-    if (btn) forceRelease(btn);
-  });
+  for (const id of ["locks", "semaphores"]) {
+    $(id).addEventListener("click", (ev) => {
+      const btn = ev.target.closest("button.force-release");
+      if (btn) forceRelease(btn);
+    });
+  }
 
   let typing = 0;
   const prefixBox = $("prefix");
@@ -361,7 +791,7 @@
     refresh();
   });
 
-  $("threshold").textContent = duration(longHoldMs);
-  if (!live) $("events").dataset.off = "";
+  showKeyState();
+  markLive();
   refresh();
 })();

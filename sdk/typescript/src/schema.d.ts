@@ -382,7 +382,8 @@ export interface paths {
          * List held locks (admin)
          * @description One page of the locks held now whose names start with `prefix`, with their holders and
          *     waiters. The listing walks Redis with SCAN (never KEYS): a page costs one or more SCAN
-         *     calls of COUNT `limit` plus one read-only script per lock found. SCAN's guarantees apply:
+         *     calls of COUNT `limit` plus one read-only script per lock found, and one more per lock
+         *     someone waits for (who waits). SCAN's guarantees apply:
          *     a lock held during the whole listing appears at least once (rarely on two pages); one
          *     taken or freed meanwhile may or may not. A page may hold a few more than `limit` entries,
          *     or fewer (even none) while more follow: follow `next_cursor` until it is empty. Part of
@@ -938,6 +939,72 @@ export interface components {
             waiters: number;
             /** @description The multi-lock id, when the holder is a multi-lock's member. */
             multilock?: string;
+            /**
+             * @description Every holder: the exclusive one, then the shared ones (the first 100, soonest to
+             *     expire first). Absent from gateways that predate it.
+             */
+            held_by?: components["schemas"]["ListedHolder"][];
+            /**
+             * @description Who waits, in line order: the first 20 live waiters (`waiters` counts them all). The
+             *     line is read just after the holders, so it may be a moment newer. Absent from gateways
+             *     that predate it.
+             */
+            waiting?: components["schemas"]["ListedWaiter"][];
+        };
+        /** @description One hold in a listing. */
+        ListedHolder: {
+            owner: string;
+            /**
+             * @description A lock's hold's mode; absent for a semaphore's permit.
+             * @enum {string}
+             */
+            mode?: "exclusive" | "shared";
+            /** Format: int64 */
+            fence: number;
+            /**
+             * Format: int64
+             * @description Its re-entry count.
+             */
+            holds: number;
+            /**
+             * Format: int64
+             * @description Time since its grant (from its fence).
+             */
+            age_ms: number;
+            /**
+             * Format: int64
+             * @description Its remaining time to live.
+             */
+            ttl_ms: number;
+            watchdog: boolean;
+            /**
+             * @description The id of the multi-lock holding this member. A multi-lock's members are held by one
+             *     lease, whose id this is: holds with the same id on several locks are one group (Redis
+             *     records the group nowhere else; its token carries the member list).
+             */
+            multilock?: string;
+        };
+        /** @description One waiter in a listing. */
+        ListedWaiter: {
+            owner: string;
+            /**
+             * @description The hold a lock's waiter asks for; absent for a semaphore's.
+             * @enum {string}
+             */
+            mode?: "exclusive" | "shared";
+            /**
+             * Format: date-time
+             * @description Its arrival in the line (Redis time, RFC 3339 with ms); a waiter that comes back with
+             *     its queue ticket keeps it.
+             */
+            since: string;
+            /**
+             * Format: int64
+             * @description How long it had waited when the listing read the line (Redis time).
+             */
+            waited_ms: number;
+            /** @description The id of the multi-lock waiting for this member, when the waiter is one. */
+            multilock?: string;
         };
         SemaphoreList: {
             semaphores: {
@@ -953,6 +1020,16 @@ export interface components {
                  * @description Time since the oldest listed permit's grant.
                  */
                 age_ms: number;
+                /**
+                 * @description The permits' holders (the first 100, soonest to expire first). Absent from
+                 *     gateways that predate it.
+                 */
+                held_by?: components["schemas"]["ListedHolder"][];
+                /**
+                 * @description Who waits, in line order: the first 20 live waiters (`waiters` counts them all).
+                 *     Absent from gateways that predate it.
+                 */
+                waiting?: components["schemas"]["ListedWaiter"][];
             }[];
             next_cursor: string;
         };
