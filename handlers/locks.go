@@ -58,7 +58,6 @@ func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
 	h.grant(w, r, lockcore.AcquireRequest{
 		Lock: name, Mode: mode, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold,
 		Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket, IdempotencyKey: idem,
-		Principal: principalName(r.Context()),
 	}, "/locks/"+name, func(g lockcore.Grant) any { return grantBody(g) })
 }
 
@@ -84,9 +83,12 @@ func readAcquire[B validating[api.Acquire]](h *lockHandlers, w http.ResponseWrit
 // grant, 200 for a re-entry. A waiting request runs on this goroutine until it is granted, its
 // wait runs out, or its client leaves (which ends r.Context()).
 func (h *lockHandlers) grant(w http.ResponseWriter, r *http.Request, req lockcore.AcquireRequest, location string, body func(lockcore.Grant) any) {
-	req.HeldCap = heldCap(principalFrom(r.Context()))
+	p := principalFrom(r.Context())
+	if p != nil {
+		req.Principal, req.HeldCap = p.Name, heldCap(p)
+	}
 	if req.Wait > 0 && req.Token == "" {
-		done, err := h.quotas.admitWait(principalFrom(r.Context()))
+		done, err := h.quotas.admitWait(p)
 		if err != nil {
 			writeError(w, r, h.log, err)
 			return

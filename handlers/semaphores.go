@@ -20,7 +20,7 @@ func (h *lockHandlers) acquireSemaphore(w http.ResponseWriter, r *http.Request) 
 	h.grant(w, r, lockcore.AcquireRequest{
 		Lock: name, Kind: lockcore.KindSemaphore, Permits: req.Permits, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait,
 		Watchdog: req.Watchdog, MaxHold: req.MaxHold, Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket,
-		IdempotencyKey: idem, Principal: principalName(r.Context()),
+		IdempotencyKey: idem,
 	}, "/semaphores/"+name, func(g lockcore.Grant) any { return semaphoreGrantBody(g) })
 }
 
