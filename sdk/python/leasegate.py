@@ -838,8 +838,8 @@ class Client:
         exclusive one.
 
         With ``wait_ms`` 0 it tries once. Otherwise it waits up to ``wait_ms`` in the lock's
-        FIFO queue, as a series of long-polls of at most ``max_wait_per_request_ms`` (keep it at
-        or below the gateway's ``LEASEGATE_MAX_WAIT``); each long-poll after the first presents
+        FIFO queue, as a series of long-polls of at most ``max_wait_per_request_ms`` (the gateway
+        caps a longer one to its ``LEASEGATE_MAX_WAIT``); each long-poll after the first presents
         the ``queue_ticket`` of the 409 that ended the one before, so the wait keeps its place.
         A 503 (the gateway's Redis is down, the replica is shutting down or holds too many
         waiters) or a connection error during the wait is retried after ``min(Retry-After, 1 s)``

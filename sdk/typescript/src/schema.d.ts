@@ -542,10 +542,12 @@ export interface components {
             ttl_ms?: number;
             /**
              * Format: int64
-             * @description How long to wait for the lock, in milliseconds, from 0 to the configured maximum
-             *     (`LEASEGATE_MAX_WAIT`, 60000 by default). 0 tries once. Greater than 0 long-polls:
-             *     the request is held open until the lock is granted (201) or `wait_ms` runs out
-             *     (409 with `waited_ms`). Waiters are granted in FIFO arrival order across all gateway
+             * @description How long to wait for the lock, in milliseconds. 0 tries once. Greater than 0
+             *     long-polls: the request is held open until the lock is granted (201) or `wait_ms`
+             *     runs out (409 with `waited_ms`). A value above the configured maximum
+             *     (`LEASEGATE_MAX_WAIT`, 60000 by default) is capped to it, not refused: the 409's
+             *     `waited_ms` then tells the wait that was served; send the next long-poll with its
+             *     `queue_ticket` to keep your place. Waiters are granted in FIFO arrival order across all gateway
              *     replicas; while anyone waits, a try-once acquire from someone else gets 409.
              * @default 0
              * @example 0
@@ -563,8 +565,9 @@ export interface components {
             /**
              * Format: int64
              * @description Watchdog leases only (400 otherwise): the watchdog stops renewing the lease this many
-             *     milliseconds after its grant, and the lease then runs out its last TTL. Defaults to,
-             *     and is capped by, the configured maximum (`LEASEGATE_MAX_HOLD`, 1 hour by default).
+             *     milliseconds after its grant, and the lease then runs out its last TTL. Defaults to
+             *     the configured maximum (`LEASEGATE_MAX_HOLD`, 1 hour by default); more is refused
+             *     (400), since a watchdog that stopped earlier than asked would surprise its holder.
              * @example 600000
              */
             max_hold_ms?: number;
@@ -604,7 +607,7 @@ export interface components {
             ttl_ms?: number;
             /**
              * Format: int64
-             * @description How long to wait for a permit, in milliseconds, as for locks.
+             * @description How long to wait for a permit, in milliseconds, as for locks (capped to `LEASEGATE_MAX_WAIT`).
              * @default 0
              */
             wait_ms?: number;
@@ -850,7 +853,7 @@ export interface components {
             ttl_ms?: number;
             /**
              * Format: int64
-             * @description How long to wait for all members, in milliseconds, as for locks (0 tries once).
+             * @description How long to wait for all members, in milliseconds, as for locks (0 tries once; capped to `LEASEGATE_MAX_WAIT`).
              * @default 0
              */
             wait_ms?: number;
