@@ -198,10 +198,12 @@ class LeasegateError(Exception):
         super().__init__(status, type, detail)
 
     def __str__(self) -> str:
-        """``"<status> <type>: <detail> (name: reason; ...) [request <id>]"``."""
+        """``"<status> <type>: <detail> (name: reason; ...) [request <id>]"``; a reason the
+        detail already says (a bad lock name's) is not said twice."""
         s = f"{self.status} {self.type}: {self.detail}"
-        if self.invalid_params:
-            s += " (" + "; ".join(f"{n}: {r}" for n, r in self.invalid_params) + ")"
+        params = [(n, r) for n, r in self.invalid_params if r != self.detail]
+        if params:
+            s += " (" + "; ".join(f"{n}: {r}" for n, r in params) + ")"
         if self.request_id:
             s += f" [request {self.request_id}]"
         return s

@@ -430,6 +430,8 @@ class EndToEnd(unittest.TestCase):
         with self.assertRaises(leasegate.LeasegateError) as cm:
             self.gw.inspect("bad name!")
         self.assertEqual(cm.exception.type, "urn:leasegate:problem:invalid-lock-name")
+        # Its detail and its invalid_params' reason are the same text: said once.
+        self.assertEqual(str(cm.exception).count(cm.exception.detail), 1, str(cm.exception))
 
     def test_unreachable_gateway(self) -> None:
         import socket

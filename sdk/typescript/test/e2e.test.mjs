@@ -318,6 +318,8 @@ test("other problems are LeasegateProblemErrors with type, status and detail", {
   assert.equal(badName.status, 400);
   assert.equal(badName.type, ProblemType.InvalidLockName);
   assert.ok(badName.detail.length > 0);
+  // Its detail and its invalid_params' reason are the same text: the message says it once.
+  assert.equal(badName.message.split(badName.detail).length - 1, 1, `message: ${badName.message}`);
 
   const badTTL = await lock(client, lockName("bad-ttl"), { owner: "worker-a", ttlMs: 0 }).then(
     () => assert.fail("ttl 0 accepted"),
