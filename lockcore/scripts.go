@@ -48,8 +48,8 @@ var scripts = struct {
 	acquire, reenter, release, renew, dequeue, heartbeat, force *script
 	// On several locks at once, built on lib.lua.
 	multiAcquire, multiRelease, multiRenew *script
-	// Reading a lock, and its live events.
-	inspect, watch, watchSnapshot *script
+	// Reading a lock, and its live events; whether a lease was force-released.
+	inspect, watch, watchSnapshot, forced *script
 	// The watchdog's schedule, and the ledgers (long holds, held quota).
 	watchdogRenew, watchdogSchedule, watchdogDue, aged, held *script
 	// RedLock's own (see redlock.go).
@@ -68,6 +68,7 @@ var scripts = struct {
 	inspect:          newScript("inspect", luascripts.Inspect, readsOnly),
 	watch:            newScript("watch", luascripts.Watch, writes),
 	watchSnapshot:    newScript("watch_snapshot", luascripts.WatchSnapshot, writes),
+	forced:           newScript("forced", luascripts.Forced, readsOnly),
 	watchdogRenew:    newScript("watchdog_renew", luascripts.WatchdogRenew, writes),
 	watchdogSchedule: newScript("watchdog_schedule", luascripts.WatchdogSchedule, writes),
 	watchdogDue:      newScript("watchdog_due", luascripts.WatchdogDue, readsOnly),

@@ -1157,7 +1157,13 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The lease of the `Lease-Token` no longer holds the lock (it expired or was fully released). */
+        /**
+         * @description The lease of the `Lease-Token` no longer holds the lock. The `detail` says how it ended
+         *     where the gateway knows: "an operator force-released it at <time>" for a force release
+         *     (remembered for `LEASEGATE_FENCE_TTL`, a day by default); otherwise that it expired or
+         *     was released with its own token (the two leave no trace to tell apart) and was not
+         *     force-released. A multi-lock's names the members lost and those a force release took.
+         */
         LeaseGone: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
