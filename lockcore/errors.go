@@ -151,7 +151,7 @@ type GroupLostError struct {
 }
 
 func (e *GroupLostError) Error() string {
-	how := "they ran out (no renewal within the TTL)"
+	how := "they ran out without a renewal"
 	switch {
 	case e.Forced == nil:
 		how = "they ran out or were force-released"
