@@ -116,7 +116,7 @@ func (r AcquireRequest) validateCommon(l Limits) (Acquire, []InvalidParam) {
 	if err != nil {
 		bad = append(bad, InvalidParam{Name: "ttl_ms", Reason: err.Error()})
 	}
-	wait, err := durationField(r.Waitms, 0, 0, l.MaxWait)
+	wait, err := waitField(r.Waitms, l.MaxWait)
 	if err != nil {
 		bad = append(bad, InvalidParam{Name: "wait_ms", Reason: err.Error()})
 	}
@@ -147,6 +147,19 @@ func (r RenewRequest) Validate(l Limits) (time.Duration, []InvalidParam) {
 		return 0, []InvalidParam{{Name: "ttl_ms", Reason: err.Error()}}
 	}
 	return ttl, nil
+}
+
+// waitField turns an optional wait_ms into a wait of at most max: a longer one is capped, as
+// long-polls conventionally are (Consul's ?wait=), since the client learns from the 409's
+// waited_ms how long it waited and asks again with its queue ticket. A negative one is refused.
+func waitField(ms *int64, max time.Duration) (time.Duration, error) {
+	if ms == nil {
+		return 0, nil
+	}
+	if *ms < 0 {
+		return 0, fmt.Errorf("must be 0 or more milliseconds (more than %d, the configured maximum, is capped to it), got %d", max.Milliseconds(), *ms)
+	}
+	return time.Duration(min(*ms, max.Milliseconds())) * time.Millisecond, nil
 }
 
 // durationField turns an optional millisecond count into a duration within [minms, max].

@@ -113,7 +113,10 @@ func TestAcquireRequestValidate(t *testing.T) {
 		{"ttl above max", api.AcquireRequest{Owner: "w", TTLms: ptr(maxTTL + 1)}, api.Acquire{}, []string{"ttl_ms"}},
 		{"ttl overflowing a duration", api.AcquireRequest{Owner: "w", TTLms: ptr[int64](math.MaxInt64)}, api.Acquire{}, []string{"ttl_ms"}},
 		{"wait negative", api.AcquireRequest{Owner: "w", Waitms: ptr[int64](-1)}, api.Acquire{}, []string{"wait_ms"}},
-		{"wait above max", api.AcquireRequest{Owner: "w", Waitms: ptr(maxWait + 1)}, api.Acquire{}, []string{"wait_ms"}},
+		{"wait above max is capped", api.AcquireRequest{Owner: "w", Waitms: ptr(maxWait + 1)},
+			api.Acquire{Owner: "w", TTL: 30 * time.Second, Wait: limits.MaxWait}, nil},
+		{"wait overflowing a duration is capped", api.AcquireRequest{Owner: "w", Waitms: ptr[int64](math.MaxInt64)},
+			api.Acquire{Owner: "w", TTL: 30 * time.Second, Wait: limits.MaxWait}, nil},
 		{"every field invalid at once", api.AcquireRequest{Owner: "", TTLms: ptr[int64](0), Waitms: ptr[int64](-1)},
 			api.Acquire{}, []string{"owner", "ttl_ms", "wait_ms"}},
 		{"shared", api.AcquireRequest{Owner: "w", Mode: "shared"}, api.Acquire{Owner: "w", TTL: 30 * time.Second, Shared: true}, nil},
@@ -135,6 +138,29 @@ func TestAcquireRequestValidate(t *testing.T) {
 			assert.Equal(t, tc.bad, names)
 		})
 	}
+}
+
+// TestWaitIsCappedEverywhere: a lock's, a semaphore's and a multi-lock's wait_ms above the
+// configured maximum waits that maximum (a long-poll convention), and a negative one is refused.
+func TestWaitIsCappedEverywhere(t *testing.T) {
+	over := ptr(limits.MaxWait.Milliseconds() + 1)
+	lock, bad := api.AcquireRequest{Owner: "w", Waitms: over}.Validate(limits)
+	require.Nil(t, bad)
+	assert.Equal(t, limits.MaxWait, lock.Wait)
+	sem, bad := api.SemaphoreAcquireRequest{Owner: "w", Permits: ptr[int64](2), Waitms: over}.Validate(limits)
+	require.Nil(t, bad)
+	assert.Equal(t, limits.MaxWait, sem.Wait)
+	group, bad := api.MultiLockRequest{Owner: "w", Locks: []string{"a", "b"}, Waitms: over}.Validate(limits)
+	require.Nil(t, bad)
+	assert.Equal(t, limits.MaxWait, group.Wait)
+
+	_, bad = api.SemaphoreAcquireRequest{Owner: "w", Permits: ptr[int64](2), Waitms: ptr[int64](-1)}.Validate(limits)
+	require.Len(t, bad, 1)
+	assert.Equal(t, "wait_ms", bad[0].Name)
+	assert.Contains(t, bad[0].Reason, "-1")
+	_, bad = api.MultiLockRequest{Owner: "w", Locks: []string{"a", "b"}, Waitms: ptr[int64](-1)}.Validate(limits)
+	require.Len(t, bad, 1)
+	assert.Equal(t, "wait_ms", bad[0].Name)
 }
 
 func TestAcquireRequestValidateReasonNamesTheLimit(t *testing.T) {

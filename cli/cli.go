@@ -74,6 +74,9 @@ type command struct {
 // (--api-key, --api-key-file, --ca-file: see access.go).
 type common struct {
 	fs        *flag.FlagSet
+	name      string // the subcommand's
+	synopsis  string
+	stderr    io.Writer
 	locks     *lockNames // several only where a hold is taken (a multi-lock)
 	semaphore *string
 	multilock *string // release and renew: a multi-lock's id; nil elsewhere
@@ -106,17 +109,17 @@ const (
 
 func (c *command) flags(name, usage string) common {
 	fs := flag.NewFlagSet("leasegate "+name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "usage: leasegate %s %s\n", name, usage)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard) // parse reports errors and usage: the flags' list after --help only
+
 	server := c.env.Server
 	if server == "" {
 		server = "http://127.0.0.1:8080"
 	}
 	f := common{
 		fs:        fs,
+		name:      name,
+		synopsis:  usage,
+		stderr:    c.stderr,
 		locks:     &lockNames{},
 		semaphore: fs.String("semaphore", "", "semaphore name, in place of --lock: one of its permits"),
 		server:    fs.String("server", server, "gateway URL, or several replicas' URLs separated by commas (default from LEASEGATE_SERVER)"),
@@ -143,19 +146,34 @@ func (c *command) flags(name, usage string) common {
 	return f
 }
 
+// usage prints the subcommand's synopsis; with every flag and its meaning after --help, else
+// (after a usage error, below its message) where to find them.
+func (f common) usage(help bool) {
+	fmt.Fprintf(f.stderr, "usage: leasegate %s %s\n", f.name, f.synopsis)
+	if help {
+		f.fs.SetOutput(f.stderr)
+		f.fs.PrintDefaults()
+		return
+	}
+	fmt.Fprintf(f.stderr, "(leasegate %s --help lists every flag)\n", f.name)
+}
+
 // parse parses args, checks what the command acts on and the --server URLs, and sets c.gateways.
 // It reports usage errors itself; ok is false when the command should not go on, code then being
 // 0 after --help and ExitUsage after a usage error.
 func (c *command) parse(f common, args []string) (t target, code int, ok bool) {
 	if err := f.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			f.usage(true)
 			return t, 0, false
 		}
+		fmt.Fprintln(c.stderr, "leasegate:", err)
+		f.usage(false)
 		return t, ExitUsage, false
 	}
 	if err := f.target(&t); err != nil {
 		fmt.Fprintln(c.stderr, "leasegate:", err)
-		f.fs.Usage()
+		f.usage(false)
 		return t, ExitUsage, false
 	}
 	opts, err := c.clientOptions(f)

@@ -31,7 +31,7 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 	}
 	if t.locks != nil && *token != "" {
 		fmt.Fprintln(c.stderr, "leasegate: --token re-enters one lock's lease: a multi-lock cannot be re-entered")
-		f.fs.Usage()
+		f.usage(false)
 		return ExitUsage
 	}
 	a, err := c.take(ctx, t, acquireOptions{owner: *owner, ttl: *ttl, watchdog: *watchdog, maxHold: *maxHold, token: *token}, *wait)

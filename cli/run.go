@@ -93,7 +93,7 @@ func (c *command) parseRun(args []string) (o runOptions, code int, ok bool) {
 	o = runOptions{t: t, owner: *owner, ttl: *ttl, wait: *wait, grace: *grace, argv: f.fs.Args()}
 	if len(o.argv) == 0 {
 		fmt.Fprintln(c.stderr, "leasegate: run needs a command after --")
-		f.fs.Usage()
+		f.usage(false)
 		return runOptions{}, ExitUsage, false
 	}
 	if o.ttl < 300*time.Millisecond {

@@ -152,6 +152,10 @@ func (g *guard) authenticate(r *http.Request) (*auth.Principal, error) {
 	}
 	p, err := g.auth.Authenticate(strings.TrimSpace(key))
 	if err == auth.ErrUnauthenticated { // the bare sentinel only: an API key no principal has
+		if _, ok := lockcore.ReadClaims(strings.TrimSpace(key)); ok {
+			return nil, fmt.Errorf("%w: the bearer value is a lease token, not an API key: send lease tokens as Lease-Token: <token>, "+
+				"and the API key as Authorization: Bearer <key>", err)
+		}
 		return nil, fmt.Errorf("%w: the API key is not known (wrong, or revoked from the auth file)", err)
 	}
 	return p, err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasegate/leasegate/api"
@@ -42,7 +43,31 @@ const statusClientClosed = 499
 
 // writeError is the one place that maps errors to HTTP statuses and problem types.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	if errors.Is(err, lockcore.ErrInvalidToken) && r.Header.Get(leaseTokenHeader) == "" {
+		err = missingToken(r)
+	}
 	writeProblem(r.Context(), w, log, err)
+}
+
+// missingToken is the 400 of a call that needs a lease token and got no Lease-Token header,
+// saying where the token goes: a lease token sent as "Authorization: Bearer" is a common slip.
+func missingToken(r *http.Request) error {
+	detail := "this call needs the lease's token in the Lease-Token header, and the request has none"
+	if scheme, _, _ := strings.Cut(r.Header.Get(authorizationHeader), " "); strings.EqualFold(scheme, "Bearer") {
+		detail += "; the Authorization: Bearer header carries an API key or JWT (for a gateway with an auth file), never a lease token"
+	}
+	return &requestError{http.StatusBadRequest, api.TypeInvalidLeaseToken, "Invalid lease token", detail,
+		[]api.InvalidParam{{Name: leaseTokenHeader, Reason: "missing: send the token of the grant as Lease-Token: <token>"}}}
+}
+
+// after is err's message without the leading "sentinel: ", which the problem's title already
+// says ("401 Unauthenticated: unauthenticated: ..." would stutter).
+func after(err, sentinel error) string {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, sentinel.Error()+": "); ok {
+		return rest
+	}
+	return msg
 }
 
 // writeProblem is writeError for a request known by its context: ctx carries the request ID, and
@@ -66,6 +91,7 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		p.Status, p.Type, p.Title, p.InvalidParams = reqErr.status, reqErr.typ, reqErr.title, reqErr.params
 	case errors.Is(err, auth.ErrUnauthenticated):
 		p.Status, p.Type, p.Title = http.StatusUnauthorized, api.TypeUnauthenticated, "Unauthenticated"
+		p.Detail = after(err, auth.ErrUnauthenticated)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leasegate"`)
 	case errors.As(err, &throttled):
 		p.Status, p.Type, p.Title = http.StatusTooManyRequests, api.TypeAuthenticationThrottled, "Authentication throttled"
@@ -115,11 +141,13 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		p.Status, p.Type, p.Title = http.StatusUnprocessableEntity, api.TypeIdempotencyKeyReused, "Idempotency-Key reused"
 	case errors.Is(err, lockcore.ErrInvalidToken):
 		p.Status, p.Type, p.Title = http.StatusBadRequest, api.TypeInvalidLeaseToken, "Invalid lease token"
+		p.Detail = after(err, lockcore.ErrInvalidToken)
 	case errors.Is(err, lockcore.ErrInvalidTicket):
 		p.Status, p.Type, p.Title = http.StatusBadRequest, api.TypeInvalidRequest, "Invalid request"
 		p.InvalidParams = []api.InvalidParam{{Name: "queue_ticket", Reason: err.Error()}}
 	case errors.Is(err, lockcore.ErrInvalid):
 		p.Status, p.Type, p.Title = http.StatusBadRequest, api.TypeInvalidRequest, "Invalid request"
+		p.Detail = after(err, lockcore.ErrInvalid)
 	case errors.As(err, &shutdownErr), errors.Is(err, lockcore.ErrShuttingDown):
 		p.Status, p.Type, p.Title = http.StatusServiceUnavailable, api.TypeShuttingDown, "Shutting down"
 		p.Detail = "this gateway replica is shutting down; retry on another"

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasegate/leasegate/api"
+	"github.com/leasegate/leasegate/auth"
 	"github.com/leasegate/leasegate/lockcore"
 )
 
@@ -28,6 +29,7 @@ func TestWriteError(t *testing.T) {
 		typ        string
 		retryAfter string // "" means the header must be absent
 		detail     string // "" means not checked beyond non-empty
+		header     map[string]string
 		check      func(t *testing.T, p api.Problem)
 	}{
 		{name: "request error", err: invalidRequest("request body has invalid fields",
@@ -86,9 +88,31 @@ func TestWriteError(t *testing.T) {
 				}
 			}},
 		{name: "lease lost", err: fmt.Errorf("%w: x", lockcore.ErrLeaseLost), status: 410, typ: api.TypeLeaseGone},
-		{name: "invalid token", err: lockcore.ErrInvalidToken, status: 400, typ: api.TypeInvalidLeaseToken},
-		{name: "wrapped invalid token", err: fmt.Errorf("%w: missing", lockcore.ErrInvalidToken), status: 400, typ: api.TypeInvalidLeaseToken},
+		{name: "invalid token", err: lockcore.ErrInvalidToken, header: map[string]string{"Lease-Token": "x"},
+			status: 400, typ: api.TypeInvalidLeaseToken, detail: "invalid lease token"},
+		{name: "wrapped invalid token: the detail does not repeat the title",
+			err: fmt.Errorf("%w: signature does not match", lockcore.ErrInvalidToken), header: map[string]string{"Lease-Token": "x"},
+			status: 400, typ: api.TypeInvalidLeaseToken, detail: "signature does not match"},
+		{name: "no Lease-Token header: the detail names it", err: fmt.Errorf("%w: missing", lockcore.ErrInvalidToken),
+			status: 400, typ: api.TypeInvalidLeaseToken,
+			detail: "this call needs the lease's token in the Lease-Token header, and the request has none",
+			check: func(t *testing.T, p api.Problem) {
+				if assert.Len(t, p.InvalidParams, 1) {
+					assert.Equal(t, "Lease-Token", p.InvalidParams[0].Name)
+				}
+			}},
+		{name: "a lease token sent as Authorization: Bearer", err: fmt.Errorf("%w: missing", lockcore.ErrInvalidToken),
+			header: map[string]string{"Authorization": "Bearer eyJ2IjoxfQ.c2ln"}, status: 400, typ: api.TypeInvalidLeaseToken,
+			check: func(t *testing.T, p api.Problem) {
+				assert.Contains(t, p.Detail, "Lease-Token header")
+				assert.Contains(t, p.Detail, "Authorization: Bearer header carries an API key or JWT")
+			}},
+		{name: "unauthenticated: the detail does not repeat the title",
+			err:    fmt.Errorf("%w: send Authorization: Bearer <API key or JWT>", auth.ErrUnauthenticated),
+			status: 401, typ: api.TypeUnauthenticated, detail: "send Authorization: Bearer <API key or JWT>"},
 		{name: "invalid", err: lockcore.ErrInvalid, status: 400, typ: api.TypeInvalidRequest},
+		{name: "wrapped invalid: the detail does not repeat the title", err: fmt.Errorf("%w: cursor \"c\" is not one a listing returned", lockcore.ErrInvalid),
+			status: 400, typ: api.TypeInvalidRequest, detail: `cursor "c" is not one a listing returned`},
 		{name: "unavailable", err: fmt.Errorf("%w: %s", lockcore.ErrUnavailable, secretText),
 			status: 503, typ: api.TypeBackendUnavailable, retryAfter: "1", detail: "redis is unavailable; retry later"},
 		{name: "not supported", err: fmt.Errorf("%w: semaphores on RedLock", lockcore.ErrNotSupported), status: 501, typ: api.TypeNotSupported},
@@ -102,6 +126,9 @@ func TestWriteError(t *testing.T) {
 			var logs bytes.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			r := httptest.NewRequest(http.MethodPost, "/locks/x", nil)
+			for k, v := range tc.header {
+				r.Header.Set(k, v)
+			}
 			r = r.WithContext(context.WithValue(r.Context(), requestKey{}, &requestInfo{id: "req-42", rec: &statusRecorder{}}))
 			w := httptest.NewRecorder()
 

@@ -142,7 +142,7 @@ func (s *Service) reenterLease(ctx context.Context, req AcquireRequest) (Grant, 
 	case err != nil:
 		return Grant{}, err
 	case r.outcome == reenterLost:
-		return Grant{}, fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, req.Kind, req.Lock, l.ID)
+		return Grant{}, s.leaseLost(ctx, l, "")
 	case r.outcome == reenterUpgradeRefused:
 		return Grant{}, fmt.Errorf("%w: lock %q: the lease holds it shared", ErrUpgradeRefused, req.Lock)
 	case r.outcome == reenterMismatch:

@@ -111,16 +111,59 @@ func (e *HeldError) Error() string {
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
-// GroupLostError reports a multi-lock whose lease no longer holds some members (they ran out, or
-// Redis lost them). The call that found out gave back the members still held, so the group is
-// over. It matches ErrLeaseLost.
+// LeaseLostError reports a lease that no longer holds its lock or semaphore, and how it ended
+// when Redis remembers: a force release leaves a mark for as long as the fence key lives (a day
+// by default); an expiry and a release leave none, so they cannot be told apart. It matches
+// ErrLeaseLost.
+type LeaseLostError struct {
+	Ref   Ref
+	Lease string // the lease's ID
+	Mode  Mode   // the way a release asked to give back; "" for any
+	// Forced: a force release removed the lease's holds, at ForcedAt (Redis time).
+	Forced   bool
+	ForcedAt time.Time
+	// Unknown: the mark could not be read (Redis did not answer the look-up).
+	Unknown bool
+}
+
+func (e *LeaseLostError) Error() string {
+	head := fmt.Sprintf("%s: %s %q, lease %s", ErrLeaseLost, e.Ref.Kind, e.Ref.Name, e.Lease)
+	switch {
+	case e.Forced:
+		return head + ": an operator force-released it at " + e.ForcedAt.UTC().Format("2006-01-02T15:04:05.000Z")
+	case e.Mode != "" && e.Unknown:
+		return fmt.Sprintf("%s: it has no %s hold", head, e.Mode)
+	case e.Mode != "":
+		return fmt.Sprintf("%s: it has no %s hold (it expired or was released, or the lease never held the lock that way); it was not force-released", head, e.Mode)
+	case e.Unknown:
+		return head + ": it expired, was released, or was force-released"
+	}
+	return head + ": it expired (no renewal within its TTL) or was released with its own token; it was not force-released"
+}
+
+// Is makes errors.Is(err, ErrLeaseLost) true.
+func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// GroupLostError reports a multi-lock whose lease no longer holds some members (an operator
+// force-released them, they ran out, or Redis lost them). The call that found out gave back the
+// members still held, so the group is over. It matches ErrLeaseLost.
 type GroupLostError struct {
-	ID    string
-	Locks []string // the members no longer held
+	ID     string
+	Locks  []string // the members no longer held
+	Forced []string // those of Locks a force release took (the rest ran out); nil when not known
 }
 
 func (e *GroupLostError) Error() string {
-	return fmt.Sprintf("%s: multi-lock %s no longer holds %q; any other member it held was given back", ErrLeaseLost, e.ID, e.Locks)
+	how := "they ran out without a renewal"
+	switch {
+	case e.Forced == nil:
+		how = "they ran out or were force-released"
+	case len(e.Forced) == len(e.Locks):
+		how = "an operator force-released them"
+	case len(e.Forced) > 0:
+		how = fmt.Sprintf("an operator force-released %q, the rest ran out", e.Forced)
+	}
+	return fmt.Sprintf("%s: multi-lock %s no longer holds %q (%s); any other member it held was given back", ErrLeaseLost, e.ID, e.Locks, how)
 }
 
 // Is makes errors.Is(err, ErrLeaseLost) true.

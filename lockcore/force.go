@@ -2,7 +2,9 @@ package lockcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -53,6 +55,58 @@ func (s *Service) ForceRelease(ctx context.Context, ref Ref) (Forced, error) {
 		}
 	}
 	return f, nil
+}
+
+// leaseLost returns the *LeaseLostError of l, which holds nothing (of mode, when not ""), saying
+// whether a force release removed it.
+func (s *Service) leaseLost(ctx context.Context, l Lease, mode Mode) error {
+	lost := &LeaseLostError{Ref: l.Ref(), Lease: l.ID, Mode: mode}
+	var err error
+	lost.Forced, lost.ForcedAt, err = s.forcedAt(ctx, l.Ref(), l.ID)
+	lost.Unknown = err != nil
+	return lost
+}
+
+// groupLost returns the *GroupLostError of multi-lock id, which no longer holds members lost,
+// saying which of them a force release took (one look-up per member).
+func (s *Service) groupLost(ctx context.Context, id string, lost []string) error {
+	e := &GroupLostError{ID: id, Locks: lost, Forced: []string{}}
+	for _, name := range lost {
+		forced, _, err := s.forcedAt(ctx, LockRef(name), id)
+		if err != nil {
+			e.Forced = nil
+			break
+		}
+		if forced {
+			e.Forced = append(e.Forced, name)
+		}
+	}
+	return e
+}
+
+// forcedAt tells whether a force release removed lease's holds on ref, and when, from the mark
+// force.lua leaves: one read-only look-up, made only once a lease is found gone, never on a
+// grant's path.
+func (s *Service) forcedAt(ctx context.Context, ref Ref, lease string) (bool, time.Time, error) {
+	key := s.keys(ref).forced(lease)
+	reply, err := s.dep.run(ctx, call{script: scripts.forced, keys: []string{key}})
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	return readForcedMark(reply)
+}
+
+// readForcedMark reads forced.lua's reply: {1, at_ms} for a forced lease, {0, 0} otherwise.
+func readForcedMark(reply []rueidis.RedisMessage) (forced bool, at time.Time, err error) {
+	if len(reply) != 2 {
+		return false, time.Time{}, fmt.Errorf("forced: %d elements", len(reply))
+	}
+	flag, err1 := reply[0].AsInt64()
+	ms, err2 := reply[1].AsInt64()
+	if err := errors.Join(err1, err2); err != nil {
+		return false, time.Time{}, err
+	}
+	return flag == 1, time.UnixMilli(ms), nil
 }
 
 // readForced reads force.lua's reply: {granted, n, [lease, owner, fence, mode, watchdog] * n}.

@@ -44,6 +44,9 @@ func (ls lockSpace) keys(r Ref) keys {
 // all returns the keys the granting scripts take, in their KEYS order.
 func (k keys) all() []string { return []string{k.lock, k.fence, k.q, k.qd, k.qm, k.sh, k.shm} }
 
+// forced is the key of the mark a force release leaves for lease (see force.lua).
+func (k keys) forced(lease string) string { return k.lock + ":forced:" + lease }
+
 // ticket is the key of queue ticket id ("": a key that never exists).
 func (k keys) ticket(id string) string { return k.lock + ":ticket:" + id }
 

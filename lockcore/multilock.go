@@ -154,7 +154,7 @@ func (s *Service) ReleaseAll(ctx context.Context, token, id string) (MultiReleas
 	s.ledgers.held.uncount(ctx, m.Principal, groupHeldMembers(m)...)
 	if len(lost) > 0 {
 		s.obs.Lost(kindMultiLock)
-		return MultiReleased{}, &GroupLostError{ID: m.ID, Locks: lost}
+		return MultiReleased{}, s.groupLost(ctx, m.ID, lost)
 	}
 	s.obs.HoldReleased(kindMultiLock, m.Mode, -1)
 	return MultiReleased{m}, nil

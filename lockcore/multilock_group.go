@@ -170,7 +170,7 @@ func (s *Service) runRenewGroup(ctx context.Context, m MultiLease, names []strin
 				lost = append(lost, gone...)
 				slices.Sort(lost)
 			}
-			return groupRenewal{}, &GroupLostError{ID: m.ID, Locks: lost}
+			return groupRenewal{}, s.groupLost(ctx, m.ID, lost)
 		}
 		out.ttl, out.watchdog = time.Duration(r[1])*time.Millisecond, r[2] == 1
 		if out.now == 0 {

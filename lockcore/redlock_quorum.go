@@ -55,7 +55,7 @@ func (rl *redlock) run(ctx context.Context, c call) ([]rueidis.RedisMessage, err
 		return rl.release(ctx, c)
 	case scripts.inspect:
 		return rl.inspect(ctx, c)
-	case scripts.dequeue, scripts.force:
+	case scripts.dequeue, scripts.force, scripts.forced:
 		return rl.anyMajority(ctx, c)
 	case scripts.watchdogSchedule:
 		return rl.schedule(ctx, c)
@@ -321,7 +321,8 @@ func (rl *redlock) inspect(ctx context.Context, c call) ([]rueidis.RedisMessage,
 const inspectWait = 250 * time.Millisecond
 
 // anyMajority: the reply of the dequeue and force scripts, which every master runs; a majority must
-// answer, and the reply that removed most stands for all.
+// answer, and the reply that removed most stands for all (of forced.lua's look-up of a force
+// release's mark: the latest mark any master keeps).
 func (rl *redlock) anyMajority(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
 	answered := func(r masterReply) bool { return r.counted }
 	f := rl.send(ctx, c)

@@ -3,7 +3,6 @@ package lockcore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -76,7 +75,7 @@ func (s *Service) releaseLease(ctx context.Context, l Lease, idempotencyKey stri
 	case err != nil:
 		return Released{}, err
 	case r.lost:
-		return Released{}, fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, l.Kind, l.Lock, l.ID)
+		return Released{}, s.leaseLost(ctx, l, mode)
 	case r.watchdog:
 		s.watchdog.unschedule(ctx, l)
 	}

@@ -3,7 +3,6 @@ package lockcore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -53,7 +52,7 @@ func (s *Service) renewLease(ctx context.Context, l Lease, ttl time.Duration, st
 	case err != nil:
 		return Grant{}, err
 	case r.lost: // a refusal needs no acknowledgement
-		return Grant{}, fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, l.Kind, l.Lock, l.ID)
+		return Grant{}, s.leaseLost(ctx, l, "")
 	case acked != nil: // renewed, but not on enough replicas to be promised
 		return Grant{}, acked
 	}

@@ -48,8 +48,9 @@ var scripts = struct {
 	acquire, reenter, release, renew, dequeue, heartbeat, force *script
 	// On several locks at once, built on lib.lua.
 	multiAcquire, multiRelease, multiRenew *script
-	// Reading a lock, its line (for the listings), and its live events.
-	inspect, waiting, watch, watchSnapshot *script
+	// Reading a lock, its line (for the listings), and its live events; whether a lease was
+	// force-released.
+	inspect, waiting, watch, watchSnapshot, forced *script
 	// The watchdog's schedule, and the ledgers (long holds, held quota).
 	watchdogRenew, watchdogSchedule, watchdogDue, aged, held *script
 	// The requests Idempotency-Keys were first sent with.
@@ -71,6 +72,7 @@ var scripts = struct {
 	waiting:          newScript("waiting", luascripts.Waiting, readsOnly),
 	watch:            newScript("watch", luascripts.Watch, writes),
 	watchSnapshot:    newScript("watch_snapshot", luascripts.WatchSnapshot, writes),
+	forced:           newScript("forced", luascripts.Forced, readsOnly),
 	watchdogRenew:    newScript("watchdog_renew", luascripts.WatchdogRenew, writes),
 	watchdogSchedule: newScript("watchdog_schedule", luascripts.WatchdogSchedule, writes),
 	watchdogDue:      newScript("watchdog_due", luascripts.WatchdogDue, readsOnly),

@@ -1,9 +1,6 @@
 package lockcore
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // Watch opens a stream of ref's live events (see Stream); its first event is EventState. With a
 // token, the stream also reports that lease's loss (EventLost, the last event) when it ends by
@@ -31,7 +28,7 @@ func (s *Service) Watch(ctx context.Context, ref Ref, token string) (*Stream, er
 		snap, err = st.snapshot(ctx)
 	}
 	if err == nil && st.lease != "" && !snap.yours {
-		err = fmt.Errorf("%w: %s %q, lease %s", ErrLeaseLost, ref.Kind, ref.Name, st.lease)
+		err = s.leaseLost(ctx, Lease{Lock: ref.Name, Kind: ref.Kind, ID: st.lease}, "")
 	}
 	if err != nil {
 		st.Close()

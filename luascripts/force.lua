@@ -7,14 +7,23 @@
 --   counted: they are reclaimed as expired. The removed leases hold nothing any more, so every call
 --   with their tokens (renew, release, re-entry, the watchdog's renewal) finds them gone; a waiter
 --   handed the lock gets a lease of its own.
+--   Each removed lease leaves a mark, the string <lock>:forced:<lease> = when (Redis ms), kept as
+--   long as the fence key (ARGV[4]), so that a 410 to its token can say it was force-released
+--   rather than expired or released (forced.lua reads it). A gateway that does not read marks
+--   ignores them; they take no part in any grant.
 local reply = {0, 0}
 local holds = {}
+local marked = {}
 
 local function take(lease, owner, fence, mode, wd)
   for _, v in ipairs({lease, owner, fence, mode, tonumber(wd) or 0}) do
     reply[#reply + 1] = v
   end
   holds[#holds + 1] = {fence, mode, 0, owner}
+  if not marked[lease] then -- a lease holding the lock both ways is marked once
+    marked[lease] = true
+    redis.call('SET', lock .. ':forced:' .. lease, string.format('%d', now_ms()), 'PX', fence_px)
+  end
 end
 
 if kind == 'l' then

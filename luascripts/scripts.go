@@ -17,6 +17,8 @@
 //	            (on Redis Cluster both are 8 shards: Pwatchdog:{0}..{7} and Pwatchdog:{i}:multi)
 //	P{N}:watch  hash  replica -> until when it streams N's live events, plus :seq and :epoch; it
 //	            exists only while some replica streams N's events (see notify in lib.lua)
+//	P{N}:forced:<lease>  string, when (Redis ms) a force release removed that lease's holds; kept
+//	            as long as the fence key, so that a 410 to its token can say why (force.lua)
 //	Pheld:{A}   zset  the holds principal A counts -> until when (ms, Redis time): its ledger for
 //	            the cap on what it holds at once (held.lua; only with LEASEGATE_QUOTA_HELD)
 //	Pidem-key:{K}  string  the fingerprint of the first request sent with Idempotency-Key K (scoped
@@ -143,6 +145,11 @@ var force string
 // Force takes every hold off a lock or semaphore (force release) and hands it to the head of its
 // line.
 var Force = lib + force
+
+// Forced tells whether a lease was force-released, and when (the mark force.lua leaves).
+//
+//go:embed forced.lua
+var Forced string
 
 // Watch keeps or drops a gateway replica's watch of a lock's live events.
 //

@@ -211,8 +211,9 @@ func (e ReleaseSemaphoreParamsForce) Valid() bool {
 // AcquireRequest defines model for AcquireRequest.
 type AcquireRequest struct {
 	// MaxHoldMs Watchdog leases only (400 otherwise): the watchdog stops renewing the lease this many
-	// milliseconds after its grant, and the lease then runs out its last TTL. Defaults to,
-	// and is capped by, the configured maximum (`LEASEGATE_MAX_HOLD`, 1 hour by default).
+	// milliseconds after its grant, and the lease then runs out its last TTL. Defaults to
+	// the configured maximum (`LEASEGATE_MAX_HOLD`, 1 hour by default); more is refused
+	// (400), since a watchdog that stopped earlier than asked would surprise its holder.
 	//
 	//
 	// Example: 600000
@@ -244,10 +245,12 @@ type AcquireRequest struct {
 	// Example: 30000
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
 
-	// WaitMs How long to wait for the lock, in milliseconds, from 0 to the configured maximum
-	// (`LEASEGATE_MAX_WAIT`, 60000 by default). 0 tries once. Greater than 0 long-polls:
-	// the request is held open until the lock is granted (201) or `wait_ms` runs out
-	// (409 with `waited_ms`). Waiters are granted in FIFO arrival order across all gateway
+	// WaitMs How long to wait for the lock, in milliseconds. 0 tries once. Greater than 0
+	// long-polls: the request is held open until the lock is granted (201) or `wait_ms`
+	// runs out (409 with `waited_ms`). A value above the configured maximum
+	// (`LEASEGATE_MAX_WAIT`, 60000 by default) is capped to it, not refused: the 409's
+	// `waited_ms` then tells the wait that was served; send the next long-poll with its
+	// `queue_ticket` to keep your place. Waiters are granted in FIFO arrival order across all gateway
 	// replicas; while anyone waits, a try-once acquire from someone else gets 409.
 	//
 	//
@@ -595,7 +598,7 @@ type MultiLockRequest struct {
 	// TtlMs Every member's time to live in milliseconds, as for locks.
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
 
-	// WaitMs How long to wait for all members, in milliseconds, as for locks (0 tries once).
+	// WaitMs How long to wait for all members, in milliseconds, as for locks (0 tries once; capped to `LEASEGATE_MAX_WAIT`).
 	WaitMs *int64 `json:"wait_ms,omitempty"`
 
 	// Watchdog If true, the gateway renews every member itself, as for locks.
@@ -749,7 +752,7 @@ type SemaphoreAcquireRequest struct {
 	// TtlMs The permit's lease time to live in milliseconds, as for locks.
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
 
-	// WaitMs How long to wait for a permit, in milliseconds, as for locks.
+	// WaitMs How long to wait for a permit, in milliseconds, as for locks (capped to `LEASEGATE_MAX_WAIT`).
 	WaitMs *int64 `json:"wait_ms,omitempty"`
 
 	// Watchdog If true, the gateway renews the permit's lease itself, as for locks.

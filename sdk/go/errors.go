@@ -46,13 +46,16 @@ type ProblemError struct {
 	Problem
 }
 
-// Error shows the status, title, detail and every rejected input.
+// Error shows the status, title, detail and every rejected input whose reason the detail does
+// not already say (a bad lock name's does).
 func (e *ProblemError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s: %s", e.Status, e.Title, e.Detail)
 	if e.InvalidParams != nil {
 		for _, p := range *e.InvalidParams {
-			fmt.Fprintf(&b, "; %s: %s", p.Name, p.Reason)
+			if p.Reason != e.Detail {
+				fmt.Fprintf(&b, "; %s: %s", p.Name, p.Reason)
+			}
 		}
 	}
 	return b.String()

@@ -31,7 +31,8 @@ type LockOptions struct {
 	Wait     time.Duration // how long to wait for a held lock; 0: try once
 	Watchdog bool          // let the gateway renew the lease until released
 	MaxHold  time.Duration // watchdog leases only: stop renewing this long after the grant
-	// MaxWaitPerRequest splits long waits into long-polls the server accepts. Default 30s. Each
+	// MaxWaitPerRequest splits long waits into long-polls. Default 30s (the gateway caps a longer
+	// one to its LEASEGATE_MAX_WAIT, 60s by default). Each
 	// long-poll after the first presents the queue ticket of the one before, so the split wait
 	// keeps its place in the lock's FIFO queue.
 	MaxWaitPerRequest time.Duration

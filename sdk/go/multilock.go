@@ -18,10 +18,10 @@ type MultiLockOptions struct {
 	Wait     time.Duration // how long to wait for all members; 0: try once
 	Watchdog bool          // let the gateway renew every member until released
 	MaxHold  time.Duration // watchdog groups only: stop renewing this long after the grant
-	// MaxWaitPerRequest splits long waits into long-polls the server accepts. Default 30s. A
-	// multi-lock has no queue ticket: a long-poll that runs out gives back what it took and
-	// leaves every line, and the next one starts over, so make it as long as the server allows
-	// (LEASEGATE_MAX_WAIT) for the fairest wait.
+	// MaxWaitPerRequest splits long waits into long-polls. Default 30s. A multi-lock has no
+	// queue ticket: a long-poll that runs out gives back what it took and leaves every line, and
+	// the next one starts over, so make it as long as the server allows (LEASEGATE_MAX_WAIT, to
+	// which the gateway caps a longer one) for the fairest wait.
 	MaxWaitPerRequest time.Duration
 	// WatchLoss says when the group follows its members' events streams (one connection per
 	// member) to learn of a member's loss at once, as LockOptions.WatchLoss (default WatchKept:

@@ -12,6 +12,11 @@ Hold a lock for a block of work, with the lease renewed in the background::
             lease.check()                      # raises LeaseLostError once the lease is lost
             store.write(row, fence=lease.fence)  # let the store reject stale fences
 
+``lease.lost`` is false while the lease holds and true once it is lost (``if lease.lost: stop()``);
+it is also a :class:`threading.Event` to wait on (``lease.lost.wait(5)``). Inside ``with``, the
+lease follows its lock's events stream, so a force release or an expiry on the gateway sets it
+within milliseconds, not at the next renewal.
+
 Or drive a lease by hand::
 
     lease = gw.acquire("deploy", "ci-42", ttl_ms=60_000)   # LockHeldError if held
@@ -53,6 +58,7 @@ import abc
 import contextlib
 import http.client
 import json
+import random
 import socket
 import ssl
 import threading
@@ -90,9 +96,10 @@ __all__ = [
     "QuotaExceededError",
     "TransportError",
     "LeaseLostError",
+    "LostSignal",
 ]
 
-__version__: Final = "1.2.0"
+__version__: Final = "1.3.0"
 
 #: How a lock is held: ``"exclusive"`` (one holder, the default) or ``"shared"`` (any number of
 #: shared holders and no exclusive one). A semaphore's permit counts as a shared hold.
@@ -120,6 +127,14 @@ _USER_AGENT: Final = f"leasegate-python/{__version__}"
 _TRIES: Final = 3
 # Extra socket timeout on top of a long-poll's wait_ms.
 _LONG_POLL_SLACK_S: Final = 5.0
+# Events streams (see RenewableLease.watch): the pause before reopening one that ended, doubled
+# up to the maximum while reopening fails; a stream silent this long is taken for dead (the
+# gateway sends a comment line after 15 s without an event); the bound of the renewal that
+# confirms a multi-lock member's loss.
+_WATCH_PAUSE_MIN_S: Final = 0.1
+_WATCH_PAUSE_MAX_S: Final = 5.0
+_WATCH_IDLE_S: Final = 45.0
+_CONFIRM_TIMEOUT_S: Final = 5.0
 
 
 def _check_mode(mode: str) -> Mode:
@@ -198,10 +213,12 @@ class LeasegateError(Exception):
         super().__init__(status, type, detail)
 
     def __str__(self) -> str:
-        """``"<status> <type>: <detail> (name: reason; ...) [request <id>]"``."""
+        """``"<status> <type>: <detail> (name: reason; ...) [request <id>]"``; a reason the
+        detail already says (a bad lock name's) is not said twice."""
         s = f"{self.status} {self.type}: {self.detail}"
-        if self.invalid_params:
-            s += " (" + "; ".join(f"{n}: {r}" for n, r in self.invalid_params) + ")"
+        params = [(n, r) for n, r in self.invalid_params if r != self.detail]
+        if params:
+            s += " (" + "; ".join(f"{n}: {r}" for n, r in params) + ")"
         if self.request_id:
             s += f" [request {self.request_id}]"
         return s
@@ -371,6 +388,22 @@ class LeaseLostError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (LeaseLostError, (self.lock, self.reason, self.kind))
+
+
+class LostSignal(threading.Event):
+    """A lease's :attr:`~RenewableLease.lost`: false while the lease may still hold, true once it
+    is lost, so that ``if lease.lost:`` and ``while not lease.lost:`` read as they should.
+
+    It is a :class:`threading.Event` all the same (``lost.wait(timeout)``, ``lost.is_set()``), as
+    ``lost`` was before it could be tested for truth: code that waits on it keeps working. Only
+    the lease sets it; why is in :meth:`RenewableLease.check`'s :class:`LeaseLostError`.
+    """
+
+    def __bool__(self) -> bool:
+        return self.is_set()
+
+    def __repr__(self) -> str:
+        return f"<LostSignal {'set' if self.is_set() else 'clear'}>"
 
 
 def _rebuild_error(cls: type[LeasegateError], fields: dict[str, Any]) -> LeasegateError:
@@ -838,8 +871,8 @@ class Client:
         exclusive one.
 
         With ``wait_ms`` 0 it tries once. Otherwise it waits up to ``wait_ms`` in the lock's
-        FIFO queue, as a series of long-polls of at most ``max_wait_per_request_ms`` (keep it at
-        or below the gateway's ``LEASEGATE_MAX_WAIT``); each long-poll after the first presents
+        FIFO queue, as a series of long-polls of at most ``max_wait_per_request_ms`` (the gateway
+        caps a longer one to its ``LEASEGATE_MAX_WAIT``); each long-poll after the first presents
         the ``queue_ticket`` of the 409 that ended the one before, so the wait keeps its place.
         A 503 (the gateway's Redis is down, the replica is shutting down or holds too many
         waiters) or a connection error during the wait is retried after ``min(Retry-After, 1 s)``
@@ -877,14 +910,18 @@ class Client:
         watchdog: bool = False,
         max_hold_ms: int | None = None,
         max_wait_per_request_ms: int = 30000,
+        watch: bool = True,
     ) -> Generator[Lease, None, None]:
         """Hold lock ``name`` for the ``with`` block; the options are :meth:`acquire`'s.
 
         A daemon thread renews the lease every TTL/3 (failed renewals are retried every
-        *margin* = TTL/10, between 50 ms and 1 s). ``lease.lost`` is set when a renewal
+        *margin* = TTL/10, between 50 ms and 1 s). ``lease.lost`` turns true when a renewal
         answers 410, or when ``lease.valid_until - margin`` is reached without a successful
-        renewal. The block must watch it: poll ``lease.lost`` or call ``lease.check()``
-        between steps, and stop working under the lock once it is set.
+        renewal; and, with ``watch`` (the default), within milliseconds of a force release or an
+        expiry on the gateway, which the lease's events stream tells (:meth:`Lease.watch`: one
+        more connection for the block's length). The block must look at it: test ``if
+        lease.lost:`` or call ``lease.check()`` between steps, or wait on ``lease.lost.wait(t)``,
+        and stop working under the lock once it is true.
 
         With ``watchdog=True`` the gateway renews the lease; the thread then only checks it
         every TTL/3 (``GET /locks/{name}`` with the token), so ``lost`` and ``valid_until``
@@ -904,7 +941,7 @@ class Client:
             max_hold_ms=max_hold_ms,
             max_wait_per_request_ms=max_wait_per_request_ms,
         )
-        with lease._for_block():
+        with lease._for_block(watch):
             yield lease
 
     def inspect(self, name: str, token: str | None = None) -> LockState:
@@ -961,10 +998,12 @@ class Client:
         watchdog: bool = False,
         max_hold_ms: int | None = None,
         max_wait_per_request_ms: int = 30000,
+        watch: bool = True,
     ) -> Generator[SemaphoreLease, None, None]:
         """Hold one permit of semaphore ``name`` for the ``with`` block; the options are
-        :meth:`acquire_semaphore`'s. The permit's lease is kept alive, watched (``lost``,
-        ``check()``) and released on exit exactly as :meth:`lock` does for a lock's."""
+        :meth:`acquire_semaphore`'s, and ``watch`` as for :meth:`lock`. The permit's lease is kept
+        alive, watched (``lost``, ``check()``, its semaphore's events stream) and released on exit
+        exactly as :meth:`lock` does for a lock's."""
         lease = self.acquire_semaphore(
             name,
             owner,
@@ -975,7 +1014,7 @@ class Client:
             max_hold_ms=max_hold_ms,
             max_wait_per_request_ms=max_wait_per_request_ms,
         )
-        with lease._for_block():
+        with lease._for_block(watch):
             yield lease
 
     def inspect_semaphore(self, name: str, token: str | None = None) -> SemaphoreState:
@@ -1045,11 +1084,13 @@ class Client:
         watchdog: bool = False,
         max_hold_ms: int | None = None,
         max_wait_per_request_ms: int = 30000,
+        watch: bool = True,
     ) -> Generator[MultiLease, None, None]:
         """Hold every lock in ``names`` for the ``with`` block; the options are
-        :meth:`lock_all`'s. The group's lease is kept alive, watched (``lost``, ``check()``) and
-        released on exit exactly as :meth:`lock` does for a lock's (a watchdog group is checked
-        by inspecting its members, which show the group's id)."""
+        :meth:`lock_all`'s, and ``watch`` as for :meth:`lock` (one events stream per member). The
+        group's lease is kept alive, watched (``lost``, ``check()``) and released on exit exactly
+        as :meth:`lock` does for a lock's (a watchdog group is checked by inspecting its members,
+        which show the group's id)."""
         lease = self.lock_all(
             names,
             owner,
@@ -1060,7 +1101,7 @@ class Client:
             max_hold_ms=max_hold_ms,
             max_wait_per_request_ms=max_wait_per_request_ms,
         )
-        with lease._for_block():
+        with lease._for_block(watch):
             yield lease
 
     # -- internals -------------------------------------------------------------------------
@@ -1245,24 +1286,12 @@ class Client:
         timeout: float | None = None,
     ) -> _Answer:
         """Make one HTTP request on a fresh connection; raise TransportError if it fails."""
-        conn: http.client.HTTPConnection
-        t = self.timeout if timeout is None else timeout
-        if self._scheme == "https":
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=t, context=self._ssl_context)
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=t)
-        h = {
-            "Accept": "application/json, application/problem+json",
-            "User-Agent": _USER_AGENT,
-        }
+        conn = self._connection(self.timeout if timeout is None else timeout)
+        h = self._headers("application/json, application/problem+json", headers)
         data: bytes | None = None
         if body is not None:
             data = json.dumps(body, separators=(",", ":")).encode()
             h["Content-Type"] = "application/json"
-        if headers:
-            h.update(headers)
-        if self._authorization is not None:
-            h["Authorization"] = self._authorization
         try:
             conn.request(method, self._prefix + path, body=data, headers=h)
             resp = conn.getresponse()
@@ -1281,7 +1310,34 @@ class Client:
         finally:
             conn.close()
 
+    def _stream(self, path: str, headers: Mapping[str, str]) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """GET an events stream on a connection of its own, whose reads time out after
+        _WATCH_IDLE_S without a byte; return the connection and the answer, whose body the
+        caller reads and which it closes. Raise TransportError if it cannot be opened."""
+        conn = self._connection(_WATCH_IDLE_S)
+        try:
+            conn.request("GET", self._prefix + path, headers=self._headers("text/event-stream, application/problem+json", headers))
+            return conn, conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise TransportError(
+                title="Transport error",
+                detail=f"GET {self.base_url}{path}: {type(e).__name__}: {e}",
+            ) from e
 
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._ssl_context)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _headers(self, accept: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+        """The headers of every request: ``accept``, the User-Agent, ``extra``, the API key."""
+        h = {"Accept": accept, "User-Agent": _USER_AGENT}
+        if extra:
+            h.update(extra)
+        if self._authorization is not None:
+            h["Authorization"] = self._authorization
+        return h
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1313,8 +1369,9 @@ _G = TypeVar("_G", Grant, SemaphoreGrant)
 class RenewableLease(abc.ABC, Generic[_K]):
     """What every lease shares, whatever it holds (a lock, a semaphore's permit, the members of a
     multi-lock): its latest grant, renewal, the loss bookkeeping (``lost``, :meth:`check`,
-    ``valid_until``) and the keep-alive threads of the ``with`` forms (:meth:`Client.lock`,
-    :meth:`Client.semaphore`, :meth:`Client.multilock`). Safe to use from several threads.
+    ``valid_until``), the keep-alive threads of the ``with`` forms (:meth:`Client.lock`,
+    :meth:`Client.semaphore`, :meth:`Client.multilock`) and the events streams that tell a loss
+    at once (:meth:`watch`). Safe to use from several threads.
 
     The fields (``name``, ``owner``, ``token``, ``ttl_ms``, ``watchdog``, ``expires_at``) are
     read from the latest grant; read ``lease.grant`` once to get a consistent snapshot of all of
@@ -1339,9 +1396,13 @@ class RenewableLease(abc.ABC, Generic[_K]):
         self._kept_alive = False
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        #: Set once the lease is lost (a renewal answered 410, or, while a ``with`` form keeps it
-        #: alive, ``valid_until - margin`` came without a successful renewal).
-        self.lost: threading.Event = threading.Event()
+        self._watchers: list[_Watcher] = []  # see watch()
+        self._releasing = 0  # releases in flight: a loss the gateway does not explain waits for them
+        #: False while the lease may hold, true once it is lost: a call answered 410; while a
+        #: ``with`` form keeps it alive, ``valid_until - margin`` came without a successful renewal;
+        #: or, while it is watched (:meth:`watch`, which the ``with`` forms do), its events stream
+        #: told of a force release or an expiry. Also a :class:`threading.Event` to wait on.
+        self.lost: LostSignal = LostSignal()
 
     # -- fields ----------------------------------------------------------------------------
 
@@ -1430,6 +1491,52 @@ class RenewableLease(abc.ABC, Generic[_K]):
             if self.lost.is_set():
                 raise LeaseLostError(name, self._lost_reason or "lost", self.kind)
 
+    def watch(self) -> None:
+        """Follow the lease's events stream (``GET /locks/{name}/events`` with its token; a
+        permit's semaphore's; for a multi-lock, whose token the events endpoints refuse, each
+        member's, looking for the member's fence) on a daemon thread, so that a force release or
+        an expiry on the gateway sets :attr:`lost` within milliseconds instead of at the next
+        renewal. The ``with`` forms call it unless told ``watch=False``.
+
+        A stream that ends is reopened (after 0.1 s, doubling up to 5 s while that fails) until
+        :meth:`stop_watching`, the release of the last hold or the loss; a reopened stream checks
+        that the lease survived the gap (the gateway answers 410 otherwise, which sets
+        :attr:`lost`). A gateway without events streams (404) leaves :attr:`lost` to renewals.
+        Each stream is one more HTTP connection for as long as it lasts. Returns at once; does
+        nothing while watched already, or once the lease is lost or released. A release elsewhere
+        with the lease's token counts as its own: no loss is told.
+        """
+        targets = self._watch_targets()
+        with self._cond:
+            if self._watchers or self.lost.is_set() or self._released:
+                return
+            self._watchers = [_Watcher(self, t) for t in targets]
+            watchers = list(self._watchers)
+        for w in watchers:
+            w.start()
+
+    def stop_watching(self) -> None:
+        """Close the lease's events streams and wait (up to a second) for their threads. Does
+        not set :attr:`lost`."""
+        with self._cond:
+            watchers, self._watchers = self._watchers, []
+        for w in watchers:
+            w.stop()
+        for w in watchers:
+            w.join(1.0)
+
+    @property
+    def watching(self) -> bool:
+        """Whether every events stream of the lease is open now (false before a stream's first
+        event, while it reopens, and once the lease is lost or released)."""
+        with self._cond:
+            return (
+                bool(self._watchers)
+                and all(w.open for w in self._watchers)
+                and not self.lost.is_set()
+                and not self._released
+            )
+
     # -- what each kind of lease does its own way -------------------------------------------
 
     @abc.abstractmethod
@@ -1447,6 +1554,10 @@ class RenewableLease(abc.ABC, Generic[_K]):
         """End of a ``with`` block, after the keep-alive threads stopped: give back what the
         block took unless the block did (a 410 is fine: the lease is gone either way)."""
 
+    @abc.abstractmethod
+    def _watch_targets(self) -> list[_WatchTarget]:
+        """The events streams :meth:`watch` follows."""
+
     # -- internals -------------------------------------------------------------------------
 
     def _set_lost(self, reason: str) -> None:
@@ -1455,11 +1566,63 @@ class RenewableLease(abc.ABC, Generic[_K]):
                 self._lost_reason = reason
                 self.lost.set()
             self._cond.notify_all()
+            watchers = list(self._watchers)
+        for w in watchers:
+            w.stop()  # no join: this may be a watcher's own thread
+
+    def _watch_lost(self, explained: bool, reason: str) -> None:
+        """A watcher learned that the lease is lost. A loss the gateway explains (a force
+        release, an expiry) is recorded at once; one it does not (found gone) waits for any
+        release in flight, which may be what freed the lock, and is no loss if that release gave
+        back the last hold."""
+        with self._cond:
+            while not explained and self._releasing:
+                self._cond.wait()
+            if self._released:
+                return
+        self._set_lost(reason)
+
+    def _confirm_gone(self) -> bool:
+        """A multi-lock member's stream does not show the member held (after a gap): renew the
+        group, whose 410 sets lost (and frees the other members); return whether the lease is
+        lost or released. Waits for any release in flight first."""
+        with self._cond:
+            while self._releasing:
+                self._cond.wait()
+            if self._released or self.lost.is_set():
+                return True
+        try:
+            self._renew(None, tries=1, deadline=time.monotonic() + _CONFIRM_TIMEOUT_S)
+        except LeaseGoneError as e:
+            self._set_lost(f"a member's events stream found it gone, and the renewal answered 410: {e.detail}")
+            return True
+        except LeasegateError:
+            pass  # unknown: the stream goes on, and renewals will tell
+        return self.lost.is_set()
 
     @contextlib.contextmanager
-    def _for_block(self) -> Generator[None, None, None]:
-        """Keep the lease alive for a ``with`` block, then release what it was granted."""
+    def _release_in_flight(self) -> Generator[None, None, None]:
+        """Count a release in flight (see _watch_lost)."""
+        with self._cond:
+            self._releasing += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._releasing -= 1
+                self._cond.notify_all()
+
+    def _ended(self) -> None:
+        """The lease holds nothing more (its own release): close its events streams."""
+        self.stop_watching()
+
+    @contextlib.contextmanager
+    def _for_block(self, watch: bool = True) -> Generator[None, None, None]:
+        """Keep the lease alive (and, with ``watch``, watched) for a ``with`` block, then
+        release what it was granted."""
         self._start_keepalive()
+        if watch:
+            self.watch()
         try:
             yield
         except BaseException as exc:
@@ -1488,6 +1651,7 @@ class RenewableLease(abc.ABC, Generic[_K]):
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
+        self.stop_watching()
         for t in self._threads:
             # A renewal may be in flight; it cannot resurrect anything, so do not wait long.
             t.join(timeout=1.0)
@@ -1533,6 +1697,189 @@ class RenewableLease(abc.ABC, Generic[_K]):
                     self.lost.set()
                     return
                 self._cond.wait(left)
+
+
+@dataclass(frozen=True)
+class _WatchTarget:
+    """One events stream a lease follows: its lock's (or semaphore's), with its token; or, for a
+    multi-lock, each member's, without a token, looking for the member's fence."""
+
+    path: str  # the stream's path, e.g. /locks/orders.42/events
+    name: str  # the lock's or the semaphore's name
+    token: str | None  # the lease's token; None for a multi-lock's member
+    fence: int
+
+
+class _Watcher:
+    """Follows one _WatchTarget's stream on a daemon thread, reopening it after each end, until
+    :meth:`stop` or the loss. A reopened stream is itself the check that the lease survived the
+    gap: the gateway answers 410 to a token whose lease no longer holds, and a member's first
+    event (its lock's state) shows whether it still holds its fence."""
+
+    def __init__(self, lease: RenewableLease[Any], target: _WatchTarget) -> None:
+        self._lease = lease
+        self._target = target
+        self._stopped = threading.Event()
+        self._mu = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None  # the stream's, while open; guarded by _mu
+        self.open = False  # the stream delivered its first event and is open; guarded by lease._cond
+        self._thread = threading.Thread(target=self._run, name=f"leasegate-watch:{target.name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop following: close the stream now (a read blocked on it returns at once)."""
+        self._stopped.set()
+        with self._mu:
+            conn = self._conn
+        if conn is not None and conn.sock is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+
+    def join(self, timeout: float) -> None:
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        pause = _WATCH_PAUSE_MIN_S
+        while not self._stopped.is_set():
+            try:
+                outcome = self._follow()
+            except Exception:  # noqa: BLE001 - e.g. a TLS socket closed under a read by stop()
+                outcome = "failed"
+            if outcome == "done" or self._stopped.is_set():
+                return
+            if outcome == "ended":
+                pause = _WATCH_PAUSE_MIN_S
+            if self._stopped.wait(pause / 2 + random.uniform(0, pause / 2)):
+                return
+            if outcome == "failed":
+                pause = min(2 * pause, _WATCH_PAUSE_MAX_S)
+
+    def _follow(self) -> Literal["ended", "failed", "done"]:
+        """Open the stream and read it until it ends: "ended" after a stream that delivered
+        events, "failed" when it could not be opened, "done" when there is nothing more to watch
+        (the loss, the stop, or a gateway that cannot stream this lease)."""
+        t = self._target
+        headers = {} if t.token is None else {"Lease-Token": t.token}
+        try:
+            conn, resp = self._lease._client._stream(t.path, headers)
+        except TransportError as e:
+            return "done" if _hopeless(e) else "failed"
+        with self._mu:
+            if self._stopped.is_set():
+                conn.close()
+                return "done"
+            self._conn = conn
+        opened = False
+        try:
+            if resp.status != 200:
+                err = LeasegateError.from_answer(
+                    resp.status, resp.reason, {k.lower(): v for k, v in resp.getheaders()}, resp.read(64 << 10)
+                )
+                if isinstance(err, LeaseGoneError):
+                    self._lease._watch_lost(False, f"its events stream, reopened, answered 410: {err.detail}")
+                    return "done"
+                # A gateway without events streams, or a token they refuse: nothing to watch with.
+                return "done" if resp.status in (400, 404, 405, 501) else "failed"
+            for typ, data in _sse_events(resp):
+                if self._stopped.is_set():
+                    return "done"
+                if not opened:
+                    opened = True
+                    self._set_open(True)
+                if self._handle(typ, data):
+                    return "done"
+            return "ended" if opened else "failed"
+        except (OSError, http.client.HTTPException):  # cut off, or silent for _WATCH_IDLE_S
+            return "ended" if opened else "failed"
+        finally:
+            if opened:
+                self._set_open(False)
+            with self._mu:
+                self._conn = None
+            conn.close()
+
+    def _set_open(self, open_: bool) -> None:
+        with self._lease._cond:
+            self.open = open_
+
+    def _handle(self, typ: str, data: str) -> bool:
+        """Act on one event; return whether it told of the loss."""
+        t = self._target
+        body = _json_object(data.encode()) or {}
+        at = body.get("at")
+        when = f" at {at}" if isinstance(at, str) else ""
+        if t.token is not None:
+            # A stream with the token says "lost" (its last event) after the expired or forced one.
+            if typ != "lost":
+                return False
+            reason = body.get("reason")
+            if reason == "forced":
+                self._lease._watch_lost(True, f"force-released on the gateway{when} (its events stream told)")
+            elif reason == "expired":
+                self._lease._watch_lost(True, f"it expired on the gateway{when} (its events stream told)")
+            else:
+                self._lease._watch_lost(False, f"the gateway found it gone{when} (its events stream told)")
+            return True
+        member = f"member {t.name!r}"
+        if typ == "state":
+            try:
+                st = LockState.from_json(body)
+            except (KeyError, TypeError, ValueError):
+                return False
+            # If the renewal succeeds, the member is still held after all.
+            return not _holds_fence(st, t.fence) and self._lease._confirm_gone()
+        if typ == "expired" and _int_or_none(body.get("fence")) == t.fence:
+            self._lease._watch_lost(True, f"{member} expired on the gateway{when} (its events stream told)")
+            return True
+        if typ == "forced":
+            holds: object = body.get("holds")
+            if isinstance(holds, list) and any(
+                isinstance(h, dict) and _int_or_none(cast(dict[str, object], h).get("fence")) == t.fence
+                for h in cast(list[object], holds)
+            ):
+                self._lease._watch_lost(True, f"{member} force-released on the gateway{when} (its events stream told)")
+                return True
+        return False
+
+
+def _sse_events(resp: http.client.HTTPResponse) -> Generator[tuple[str, str], None, None]:
+    """The events of a text/event-stream answer, as (type, data lines joined by newlines);
+    comments and ids skipped. An event cut short by the end of the stream is dropped, as the
+    format wants."""
+    typ, seen = "", False
+    data: list[str] = []
+    while True:
+        raw = resp.readline(1 << 20)
+        if not raw:
+            return
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if line == "":
+            if seen:
+                yield typ or "message", "\n".join(data)
+            typ, data, seen = "", [], False
+            continue
+        if line.startswith(":"):
+            continue  # a comment: the keep-alive
+        field_, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field_ == "event":
+            typ, seen = value, True
+        elif field_ == "data":
+            data.append(value)
+            seen = True
+
+
+def _holds_fence(st: LockState, fence: int) -> bool:
+    """Whether ``st`` shows a hold with ``fence``, or may (it lists only the first shared
+    holders)."""
+    if not st.held:
+        return False
+    if st.fence == fence or any(h.fence == fence for h in st.holders):
+        return True
+    return st.holder_count > len(st.holders)
 
 
 @dataclass
@@ -1626,14 +1973,22 @@ class BaseLease(RenewableLease[_G]):
         g = self.grant
         headers = {"Lease-Token": g.token, "Idempotency-Key": _new_key()}
         path = self._url_path if mode is None else f"{self._url_path}?mode={mode}"
-        ans, _ = self._client._retrying("DELETE", path, None, headers, tries=_TRIES, deadline=None)
-        if not ans.ok:
-            err = ans.error()
-            if isinstance(err, LeaseGoneError) and (mode is None or not self._dropped(mode)):
-                self._set_lost(f"release answered 410: {err.detail}")
-            raise err
-        released_mode, holds = ans.parse(lambda d: (self._released_mode(d, mode), int(d["holds"])))
-        return self._released_hold(released_mode, holds)
+        with self._release_in_flight():
+            ans, _ = self._client._retrying("DELETE", path, None, headers, tries=_TRIES, deadline=None)
+            if not ans.ok:
+                err = ans.error()
+                if isinstance(err, LeaseGoneError) and (mode is None or not self._dropped(mode)):
+                    self._set_lost(f"release answered 410: {err.detail}")
+                raise err
+            released_mode, holds = ans.parse(lambda d: (self._released_mode(d, mode), int(d["holds"])))
+            nothing_left = self._released_hold(released_mode, holds)
+        if nothing_left:
+            self._ended()
+        return nothing_left
+
+    def _watch_targets(self) -> list[_WatchTarget]:
+        g = self.grant
+        return [_WatchTarget(self._url_path + "/events", g.name, g.token, g.fence)]
 
     def _renew(self, ttl_ms: int | None, *, tries: int, deadline: float | None) -> _G:
         g = self.grant
@@ -2003,16 +2358,22 @@ class MultiLease(RenewableLease[MultiLockGrant]):
         :class:`LeaseGoneError`.
         """
         headers = {"Lease-Token": self.token}
-        ans, _ = self._client._retrying("DELETE", self._url_path, None, headers, tries=_TRIES, deadline=None)
-        if not ans.ok:
-            err = ans.error()
-            if isinstance(err, LeaseGoneError):
-                self._set_lost(f"release answered 410: {err.detail}")
-            raise err
-        with self._cond:
-            self._released = True
-            self._cond.notify_all()
+        with self._release_in_flight():
+            ans, _ = self._client._retrying("DELETE", self._url_path, None, headers, tries=_TRIES, deadline=None)
+            if not ans.ok:
+                err = ans.error()
+                if isinstance(err, LeaseGoneError):
+                    self._set_lost(f"release answered 410: {err.detail}")
+                raise err
+            with self._cond:
+                self._released = True
+                self._cond.notify_all()
+        self._ended()
         return True
+
+    def _watch_targets(self) -> list[_WatchTarget]:
+        c = self._client
+        return [_WatchTarget(c._path(_LOCKS, m.lock) + "/events", m.lock, None, m.fence) for m in self.grant.locks]
 
     def _renew(self, ttl_ms: int | None, *, tries: int, deadline: float | None) -> MultiLockGrant:
         body: dict[str, Any] = {} if ttl_ms is None else {"ttl_ms": ttl_ms}

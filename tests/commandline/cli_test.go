@@ -277,6 +277,30 @@ func TestCLIManners(t *testing.T) {
 	assert.NotContains(t, r.stderr, "leasegate: leasegate:")
 	r = e.cli(t, "acquire", "--lock", "m", "--server", host)
 	assert.Equal(t, 0, r.code, r.stderr)
+
+	// A bad lock name's reason is said once (the problem's detail and its invalid_params carry
+	// the same text).
+	r = e.cli(t, "run", "--lock", "bad name", "--", "true")
+	assert.Equal(t, 3, r.code, r.stderr)
+	assert.Equal(t, 1, strings.Count(r.stderr, `may contain only`), "the reason once:\n%s", r.stderr)
+
+	// A bad flag or a missing one: what is wrong, the synopsis and where the flags are listed,
+	// not the whole list (--help has it).
+	for _, args := range [][]string{{"run", "--lock", "u", "--bogus", "--", "true"}, {"acquire", "--lock", "u", "--ttl", "soon"},
+		{"inspect"}, {"run", "--lock", "u"}} {
+		r := e.cli(t, args...)
+		assert.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
+		assert.Contains(t, r.stderr, "usage: leasegate "+args[0]+" ", "%v", args)
+		assert.Contains(t, r.stderr, "(leasegate "+args[0]+" --help lists every flag)", "%v", args)
+		assert.NotContains(t, r.stderr, "-api-key-file", "%v: no flag list:\n%s", args, r.stderr)
+		assert.Equal(t, 2, strings.Count(strings.TrimSpace(r.stderr), "\n"), "%v: three lines:\n%s", args, r.stderr)
+	}
+	r = e.cli(t, "run", "--lock", "u", "--bogus", "--", "true")
+	assert.True(t, strings.HasPrefix(r.stderr, "leasegate: flag provided but not defined: -bogus\n"), r.stderr)
+	r = e.cli(t, "run", "--help")
+	assert.Contains(t, r.stderr, "-api-key-file", "--help lists every flag")
+	assert.NotContains(t, r.stderr, "lists every flag")
+	assert.False(t, e.Held("u"))
 }
 
 // TestCLIRunRenewsThroughAnotherReplica gives run two replicas and kills (kill -9) the one that

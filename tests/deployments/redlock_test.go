@@ -429,6 +429,13 @@ func TestRedLockThreeMasters(t *testing.T) {
 		require.Equal(t, http.StatusOK, rel.Status, "%s: %s", what, rel.Body)
 	}
 	cycle("all three up")
+	// A force release's mark is read from the masters too: the 410 says the lease was forced.
+	forced := c.Do(http.MethodPost, "/locks/three.forced", nil, testkit.AcquireBody("x", 30000))
+	require.Equal(t, http.StatusCreated, forced.Status, string(forced.Body))
+	require.Equal(t, http.StatusOK, c.Do(http.MethodDelete, "/locks/three.forced?force=true", nil, "").Status)
+	gone := c.Do(http.MethodPost, "/locks/three.forced/renew", testkit.TokenHeader(forced.Str("token")), "")
+	require.Equal(t, http.StatusGone, gone.Status, string(gone.Body))
+	assert.Contains(t, gone.Str("detail"), "an operator force-released it at ")
 	require.NoError(t, rig.Kill(0))
 	cycle("one master down")
 	require.NoError(t, rig.Kill(1))

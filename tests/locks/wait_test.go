@@ -62,6 +62,31 @@ func TestWaitTimesOut(t *testing.T) {
 	assert.Equal(t, int64(0), e.Waiters(t, "x"), "a timed-out waiter leaves the queue")
 }
 
+// TestWaitOverTheMaximumIsCapped: a wait_ms above LEASEGATE_MAX_WAIT is not refused: the lock's,
+// the semaphore's and the multi-lock's request each wait the maximum, then answer 409 saying how
+// long they waited (Consul's ?wait= caps the same way).
+func TestWaitOverTheMaximumIsCapped(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, map[string]string{"LEASEGATE_MAX_WAIT": "300ms"})
+	e.Hold(t, e.Client, "capped", "a", 60000)
+	require.Equal(t, http.StatusCreated, e.Client.Do(http.MethodPost, "/semaphores/capped", nil, testkit.PermitBody("a", 1, 60000, 0)).Status)
+	for _, c := range []struct{ what, path, body string }{
+		{"lock", "/locks/capped", testkit.WaitBody("b", 30000, 600000)},
+		{"semaphore", "/semaphores/capped", testkit.PermitBody("b", 1, 30000, 600000)},
+		{"multi-lock", "/multilocks", testkit.MultiBody("b", []string{"capped", "other"}, 30000, 600000, "")},
+	} {
+		start := time.Now()
+		r := e.Client.Do(http.MethodPost, c.path, nil, c.body)
+		took := time.Since(start)
+		require.Equal(t, http.StatusConflict, r.Status, "%s: %s", c.what, r.Body)
+		assert.GreaterOrEqual(t, r.Int("waited_ms"), int64(300), "%s: waited the maximum", c.what)
+		assert.Less(t, took, 10*time.Second, "%s: not the 600 s asked for", c.what)
+	}
+	assert.Equal(t, int64(0), e.Waiters(t, "capped"), "the capped waiters left the line")
+	r := e.Client.Do(http.MethodPost, "/locks/capped", nil, testkit.WaitBody("b", 30000, -1))
+	require.Equal(t, http.StatusBadRequest, r.Status, "a negative wait is still refused")
+}
+
 func TestWaitIsFIFOAcrossReplicasWithoutBarging(t *testing.T) {
 	t.Parallel()
 	p := testkit.NewPair(t)

@@ -132,6 +132,90 @@ func TestForceReleaseOfSharedHoldsAndSemaphores(t *testing.T) {
 	}
 }
 
+// TestThe410SaysHowTheLeaseEnded: a token whose lease was force-released is answered 410 saying so
+// (on every call that takes it: renew, release, re-entry, events stream; a permit's and a
+// multi-lock member's too), from the mark the force release left in Redis; one that expired or
+// was released is answered 410 saying that, and that it was not forced. Problem types stay.
+func TestThe410SaysHowTheLeaseEnded(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, nil)
+	const forcedText = "an operator force-released it at "
+	gone := func(r *harness.Response, what string) string {
+		t.Helper()
+		require.Equal(t, http.StatusGone, r.Status, "%s: %s", what, r.Body)
+		assert.Equal(t, "urn:leasegate:problem:lease-gone", r.Str("type"), what)
+		return r.Str("detail")
+	}
+
+	a := e.Hold(t, e.Client, "ended.forced", "a", 60000)
+	tok := testkit.TokenHeader(a.Str("token"))
+	f := e.Client.Do(http.MethodDelete, "/locks/ended.forced?force=true", nil, "")
+	require.Equal(t, http.StatusOK, f.Status, string(f.Body))
+	for what, r := range map[string]*harness.Response{
+		"renew":    e.Client.Do(http.MethodPost, "/locks/ended.forced/renew", tok, ""),
+		"release":  e.Client.Do(http.MethodDelete, "/locks/ended.forced", tok, ""),
+		"re-entry": e.Client.Do(http.MethodPost, "/locks/ended.forced", tok, testkit.AcquireBody("a", 30000)),
+		"events":   e.Client.Do(http.MethodGet, "/locks/ended.forced/events", tok, ""),
+	} {
+		detail := gone(r, what)
+		assert.Contains(t, detail, forcedText, what)
+		assert.Contains(t, detail, `lock "ended.forced"`, what)
+	}
+	// A shared holder's, and a permit's.
+	sh := e.Client.Do(http.MethodPost, "/locks/ended.rw", nil, `{"owner":"r","mode":"shared","ttl_ms":60000}`)
+	require.Equal(t, http.StatusCreated, sh.Status, string(sh.Body))
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/ended.rw?force=true", nil, "").Status)
+	assert.Contains(t, gone(e.Client.Do(http.MethodDelete, "/locks/ended.rw?mode=shared", testkit.TokenHeader(sh.Str("token")), ""), "shared"), forcedText)
+	p := e.Client.Do(http.MethodPost, "/semaphores/ended.pool", nil, testkit.PermitBody("p", 2, 60000, 0))
+	require.Equal(t, http.StatusCreated, p.Status, string(p.Body))
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/semaphores/ended.pool?force=true", nil, "").Status)
+	detail := gone(e.Client.Do(http.MethodPost, "/semaphores/ended.pool/renew", testkit.TokenHeader(p.Str("token")), ""), "permit")
+	assert.Contains(t, detail, forcedText)
+	assert.Contains(t, detail, `semaphore "ended.pool"`)
+
+	// Released, then used again; expired: not forced, and the detail says what is known.
+	r := e.Hold(t, e.Client, "ended.released", "r", 60000)
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/ended.released", testkit.TokenHeader(r.Str("token")), "").Status)
+	x := e.Hold(t, e.Client, "ended.expired", "x", 300)
+	harness.Eventually(t, 5*time.Second, "the lease to expire", func() bool { return !e.Held("ended.expired") })
+	for what, r := range map[string]*harness.Response{
+		"released": e.Client.Do(http.MethodDelete, "/locks/ended.released", testkit.TokenHeader(r.Str("token")), ""),
+		"expired":  e.Client.Do(http.MethodPost, "/locks/ended.expired/renew", testkit.TokenHeader(x.Str("token")), ""),
+	} {
+		detail := gone(r, what)
+		assert.Contains(t, detail, "it expired (no renewal within its TTL) or was released with its own token; it was not force-released", what)
+	}
+	// A release of a way the lease does not hold says so, not that the lease is gone.
+	ex := e.Hold(t, e.Client, "ended.ways", "w", 60000)
+	detail = gone(e.Client.Do(http.MethodDelete, "/locks/ended.ways?mode=shared", testkit.TokenHeader(ex.Str("token")), ""), "no shared hold")
+	assert.Contains(t, detail, "it has no shared hold")
+	assert.True(t, e.Held("ended.ways"))
+
+	// A multi-lock whose member was force-released.
+	g := testkit.LockAll(e.Client, "group", []string{"ended.m1", "ended.m2"}, 60000, 0, "")
+	require.Equal(t, http.StatusCreated, g.Status, string(g.Body))
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/ended.m2?force=true", nil, "").Status)
+	detail = gone(e.Client.Do(http.MethodPost, "/multilocks/renew", testkit.TokenHeader(g.Str("token")), ""), "multi-lock")
+	assert.Contains(t, detail, `no longer holds ["ended.m2"] (an operator force-released them)`)
+
+	// The marks are plain strings that expire with the fence key, never listed as locks.
+	if testkit.Deployment == "" || testkit.Deployment == "standalone" {
+		mark := e.Gateway.KeyPrefix + "{ended.forced}:forced:"
+		keys := e.Redis.MustDo(t, "KEYS", mark+"*")
+		require.NotEmpty(t, keys)
+		pttl := testkit.Atoi(t, e.Redis.MustDo(t, "PTTL", keys))
+		assert.Positive(t, pttl)
+		assert.LessOrEqual(t, pttl, (24 * time.Hour).Milliseconds(), "kept as long as the fence key (LEASEGATE_FENCE_TTL)")
+	}
+	list := e.Client.Do(http.MethodGet, "/locks?prefix=ended.", nil, "")
+	require.Equal(t, http.StatusOK, list.Status, string(list.Body))
+	var names []string
+	for _, l := range list.JSON()["locks"].([]any) {
+		names = append(names, l.(map[string]any)["lock"].(string))
+	}
+	assert.Equal(t, []string{"ended.ways"}, names, "only what is held (the group's 410 gave ended.m1 back)")
+}
+
 func TestForceReleaseOfAFreeLock(t *testing.T) {
 	t.Parallel()
 	e := testkit.NewEnv(t, nil)

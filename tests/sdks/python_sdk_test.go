@@ -63,7 +63,16 @@ func TestPythonSDK(t *testing.T) {
 	if ran == nil || string(ran[1]) == "0" || !regexp.MustCompile(`(?m)^OK$`).Match(out) {
 		t.Fatalf("python3 -m unittest exited 0 but is not a clean run of at least one test:\n%s", out)
 	}
+	// A background thread (keep-alive, events stream) that died of an exception is a bug even when
+	// every test passed.
+	if strings.Contains(string(out), "Exception in thread") {
+		t.Errorf("an SDK thread died of an exception:\n%s", out)
+	}
 	t.Logf("python unittest: %s tests passed in %s", ran[1], time.Since(start).Round(time.Millisecond))
+	// How soon lease.lost turned true after a force release (test_e2e.assert_lost_at_once).
+	for _, m := range regexp.MustCompile(`LOST-LATENCY ([^\n]*)`).FindAllSubmatch(out, -1) {
+		t.Logf("python lost signal, %s", m[1])
+	}
 }
 
 // newPythonSecuredGateway starts a gateway on e's Redis deployment that authenticates (an auth

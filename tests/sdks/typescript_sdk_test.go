@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,6 +105,10 @@ func TestTypeScriptSDK(t *testing.T) {
 		t.Fatalf("npm test passed but its summary is not a clean run (%q):\n%s", s, out)
 	}
 	t.Logf("node:test: %s", s)
+	// How soon onLost fired after a force release (the tests' diagnostics).
+	for _, m := range regexp.MustCompile(`# ((?:[a-z-]+: )?onLost fired [^\n]*)`).FindAllStringSubmatch(out, -1) {
+		t.Logf("typescript lost signal, %s", m[1])
+	}
 }
 
 // TestTypeScriptSDKIsGenerated checks that sdk/typescript/src/schema.d.ts is what

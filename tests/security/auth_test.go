@@ -63,6 +63,7 @@ func assertAuthProblem(t *testing.T, r *harness.Response, status int, typ, want 
 	assert.Contains(t, r.Str("detail"), want)
 	if status == http.StatusUnauthorized {
 		assert.Equal(t, `Bearer realm="leasegate"`, r.Header.Get("WWW-Authenticate"))
+		assert.NotContains(t, strings.ToLower(r.Str("detail")), "unauthenticated", "the title says it; the detail says why")
 	}
 }
 
@@ -79,6 +80,8 @@ func TestAuthPermissionsAndPrefixes(t *testing.T) {
 		assert.Equal(t, http.StatusOK, c.Do(http.MethodGet, path, nil, "").Status, path)
 	}
 
+	held := c.Do(http.MethodPost, "/locks/billing.held", e.as("billing", ""), testkit.AcquireBody("w", 60000))
+	require.Equal(t, http.StatusCreated, held.Status, "%s", held.Body)
 	before := testkit.EvalCalls(t, e.Env)
 	for _, tc := range []struct {
 		name     string
@@ -90,6 +93,8 @@ func TestAuthPermissionsAndPrefixes(t *testing.T) {
 		{"unknown key", harness.Headers{"Authorization": "Bearer lgk_not-a-key"}, testkit.ProbUnauthenticated, "not known"},
 		{"a key's hash", harness.Headers{"Authorization": "Bearer " + auth.HashKey(e.principals["billing"].Key)}, testkit.ProbUnauthenticated, "not known"},
 		{"basic", harness.Headers{"Authorization": "Basic YTpi"}, testkit.ProbUnauthenticated, "not \"Bearer"},
+		{"a lease token as the bearer", harness.Headers{"Authorization": "Bearer " + held.Str("token")}, testkit.ProbUnauthenticated,
+			"the bearer value is a lease token, not an API key: send lease tokens as Lease-Token"},
 	} {
 		r := c.Do(http.MethodPost, "/locks/billing.a", tc.headers, testkit.AcquireBody("w", 60000))
 		assertAuthProblem(t, r, http.StatusUnauthorized, tc.wantType, tc.want)

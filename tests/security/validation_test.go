@@ -195,7 +195,7 @@ func validationCases(s seeded) []badRequest {
 		{"ttl_ms -1", `{"owner":"w","ttl_ms":-1}`, []string{"ttl_ms"}},
 		{"ttl_ms above max", `{"owner":"w","ttl_ms":600001}`, []string{"ttl_ms"}},
 		{"wait_ms -1", `{"owner":"w","wait_ms":-1}`, []string{"wait_ms"}},
-		{"wait_ms above max", `{"owner":"w","wait_ms":60001}`, []string{"wait_ms"}},
+		// wait_ms above the maximum is capped, not refused (tests/locks TestWaitOverTheMaximumIsCapped)
 		{"every field at once", `{"owner":"","ttl_ms":0,"wait_ms":-1}`, []string{"owner", "ttl_ms", "wait_ms"}},
 		// encoding/json would take these (case-insensitive names, the last duplicate wins): a
 		// proxy rule on "ttl_ms" could be bypassed.
@@ -563,4 +563,35 @@ func TestNewUserMessages(t *testing.T) {
 	r = e.Client.Do(http.MethodDelete, "/locks/y", testkit.TokenHeader(g.Str("token")), "")
 	assert.Equal(t, http.StatusBadRequest, r.Status)
 	assert.Contains(t, r.Str("detail"), "signed with another secret")
+	assert.False(t, strings.HasPrefix(r.Str("detail"), "invalid lease token"), "the title says it: %s", r.Body)
+}
+
+// TestLeaseTokenInTheWrongHeader: a lease token sent as "Authorization: Bearer" (as an API key
+// would be) is refused with a detail that names the Lease-Token header, on every call that takes
+// one; and nothing reaches Redis.
+func TestLeaseTokenInTheWrongHeader(t *testing.T) {
+	t.Parallel()
+	testkit.StandaloneOnly(t, "counts script calls on one Redis server")
+	e := testkit.NewEnv(t, nil)
+	g := e.Hold(t, e.Client, "bearer", "w", 60000)
+	bearer := harness.Headers{"Authorization": "Bearer " + g.Str("token")}
+	before := testkit.EvalCalls(t, e)
+	for _, c := range []struct{ method, path string }{
+		{http.MethodDelete, "/locks/bearer"},
+		{http.MethodPost, "/locks/bearer/renew"},
+		{http.MethodDelete, "/semaphores/bearer"},
+		{http.MethodDelete, "/multilocks"},
+	} {
+		r := e.Client.Do(c.method, c.path, bearer, "")
+		require.Equal(t, http.StatusBadRequest, r.Status, "%s %s: %s", c.method, c.path, r.Body)
+		assert.Equal(t, "urn:leasegate:problem:invalid-lease-token", r.Str("type"), "the type stays")
+		assert.Contains(t, r.Str("detail"), "Lease-Token header", "%s %s", c.method, c.path)
+		assert.Contains(t, r.Str("detail"), "Authorization: Bearer header carries an API key or JWT", "%s %s", c.method, c.path)
+		assert.Equal(t, []string{"Lease-Token"}, invalidParamNames(r), "%s %s", c.method, c.path)
+	}
+	r := e.Client.Do(http.MethodDelete, "/locks/bearer", nil, "")
+	require.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Equal(t, "this call needs the lease's token in the Lease-Token header, and the request has none", r.Str("detail"))
+	assert.Equal(t, before, testkit.EvalCalls(t, e), "a refused request ran a script")
+	assert.True(t, e.Held("bearer"))
 }

@@ -25,8 +25,10 @@ import os
 import pickle
 import ssl
 import sys
+import threading
 import time
 import unittest
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ sys.path.insert(0, str(SDK_DIR))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import leasegate  # noqa: E402
-from test_e2e import URL, RecordingClient, eventually, in_thread, unique  # noqa: E402
+from test_e2e import URL, RecordingClient, cm_check, eventually, in_thread, unique  # noqa: E402
 from test_rw_semaphore import problem_answer  # noqa: E402
 
 
@@ -114,6 +116,27 @@ class SecuredGateway(unittest.TestCase):
         ctx = ssl.create_default_context(cafile=self.ca)
         own = leasegate.Client(self.url, timeout=10, api_key=self.keys["ops"], ssl_context=ctx)
         self.assertTrue(own.acquire(name, "py-context").release())
+
+    def test_a_watched_lease_learns_of_a_force_release_over_https(self) -> None:
+        # The with form's events stream goes over HTTPS with the key too, and is closed at the
+        # end of the block (a TLS socket shut down under a blocked read).
+        name = unique("auth-forced")
+        with self.ops.lock(name, "py-block", ttl_ms=30000) as held:
+            eventually("the events stream to open", lambda: held.watching)
+            ctx = ssl.create_default_context(cafile=self.ca)
+            req = urllib.request.Request(f"{self.url}/locks/{name}?force=true", method="DELETE",
+                                         headers={"Authorization": f"Bearer {self.keys['ops']}"})
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+                self.assertEqual(resp.status, 200)
+            self.assertTrue(held.lost.wait(timeout=5), "lost at once")
+            self.assertIn("force-released", cm_check(held).reason)
+        name = unique("auth-watched")
+        with self.ops.lock(name, "py-block", ttl_ms=30000) as held:
+            eventually("the events stream to open", lambda: held.watching)
+        self.assertFalse(held.lost)
+        eventually("the watchers' threads to stop", lambda: not any(
+            t.name.startswith("leasegate-watch:py.auth-") for t in threading.enumerate()))
+        self.assertFalse(self.ops.inspect(name).held)
 
     def test_no_key_or_an_unknown_one_is_unauthenticated(self) -> None:
         name = unique("auth")

@@ -125,6 +125,43 @@ def raw(method: str, path: str, headers: Mapping[str, str] | None = None, body: 
         return e.code, json.loads(e.read())
 
 
+#: How soon after a force release's answer a watched lease must be lost (#27).
+LOST_WITHIN_S = 0.1
+
+
+def cm_check(lease: leasegate.RenewableLease[Any]) -> leasegate.LeaseLostError:
+    """The LeaseLostError lease.check() raises."""
+    try:
+        lease.check()
+    except leasegate.LeaseLostError as e:
+        return e
+    raise AssertionError("check() raised nothing")
+
+
+def assert_lost_at_once(tc: unittest.TestCase, lease: leasegate.RenewableLease[Any], path: str, what: str) -> None:
+    """Force-release ``path`` (``/locks/NAME`` or ``/semaphores/NAME``) once ``lease``'s events
+    streams are open, and check that ``lease.lost`` turns true within LOST_WITHIN_S of the
+    answer, saying it was force-released. The latency is printed as ``LOST-LATENCY <what>: <ms>``
+    for tests/sdks/python_sdk_test.go to log."""
+    eventually(f"{what}: the events stream to open", lambda: lease.watching)
+    tc.assertFalse(lease.lost, what)
+    sent = time.monotonic()
+    status, body = raw("DELETE", path + "?force=true")
+    answered = time.monotonic()
+    tc.assertEqual((status, body.get("forced")), (200, True), f"{what}: {body}")
+    tc.assertTrue(lease.lost.wait(timeout=5), f"{what}: lost within 5 s")
+    now = time.monotonic()
+    took = max(now - answered, 0.0)
+    print(f"LOST-LATENCY {what}: {took * 1000:.1f} ms after the answer ({(now - sent) * 1000:.1f} ms after the request)",
+          file=sys.stderr)
+    tc.assertLess(took, LOST_WITHIN_S, f"{what}: lost {took * 1000:.0f} ms after the force release's answer")
+    tc.assertTrue(lease.lost, f"{what}: truthy once lost")
+    tc.assertFalse(lease.watching, f"{what}: the stream closed with the loss")
+    with tc.assertRaises(leasegate.LeaseLostError) as cm:
+        lease.check()
+    tc.assertIn("force-released", cm.exception.reason, what)
+
+
 @unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/sdks/python_sdk_test.go sets it)")
 class EndToEnd(unittest.TestCase):
     def setUp(self) -> None:
@@ -321,6 +358,74 @@ class EndToEnd(unittest.TestCase):
             self.assertIn("410", cm.exception.reason)
         self.assertFalse(self.gw.inspect(name).held)
 
+    def test_lost_is_false_until_the_lease_is_lost(self) -> None:
+        # "if lease.lost:" reads as it says: false while the lease holds, true once it is lost;
+        # and lost is still the threading.Event it was (wait, is_set).
+        name = unique("truth")
+        lease = self.gw.acquire(name, "py", ttl_ms=30000)
+        self.assertIsInstance(lease.lost, threading.Event)
+        self.assertIsInstance(lease.lost, leasegate.LostSignal)
+        self.assertFalse(lease.lost)
+        self.assertTrue(not lease.lost)
+        self.assertFalse(lease.lost.is_set())
+        self.assertEqual(repr(lease.lost), "<LostSignal clear>")
+        lease.renew()
+        self.assertFalse(lease.lost, "a renewal is no loss")
+        self.assertTrue(lease.release())
+        self.assertFalse(lease.lost, "nor is a release")
+        with self.assertRaises(leasegate.LeaseGoneError):
+            lease.renew()
+        self.assertTrue(lease.lost)
+        self.assertTrue(lease.lost.is_set())
+        self.assertTrue(lease.lost.wait(0))
+        self.assertEqual(repr(lease.lost), "<LostSignal set>")
+
+    def test_force_release_sets_lost_within_100_ms(self) -> None:
+        # A 30 s TTL: the next renewal would come 10 s later. The lease's events stream tells
+        # the loss at once: in a with block (watched by default), for a lock's exclusive and
+        # shared holds and a semaphore's permit; and for a hand-driven lease after watch().
+        name = unique("forced")
+        with self.gw.lock(name, "py", ttl_ms=30000) as lease:
+            assert_lost_at_once(self, lease, f"/locks/{name}", "lock")
+            self.assertIn("lost: force-released on the gateway at ", str(cm_check(lease)))
+        self.assertFalse(self.gw.inspect(name).held)
+        name = unique("forced-shared")
+        with self.gw.lock(name, "py", mode="shared", ttl_ms=30000) as lease:
+            assert_lost_at_once(self, lease, f"/locks/{name}", "shared hold")
+        name = unique("forced-permit")
+        with self.gw.semaphore(name, "py", permits=3, ttl_ms=30000) as permit:
+            assert_lost_at_once(self, permit, f"/semaphores/{name}", "semaphore permit")
+        name = unique("forced-by-hand")
+        lease = self.gw.acquire(name, "py", ttl_ms=30000)
+        self.assertFalse(lease.watching, "a hand-driven lease is not watched until asked")
+        lease.watch()
+        assert_lost_at_once(self, lease, f"/locks/{name}", "hand-driven lock")
+        with self.assertRaises(leasegate.LeaseGoneError):
+            lease.release()
+
+    def test_watch_false_leaves_lost_to_renewals(self) -> None:
+        name = unique("unwatched")
+        with self.gw.lock(name, "py", ttl_ms=30000, watch=False) as lease:
+            self.assertFalse(lease.watching)
+            status, _ = raw("DELETE", f"/locks/{name}?force=true")
+            self.assertEqual(status, 200)
+            self.assertFalse(lease.lost.wait(0.3), "no stream: the loss waits for the next renewal")
+            self.assertFalse(lease.watching)
+
+    def test_own_release_is_no_loss_and_closes_the_stream(self) -> None:
+        name = unique("own-release")
+        lease = self.gw.acquire(name, "py", ttl_ms=30000)
+        lease.watch()
+        eventually("the events stream to open", lambda: lease.watching)
+        lease.reenter()
+        self.assertFalse(lease.release(), "one hold left")
+        self.assertTrue(lease.watching, "still watched while it holds")
+        self.assertTrue(lease.release())
+        self.assertFalse(lease.watching)
+        eventually("the watcher thread to stop",
+                   lambda: not any(t.name == f"leasegate-watch:{name}" for t in threading.enumerate()))
+        self.assertFalse(lease.lost, "its own release is no loss")
+
     def test_lost_before_lapse_when_renewals_fail(self) -> None:
         name = unique("partition")
         gw = RecordingClient(URL)
@@ -430,6 +535,8 @@ class EndToEnd(unittest.TestCase):
         with self.assertRaises(leasegate.LeasegateError) as cm:
             self.gw.inspect("bad name!")
         self.assertEqual(cm.exception.type, "urn:leasegate:problem:invalid-lock-name")
+        # Its detail and its invalid_params' reason are the same text: said once.
+        self.assertEqual(str(cm.exception).count(cm.exception.detail), 1, str(cm.exception))
 
     def test_unreachable_gateway(self) -> None:
         import socket

@@ -25,7 +25,7 @@ sys.path.insert(0, str(SDK_DIR))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import leasegate  # noqa: E402
-from test_e2e import URL, RecordingClient, eventually, in_thread, raw  # noqa: E402
+from test_e2e import URL, RecordingClient, assert_lost_at_once, eventually, in_thread, raw  # noqa: E402
 from test_rw_semaphore import problem_answer  # noqa: E402
 
 
@@ -198,6 +198,16 @@ class MultiLocks(unittest.TestCase):
                 group.check()
             self.assertEqual((cm.exception.kind, cm.exception.lock), ("multilock", group.id))
             self.assertIn("410", cm.exception.reason)
+        self.assert_free(a, b)
+
+    def test_member_force_released_sets_lost_within_100_ms(self) -> None:
+        # The group follows each member's stream (without a token, by the member's fence): a
+        # force release of one member sets lost at once; the group's release then answers 410
+        # and frees the other member.
+        a, b = names("multi-forced", "a", "b")
+        with self.gw.multilock([a, b], "victim", ttl_ms=30000) as group:
+            assert_lost_at_once(self, group, f"/locks/{b}", "multi-lock member")
+            self.assertIn(f"member {b!r}", group._lost_reason)
         self.assert_free(a, b)
 
     def test_watchdog_group_is_checked_through_its_members(self) -> None:

@@ -16,8 +16,8 @@ export interface AcquireOptions {
    */
   waitMs?: number;
   /**
-   * The longest one long-poll may last (default 30000): keep it within the gateway's
-   * `LEASEGATE_MAX_WAIT` (60 s by default) and your HTTP stack's timeouts.
+   * The longest one long-poll may last (default 30000): keep it within your HTTP stack's
+   * timeouts (the gateway caps a longer one to its `LEASEGATE_MAX_WAIT`, 60 s by default).
    */
   maxWaitPerRequestMs?: number;
   /** Have the gateway renew the lease every ttl/3 until it is released. */

@@ -41,7 +41,11 @@ export class LeasegateProblemError extends Error {
 
   constructor(problem: Problem) {
     const invalidParams = problem.invalid_params ?? [];
-    const params = invalidParams.map((p) => `${p.name}: ${p.reason}`).join("; ");
+    // A reason the detail already says (a bad lock name's) is not said twice.
+    const params = invalidParams
+      .filter((p) => p.reason !== problem.detail)
+      .map((p) => `${p.name}: ${p.reason}`)
+      .join("; ");
     super(`${problem.title} (${problem.status} ${problem.type}): ${problem.detail}${params ? ` [${params}]` : ""}`);
     this.name = new.target.name;
     this.type = problem.type;

@@ -550,10 +550,12 @@ export interface components {
             ttl_ms?: number;
             /**
              * Format: int64
-             * @description How long to wait for the lock, in milliseconds, from 0 to the configured maximum
-             *     (`LEASEGATE_MAX_WAIT`, 60000 by default). 0 tries once. Greater than 0 long-polls:
-             *     the request is held open until the lock is granted (201) or `wait_ms` runs out
-             *     (409 with `waited_ms`). Waiters are granted in FIFO arrival order across all gateway
+             * @description How long to wait for the lock, in milliseconds. 0 tries once. Greater than 0
+             *     long-polls: the request is held open until the lock is granted (201) or `wait_ms`
+             *     runs out (409 with `waited_ms`). A value above the configured maximum
+             *     (`LEASEGATE_MAX_WAIT`, 60000 by default) is capped to it, not refused: the 409's
+             *     `waited_ms` then tells the wait that was served; send the next long-poll with its
+             *     `queue_ticket` to keep your place. Waiters are granted in FIFO arrival order across all gateway
              *     replicas; while anyone waits, a try-once acquire from someone else gets 409.
              * @default 0
              * @example 0
@@ -571,8 +573,9 @@ export interface components {
             /**
              * Format: int64
              * @description Watchdog leases only (400 otherwise): the watchdog stops renewing the lease this many
-             *     milliseconds after its grant, and the lease then runs out its last TTL. Defaults to,
-             *     and is capped by, the configured maximum (`LEASEGATE_MAX_HOLD`, 1 hour by default).
+             *     milliseconds after its grant, and the lease then runs out its last TTL. Defaults to
+             *     the configured maximum (`LEASEGATE_MAX_HOLD`, 1 hour by default); more is refused
+             *     (400), since a watchdog that stopped earlier than asked would surprise its holder.
              * @example 600000
              */
             max_hold_ms?: number;
@@ -612,7 +615,7 @@ export interface components {
             ttl_ms?: number;
             /**
              * Format: int64
-             * @description How long to wait for a permit, in milliseconds, as for locks.
+             * @description How long to wait for a permit, in milliseconds, as for locks (capped to `LEASEGATE_MAX_WAIT`).
              * @default 0
              */
             wait_ms?: number;
@@ -858,7 +861,7 @@ export interface components {
             ttl_ms?: number;
             /**
              * Format: int64
-             * @description How long to wait for all members, in milliseconds, as for locks (0 tries once).
+             * @description How long to wait for all members, in milliseconds, as for locks (0 tries once; capped to `LEASEGATE_MAX_WAIT`).
              * @default 0
              */
             wait_ms?: number;
@@ -1251,7 +1254,13 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The lease of the `Lease-Token` no longer holds the lock (it expired or was fully released). */
+        /**
+         * @description The lease of the `Lease-Token` no longer holds the lock. The `detail` says how it ended
+         *     where the gateway knows: "an operator force-released it at <time>" for a force release
+         *     (remembered for `LEASEGATE_FENCE_TTL`, a day by default); otherwise that it expired or
+         *     was released with its own token (the two leave no trace to tell apart) and was not
+         *     force-released. A multi-lock's names the members lost and those a force release took.
+         */
         LeaseGone: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
