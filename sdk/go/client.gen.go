@@ -2043,7 +2043,7 @@ type ClientInterface interface {
 
 	// Metrics Prometheus metrics
 	//
-	// The gateway's metrics in the Prometheus text format (README lists them). No metric has a
+	// The gateway's metrics in the Prometheus text format (docs/operations.md lists them). No metric has a
 	// per-lock-name label.
 	//
 	// Corresponds with GET /metrics (the `Metrics` operationId).
@@ -2498,7 +2498,7 @@ func (c *Client) RenewLock(ctx context.Context, name LockNameParam, params *Rene
 
 // Metrics Prometheus metrics
 //
-// The gateway's metrics in the Prometheus text format (README lists them). No metric has a
+// The gateway's metrics in the Prometheus text format (docs/operations.md lists them). No metric has a
 // per-lock-name label.
 //
 // Corresponds with GET /metrics (the `Metrics` operationId).
@@ -4299,7 +4299,7 @@ type ClientWithResponsesInterface interface {
 
 	// MetricsWithResponse Prometheus metrics
 	//
-	// The gateway's metrics in the Prometheus text format (README lists them). No metric has a
+	// The gateway's metrics in the Prometheus text format (docs/operations.md lists them). No metric has a
 	// per-lock-name label.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -8339,7 +8339,7 @@ func (c *ClientWithResponses) RenewLockWithResponse(ctx context.Context, name Lo
 
 // MetricsWithResponse Prometheus metrics
 //
-// The gateway's metrics in the Prometheus text format (README lists them). No metric has a
+// The gateway's metrics in the Prometheus text format (docs/operations.md lists them). No metric has a
 // per-lock-name label.
 //
 // Returns a wrapper object for the known response body format(s).

@@ -451,7 +451,7 @@ export interface paths {
         };
         /**
          * Prometheus metrics
-         * @description The gateway's metrics in the Prometheus text format (README lists them). No metric has a
+         * @description The gateway's metrics in the Prometheus text format (docs/operations.md lists them). No metric has a
          *     per-lock-name label.
          */
         get: operations["metrics"];
@@ -1311,7 +1311,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The deployment cannot offer this operation (on RedLock, semaphores, multi-locks, live events and listings; see README's RedLock section). */
+        /** @description The deployment cannot offer this operation (on RedLock, semaphores, multi-locks, live events and listings; see docs/redlock.md). */
         NotSupported: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
