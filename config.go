@@ -57,7 +57,7 @@ type Config struct {
 
 // authQuotaDefaults are the quotas every principal has when an auth file is set and the variable
 // is not (an explicit 0 means no limit). The rate bounds what one principal can make Redis keep
-// (docs/auth.md, "What one principal can cost"): every hold, fence key and idempotency record
+// (docs/auth.md, "What one principal can cost"): every hold and idempotency record
 // comes from a request and lasts an hour at most. LEASEGATE_QUOTA_HELD stays off by default: its
 // count costs two Redis round trips per acquire and release.
 var authQuotaDefaults = map[string]func(*Config){

@@ -27,7 +27,7 @@ import (
 )
 
 var (
-	only      = flag.String("only", "", "run one scenario: throughput, handoff, rwsem, multilock, acks, waiting, outside")
+	only      = flag.String("only", "", "run one scenario: throughput, handoff, rwsem, multilock, acks, waiting, outside, memory")
 	duration  = flag.Duration("duration", 3*time.Second, "length of one measured round")
 	rounds    = flag.Int("rounds", 3, "rounds per side; the median is reported")
 	clients   = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
@@ -39,6 +39,7 @@ var (
 	lgbench   = flag.String("lgbench", "", "waiting and outside scenarios: the outside load generator's binary (build ../shared/lgbench)")
 	multiplex = flag.Int("pipeline-multiplex", 0, "rueidis PipelineMultiplex for the in-process gateway (0: lockcore's default)")
 	noPipe    = flag.Bool("no-auto-pipelining", false, "rueidis DisableAutoPipelining for the in-process gateway")
+	holdsFlag = flag.Int("holds", 5000, "memory scenario: holds (locks, permits, waiters) measured per row")
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
 
@@ -104,6 +105,11 @@ func run() error {
 	}
 	if *only == "" || *only == "acks" {
 		if err := replicaAcks(dir, redis); err != nil {
+			return err
+		}
+	}
+	if *only == "" || *only == "memory" {
+		if err := memory(redis); err != nil {
 			return err
 		}
 	}

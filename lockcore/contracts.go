@@ -295,7 +295,7 @@ func unexpectedReply(op, lock string, reply any, err error) error {
 // lockCall is what every call of a lib.lua script on ref starts with: its keys and common ARGV
 // [grants channel prefix, claim_ms, liveness_ms, fence_ttl_ms, the deployment's clock, kind].
 func (e *engine) lockCall(ref Ref) *lockCall {
-	k := e.space.keys(ref)
+	k := e.keys(ref)
 	return &lockCall{keys: k, common: []string{e.dep.grants(k.lock), e.space.claimMs, e.space.livenessMs,
 		e.space.fenceTTLMs, e.dep.clock(), kindArg(ref.Kind)}}
 }

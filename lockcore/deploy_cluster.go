@@ -34,8 +34,9 @@ func (d *redisCluster) slotGrants(slot int) string {
 	return d.prefix + "{" + slotTags()[slot] + "}grants:"
 }
 
-func (d *redisCluster) slot(key string) int { return keySlot(key) }
-func (d *redisCluster) shards() int         { return watchdogShards }
+func (d *redisCluster) slot(key string) int          { return keySlot(key) }
+func (d *redisCluster) fences(lockKey string) string { return slotFences(d.prefix, lockKey) }
+func (d *redisCluster) shards() int                  { return watchdogShards }
 
 // listen follows nothing yet: a slot's channel is followed when a waiter first waits there.
 func (d *redisCluster) listen(listener) {}

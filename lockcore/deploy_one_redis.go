@@ -15,6 +15,7 @@ type oneRedis struct {
 	runner     runner
 	acks       *replicaAcks  // nil unless grants wait for replicas
 	chanPrefix string        // + replica ID = a replica's grants channel
+	fenceKey   string        // the fence floor of every lock (see deployment.fences)
 	subscribed chan struct{} // closed once this process's subscription is first confirmed
 }
 
@@ -45,6 +46,7 @@ func (d *oneRedis) clock() string                            { return "" }
 func (d *oneRedis) offers(feature) error                     { return nil }
 func (d *oneRedis) grants(string) string                     { return d.chanPrefix }
 func (d *oneRedis) slot(string) int                          { return 0 }
+func (d *oneRedis) fences(string) string                     { return d.fenceKey }
 func (d *oneRedis) shards() int                              { return 1 }
 
 // listen follows this process's one grants channel, which serves every lock.

@@ -55,6 +55,11 @@ type deployment interface {
 	ready(l listener, lockKey string) <-chan struct{}
 	// slot tells which keys one script may take together: keys of the same slot.
 	slot(key string) int
+	// fences is the key of the fence floor the grants of the lock with key lockKey draw from: the
+	// last fence granted there (see next_fence in core.lua). One Redis keeps one for every lock;
+	// a Cluster one per hash slot (a script's keys share a slot); RedLock one per hash slot too,
+	// so that masters agree on a name's fences whatever other names they saw granted.
+	fences(lockKey string) string
 	// shards is how many shards the watchdog's schedule is split into.
 	shards() int
 

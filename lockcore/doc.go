@@ -36,7 +36,10 @@
 //     owner and the fence. A lease may hold a lock several times (re-entry) and both ways.
 //   - hold: what a lease has on a lock: exclusive, or shared (a reader, or a semaphore's permit).
 //   - fence: the number every grant of a lock gets, strictly increasing: the Redis time of the
-//     grant in µs, or one more than the last.
+//     grant in µs, or one more than the last fence under its fence floor.
+//   - fence floor: the last fence granted to any lock of one Redis (of one hash slot on a Cluster
+//     and RedLock: deployment.fences), the one key that keeps fences rising; a held lock's own
+//     fence is in its hash, and a free name has no key.
 //   - hand-off: a release, expiry or force release that gives the lock straight to the head of its
 //     queue and tells that waiter's replica, which confirms it (a renewal of the waiter's lease).
 //   - claim: how long a lock handed off stays reserved for its waiter until it confirms.

@@ -20,8 +20,12 @@ type engine struct {
 	wg    sync.WaitGroup  // every goroutine the Service started
 }
 
-// keys are the Redis keys of r.
-func (e *engine) keys(r Ref) keys { return e.space.keys(r) }
+// keys are the Redis keys of r, with the fence floor its deployment keeps for it.
+func (e *engine) keys(r Ref) keys {
+	k := e.space.keys(r)
+	k.fence = e.dep.fences(k.lock)
+	return k
+}
 
 // do runs sc once on the deployment's first copy of the locks, for what only a deployment of one
 // copy offers (see deployment.offers): its reply as it is.

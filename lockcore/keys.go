@@ -28,17 +28,19 @@ func SemaphoreRef(name string) Ref { return Ref{KindSemaphore, name} }
 
 // keys are the Redis keys of one lock or semaphore; see package luascripts for the layout.
 type keys struct {
-	lock, fence, q, qd, qm, sh, shm string
+	lock, q, qd, qm, sh, shm string
+	// fence is the fence floor the lock's grants draw from, which the deployment lays out (see
+	// deployment.fences): not the lock's own key, so it is set by engine.keys.
+	fence string
 }
 
-// keys returns r's keys under the space's prefix.
+// keys returns r's own keys under the space's prefix (all but fence, see engine.keys).
 func (ls lockSpace) keys(r Ref) keys {
 	base := ls.prefix + "{" + r.Name + "}"
 	if r.Kind == KindSemaphore {
 		base += ":sem"
 	}
-	return keys{lock: base, fence: base + ":fence", q: base + ":q", qd: base + ":qd", qm: base + ":qm",
-		sh: base + ":sh", shm: base + ":shm"}
+	return keys{lock: base, q: base + ":q", qd: base + ":qd", qm: base + ":qm", sh: base + ":sh", shm: base + ":shm"}
 }
 
 // all returns the keys the granting scripts take, in their KEYS order.

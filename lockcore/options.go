@@ -16,10 +16,11 @@ type Options struct {
 	PingTimeout time.Duration
 	// Logger receives what lockcore has to report outside any request. Default slog.Default().
 	Logger *slog.Logger
-	// FenceTTL is how long a lock's last fence is kept in Redis after its last grant. Default 10m.
-	// Fences stay strictly increasing after it is gone (they never fall behind the Redis clock in
-	// µs, which is the floor of every new fence); while it lives it also covers a Redis clock that
-	// steps back. It bounds Redis memory by the names granted within it.
+	// FenceTTL is how long the fence floor (the last fence granted, one key per Redis, or per hash
+	// slot on a Cluster and RedLock: see deployment.fences) is kept in Redis after the last grant
+	// under it. Default 10m. Fences stay strictly increasing after it is gone (they never fall
+	// behind the Redis clock in µs, which is the other floor of every new fence); while it lives it
+	// also covers a Redis clock that steps back. No key is kept per lock name.
 	FenceTTL time.Duration
 
 	// Waiting (see wait.go). Heartbeat is how often a replica refreshes the queue entries of its

@@ -23,7 +23,7 @@ import (
 // idem_ms of 0).
 func (w *waitWorld) evalQueued(t *testing.T, script, lock string, args ...string) string {
 	t.Helper()
-	cmd := []string{"EVAL", script, "9", w.key(lock, ""), w.key(lock, ":fence"), w.key(lock, ":q"),
+	cmd := []string{"EVAL", script, "9", w.key(lock, ""), w.prefix + "fence", w.key(lock, ":q"),
 		w.key(lock, ":qd"), w.key(lock, ":qm"), w.key(lock, ":sh"), w.key(lock, ":shm"), w.key(lock, ":ticket:"),
 		w.key(lock, ":idem:"), w.prefix + "grants:", "750", "750", "86400000", "", "l"}
 	return w.redis.MustDo(t, append(append(cmd, args...), "0", "x", "0")...)
@@ -154,28 +154,6 @@ func TestDeadReplicasQueueExpires(t *testing.T) {
 		return w.queueKeys(t, lock) == "0"
 	})
 	assert.Equal(t, "holder", w.redis.MustDo(t, "HGET", w.key(lock, ""), ":owner"), "the lock itself is untouched")
-}
-
-// TestFenceKeysExpireAndFencesStillRise grants and releases a name, lets its fence key expire, and
-// grants it again: Redis keeps no key for the name in between, and the new fence is still greater.
-func TestFenceKeysExpireAndFencesStillRise(t *testing.T) {
-	t.Parallel()
-	w := newWaitWorld(t, lockcore.Options{FenceTTL: 300 * time.Millisecond})
-	ctx := context.Background()
-	const lock = "once"
-	var last int64
-	for round := range 3 {
-		g := w.hold(t, w.svc, lock, "owner", time.Minute)
-		assert.Greater(t, g.Fence, last, "round %d", round)
-		last = g.Fence
-		_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: g.Token})
-		require.NoError(t, err)
-		pollUntil(t, 5*time.Second, "the fence key to expire", func() bool {
-			return w.redis.MustDo(t, "EXISTS", w.key(lock, ":fence")) == "0"
-		})
-		keys := w.redis.MustDo(t, "KEYS", w.prefix+"{"+lock+"}*")
-		assert.Empty(t, keys, "round %d: nothing left in Redis for the name", round)
-	}
 }
 
 // TestTooManyWaitersIsRefused fills a replica's cap of waiting requests.

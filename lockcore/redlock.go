@@ -43,6 +43,7 @@ type redlock struct {
 
 	runner             runner
 	log                *slog.Logger
+	prefix             string // the key prefix
 	chanPrefix         string // + replica ID = a replica's grants channel, on every master
 	fenceTTLMs         string
 	runIDKey, guardKey string
@@ -98,7 +99,7 @@ func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*
 		return nil, err
 	}
 	rl := &redlock{quorum: len(masters)/2 + 1, guard: opts.RestartGuard, fresh: opts.RedLockNewDeployment,
-		runner: runner{obs: opts.Observer}, log: opts.Logger, chanPrefix: opts.KeyPrefix + "grants:", fenceTTLMs: ms(opts.FenceTTL),
+		runner: runner{obs: opts.Observer}, log: opts.Logger, prefix: opts.KeyPrefix, chanPrefix: opts.KeyPrefix + "grants:", fenceTTLMs: ms(opts.FenceTTL),
 		runIDKey: opts.KeyPrefix + "redlock:run_id", guardKey: opts.KeyPrefix + "redlock:guard"}
 	rl.ctx, rl.cancel = context.WithCancel(context.Background())
 	for i, o := range masters {
@@ -412,6 +413,7 @@ func (rl *redlock) listen(l listener) {
 
 func (rl *redlock) ready(listener, string) <-chan struct{} { return closedChan }
 func (rl *redlock) slot(string) int                        { return 0 }
+func (rl *redlock) fences(lockKey string) string           { return slotFences(rl.prefix, lockKey) }
 func (rl *redlock) shards() int                            { return 1 }
 
 // masterReply is one master's answer to a call sent to all of them.

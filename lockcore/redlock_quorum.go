@@ -26,8 +26,9 @@ import (
 //     majority even if every master that did not answer, or does not count, said yes; otherwise
 //     the answer is ErrUnavailable. So losing a minority of masters changes no answer, and losing
 //     a majority answers ErrUnavailable and never grants.
-//   - Fences: every master computes max(its last fence + 1, the gateway's clock), so masters that
-//     saw the same grants give the same fence. The fence returned is the greatest a majority
+//   - Fences: every master computes max(its last fence + 1, the gateway's clock), its last fence
+//     being that of the lock's hash slot (deployment.fences), so masters that saw the same grants
+//     in that slot give the same fence. The fence returned is the greatest a majority
 //     gave; when fewer than a majority gave that very fence, it is first written back
 //     (redlock_fence.lua) until a majority's last fence is at least it. Any later majority
 //     shares a master with that one, which gives a greater fence: fences increase as long as a

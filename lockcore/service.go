@@ -50,7 +50,7 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 		return nil, err
 	}
 	one := oneRedis{client: client, runner: runner{obs: opts.Observer}, chanPrefix: opts.KeyPrefix + "grants:",
-		subscribed: make(chan struct{})}
+		fenceKey: opts.KeyPrefix + "fence", subscribed: make(chan struct{})}
 	if opts.ReplicaAcks > 0 || opts.CountReplicas != nil {
 		one.acks = &replicaAcks{client: client, timeout: opts.ReplicaAckTimeout,
 			fixed: int64(opts.ReplicaAcks), count: opts.CountReplicas, log: opts.Logger}

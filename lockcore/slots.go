@@ -39,6 +39,12 @@ func crc16(s string) uint16 {
 	return crc
 }
 
+// slotFences is the fence floor of the slot of the lock with key lockKey, under prefix: a key
+// under a hash tag of that slot (see deployment.fences).
+func slotFences(prefix, lockKey string) string {
+	return prefix + "{" + slotTags()[keySlot(lockKey)] + "}fence"
+}
+
 // slotTags holds, for every slot, a short string whose hash slot it is: a hash tag that puts a
 // key or channel in that slot (the grants channel of the lock's slot, see chanPrefixFor).
 var slotTags = sync.OnceValue(func() []string {

@@ -19,3 +19,19 @@ func TestKeySlot(t *testing.T) {
 		}
 	}
 }
+
+// A lock's fence floor lives in the lock's slot, so that the lock's scripts may take it beside the
+// lock's own keys on a Cluster (and on RedLock, names of different slots have floors apart).
+func TestSlotFencesShareTheLocksSlot(t *testing.T) {
+	for _, name := range []string{"a", "orders.42", "x:y:z", "123", "Ω", "a-long-name-" + string(make([]byte, 40))} {
+		for _, key := range []string{"p:{" + name + "}", "p:{" + name + "}:sem"} {
+			floor := slotFences("p:", key)
+			if keySlot(floor) != keySlot(key) {
+				t.Errorf("the fence floor %q of %q is in slot %d, the lock in %d", floor, key, keySlot(floor), keySlot(key))
+			}
+		}
+	}
+	if a, b := slotFences("p:", "p:{a}"), slotFences("p:", "p:{a}:sem"); a != b {
+		t.Errorf("a lock and a semaphore of one name have floors %q and %q", a, b)
+	}
+}

@@ -151,7 +151,7 @@ func (sh scheduleShards) of(name string) scheduleShard {
 }
 
 // heldSince is how long ago a hold with fence was granted: a fence is the Redis clock in µs at its
-// grant (or one more than the name's previous fence, see next_fence in core.lua), so its age
+// grant (or one more than the last fence under its fence floor, see next_fence in core.lua), so its age
 // needs no extra state. Across hosts it includes the clock offset between Redis and this process.
 func heldSince(fence int64, now time.Time) time.Duration {
 	return max(now.Sub(time.UnixMicro(fence)), 0)

@@ -19,17 +19,21 @@ local function now_ms()
   return math.floor(now_us() / 1000)
 end
 
--- ARGV[4] is the fence key's TTL in ms. ARGV[5] is "" or, in RedLock mode (lockcore/redlock.go),
+-- ARGV[4] is the fence floor's TTL in ms. ARGV[5] is "" or, in RedLock mode (lockcore/redlock.go),
 -- the calling gateway's clock in µs: the same value reaches every master, and it stands in for the
 -- Redis clock where masters must agree: as the floor of a new fence (masters that saw the same
 -- grants then give the same fence) and as a newcomer's place in the wait queue (every master then
 -- orders waiters alike). Without it, both come from this Redis's clock.
 local fence_px, gw_us = ARGV[4], tonumber(ARGV[5] or '')
 
--- next_fence takes the next fence of the name whose fence key is fencekey: max(last fence + 1, now
--- in µs; RedLock: the gateway's clock), strictly increasing while the fence key lives, and still increasing after it expired
--- (ARGV[4] ms after the name's last grant), was lost, or was rolled back by a failover, as long as
--- the Redis clock moves forward.
+-- next_fence takes the next fence of a lock whose fence floor is fencekey: max(floor + 1, now in
+-- µs; RedLock: the gateway's clock), and raises the floor to it. The floor is the last fence
+-- granted to any lock under it (one per Redis, or per hash slot: lockcore's deployment.fences), so
+-- a lock needs no key of its own to keep its fences rising: they rise across releases, expiries
+-- (which run no script) and restarts that keep the data, whatever the Redis clock does, while the
+-- floor lives (ARGV[4] ms after the last grant under it); and still, after the floor expired, was
+-- lost, or was rolled back by a failover, as long as the Redis clock is not behind the clock
+-- that granted the fences before.
 local function next_fence(fencekey)
   local fence = gw_us or now_us()
   local last = tonumber(redis.call('GET', fencekey) or '0')

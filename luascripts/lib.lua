@@ -3,7 +3,8 @@
 -- its helpers by concept: lib_notify.lua (live events), lib_holders.lua, lib_idempotency.lua and
 -- lib_queue.lua, in that order.
 --
--- Every such script takes KEYS = [lock, fence, q, qd, qm, sh, shm] and starts its ARGV with
+-- Every such script takes KEYS = [lock, fence, q, qd, qm, sh, shm] (fence: the fence floor the
+-- lock's grants draw from, see next_fence in core.lua) and starts its ARGV with
 --   [chanprefix, claim_ms, liveness_ms, fence_ttl_ms, clock_us, kind]; its own arguments follow
 --   from ARGV[7]. clock_us is "" (the script reads the Redis clock) or, on RedLock, the calling
 --   gateway's clock (see core.lua).
@@ -37,7 +38,7 @@
 --             for a release or re-entry), replayed to its retries (see remember and replay)
 --   watch  hash  replica -> until when it streams the lock's events, :seq, :epoch; exists only
 --             while someone watches (see notify)
--- The fence key expires fence_ttl_ms after the lock's last grant (see grant).
+-- The fence floor expires fence_ttl_ms after the last grant under it (see next_fence in core.lua).
 local lock, fencekey, q, qd, qm, sh, shm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local chanprefix, claim_ms, liveness_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local kind = ARGV[6]

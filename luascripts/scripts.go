@@ -5,9 +5,13 @@
 // live in one Redis Cluster slot):
 //
 //	P{N}        hash  <lease id> -> reentry count, plus metadata fields whose names start with ':'
-//	                  (:owner, :fence, :ttl, :wd, :until); PEXPIRE = the lease's TTL
-//	P{N}:fence  string, the last fence granted for N; expires a configurable time (default a day)
-//	            after N's last grant, so Redis holds fences only for names in use
+//	                  (:owner, :fence, :ttl, :wd, :until); PEXPIRE = the lease's TTL. It is the
+//	                  only key of an exclusively held lock: its fence is its :fence field
+//	Pfence      string, the fence floor: the last fence granted to any lock or semaphore of this
+//	            Redis (on Redis Cluster and RedLock, one per hash slot: P{<slot tag>}fence, in the
+//	            slot of the locks it serves); every grant raises it (see next_fence in core.lua),
+//	            and it expires LEASEGATE_FENCE_TTL (default 10 min) after the last grant under it.
+//	            No key is kept per lock name: a free name leaves nothing in Redis
 //	P{N}:q, P{N}:qd, P{N}:qm   the wait queue (see lib.lua); they exist only while someone waits,
 //	            and expire ten liveness windows after the last enqueue or heartbeat
 //	Pwatchdog   zset "<N>\n<lease>" -> when its next renewal is due (ms, Redis time): the watchdog

@@ -135,7 +135,7 @@ func TestRenewExtends(t *testing.T) {
 
 func TestFencesStrictlyIncrease(t *testing.T) {
 	t.Parallel()
-	testkit.StandaloneOnly(t, "deletes the fence key on the Redis")
+	testkit.StandaloneOnly(t, "deletes the fence floor on the Redis")
 	e := testkit.NewEnv(t, nil)
 	var last int64
 	grant := func(i int, ttlMs int64) string {
@@ -160,9 +160,9 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 			e.Gateway = harness.NewGateway(t, e.GatewayOptions(e.Gateway.KeyPrefix, nil))
 			e.Client = harness.NewClient(t, e.Gateway.URL)
 			require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/fenced", testkit.TokenHeader(tok), "").Status)
-		case i == 700: // lose the fence key, as a Redis data loss would: the time floor still rises
+		case i == 700: // lose the fence floor, as a Redis data loss would: the time floor still rises
 			tok := grant(i, 30000)
-			e.Redis.MustDo(t, "DEL", e.Gateway.KeyPrefix+"{fenced}:fence")
+			e.Redis.MustDo(t, "DEL", e.Gateway.KeyPrefix+"fence")
 			require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/fenced", testkit.TokenHeader(tok), "").Status)
 		default:
 			tok := grant(i, 30000)

@@ -150,19 +150,20 @@ func TestRedissonSemaphoreAvailablePermits(t *testing.T) {
 }
 
 // testExpiration: a semaphore whose permit (lease 1 s) runs out leaves no key in Redis. Here: once
-// a permit ran out, only the semaphore's fence key is left, with a TTL (LEASEGATE_FENCE_TTL); a
-// permit that is released leaves no key without a TTL either.
+// a permit ran out, no key of the semaphore is left: only the fence floor every lock and semaphore
+// of the Redis shares, with a TTL (LEASEGATE_FENCE_TTL); a permit that is released leaves no key
+// without a TTL either.
 func TestRedissonSemaphoreExpiration(t *testing.T) {
 	t.Parallel()
 	testkit.StandaloneOnly(t, "reads the Redis keyspace")
 	w := newRedissonWorld(t)
 	p := w.tryPermit(t, w.replica(0), "exp", "p", 1, 300)
 	w.awaitRedisClock(t, p.Int("fence")+302_000, "the permit's lease to run out")
-	fence := w.Gateway.KeyPrefix + "{exp}:sem:fence"
-	harness.Eventually(t, 5*time.Second, "only the fence key left", func() bool {
+	fence := w.Gateway.KeyPrefix + "fence"
+	harness.Eventually(t, 5*time.Second, "only the fence floor left", func() bool {
 		return w.Redis.MustDo(t, "KEYS", w.Gateway.KeyPrefix+"*") == fence
 	})
-	assert.Positive(t, testkit.Atoi(t, w.Redis.MustDo(t, "PTTL", fence)), "the fence key expires")
+	assert.Positive(t, testkit.Atoi(t, w.Redis.MustDo(t, "PTTL", fence)), "the fence floor expires")
 
 	r := w.tryPermit(t, w.replica(1), "rel", "r", 1, 60000)
 	w.givePermitBack(t, w.replica(0), "rel", r.Str("token"))
