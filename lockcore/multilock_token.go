@@ -53,7 +53,7 @@ func (t *Tokens) ParseMulti(token, id string) (MultiLease, error) {
 	}
 	raw, err := t.verify(multiDomain, token)
 	if err != nil {
-		for _, k := range []Kind{KindLock, KindSemaphore} {
+		for _, k := range kinds {
 			if _, e := t.verify(leaseDomains[k], token); e == nil {
 				return MultiLease{}, fmt.Errorf("%w: a %s's token, not a multi-lock's", ErrInvalidToken, k)
 			}

@@ -205,3 +205,19 @@ var Held string
 //
 //go:embed idempotency_claim.lua
 var IdempotencyClaim string
+
+//go:embed lib_election.lua
+var libElection string
+
+//go:embed election.lua
+var election string
+
+// Election announces an election's leader and its value in the election's log, or reads them.
+var Election = libElection + election
+
+//go:embed election_resign.lua
+var electionResign string
+
+// ElectionResign announces the election leader's resignation and hands the election to the next
+// candidate, in one step: release.lua's body, run as the function release_body.
+var ElectionResign = core + libBody + libElection + "local function release_body()\n" + release + "\nend\n" + electionResign
