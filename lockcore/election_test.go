@@ -172,7 +172,7 @@ func TestElectionTokensAreTheirOwnKind(t *testing.T) {
 	require.NoError(t, err)
 	_, err = w.svc.Proclaim(ctx, lockcore.ProclaimRequest{Election: "same", Token: lock.Token, Value: "x"})
 	require.ErrorIs(t, err, lockcore.ErrInvalidToken)
-	assert.Contains(t, err.Error(), "a lock's token, not a election's")
+	assert.Contains(t, err.Error(), "a lock's token, not an election's")
 	_, err = w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef("same"), Token: a.Token})
 	require.ErrorIs(t, err, lockcore.ErrInvalidToken)
 	_, err = w.svc.Acquire(ctx, lockcore.AcquireRequest{Lock: "same", Kind: lockcore.KindElection, Owner: "a", TTL: time.Second})

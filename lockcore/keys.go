@@ -24,6 +24,14 @@ func (k Kind) String() string {
 	return "lock"
 }
 
+// withArticle is k with its indefinite article, for messages: "a lock", "an election".
+func (k Kind) withArticle() string {
+	if k == KindElection {
+		return "an " + k.String()
+	}
+	return "a " + k.String()
+}
+
 // Ref names one lock, semaphore or election.
 type Ref struct {
 	Kind Kind

@@ -83,11 +83,11 @@ func (t *Tokens) Parse(token string, ref Ref) (Lease, error) {
 	if err != nil {
 		for _, other := range kinds {
 			if _, e := t.verify(leaseDomains[other], token); other != ref.Kind && e == nil {
-				return Lease{}, fmt.Errorf("%w: a %s's token, not a %s's", ErrInvalidToken, other, ref.Kind)
+				return Lease{}, fmt.Errorf("%w: %s's token, not %s's", ErrInvalidToken, other.withArticle(), ref.Kind.withArticle())
 			}
 		}
 		if _, e := t.verify(multiDomain, token); e == nil {
-			return Lease{}, fmt.Errorf("%w: a multi-lock's token, not a %s's: use it on /multilocks", ErrInvalidToken, ref.Kind)
+			return Lease{}, fmt.Errorf("%w: a multi-lock's token, not %s's: use it on /multilocks", ErrInvalidToken, ref.Kind.withArticle())
 		}
 		return Lease{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}

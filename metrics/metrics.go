@@ -113,7 +113,7 @@ func (m *Metrics) ObserveRequest(route, method string, status int, took time.Dur
 // to choose, and each distinct label value would be a series kept until restart.
 func methodLabel(method string) string {
 	switch method {
-	case http.MethodGet, http.MethodPost, http.MethodDelete:
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete:
 		return method
 	}
 	return "other"
