@@ -71,8 +71,8 @@ func validValue(v *string, bad []InvalidParam) (string, []InvalidParam) {
 	return *v, bad
 }
 
-// Leadership is the body of a successful campaign (201) and proclaim (200): the leader's lease
-// and the value announced. EventID is the id of the election's event that announced the value
+// Leadership is the body of a successful campaign (201): the leader's lease and the value
+// announced. EventID is the id of the election's event that announced the value
 // (`elected`, or the latest `proclaimed`).
 type Leadership struct {
 	Election  string    `json:"election"`
@@ -85,6 +85,12 @@ type Leadership struct {
 	Watchdog  bool      `json:"watchdog"`
 	Since     Timestamp `json:"since"`
 	EventID   string    `json:"event_id"`
+}
+
+// Proclamation is the body of a successful PUT /elections/{name}: the leader as announced now.
+type Proclamation struct {
+	Election string `json:"election"`
+	ElectionLeader
 }
 
 // ElectionRenewal is the body of a successful POST /elections/{name}/renew.

@@ -19,7 +19,7 @@ import (
 // Elections is the election engine the handlers drive; *lockcore.Service implements it.
 type Elections interface {
 	Campaign(ctx context.Context, req lockcore.CampaignRequest) (lockcore.Leadership, error)
-	Proclaim(ctx context.Context, req lockcore.ProclaimRequest) (lockcore.Leadership, error)
+	Proclaim(ctx context.Context, req lockcore.ProclaimRequest) (lockcore.Leader, error)
 	Resign(ctx context.Context, req lockcore.ResignRequest) (lockcore.Resigned, error)
 	Leader(ctx context.Context, name string) (lockcore.ElectionState, error)
 	Observe(ctx context.Context, name, lastEventID string) (*lockcore.ElectionStream, error)
@@ -119,7 +119,7 @@ func (h *electionHandlers) proclaim(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leadershipBody(l))
+	writeJSON(w, http.StatusOK, api.Proclamation{Election: name, ElectionLeader: leaderBody(l)})
 }
 
 // resign handles DELETE /elections/{name}: the leader gives up the lead, and the first candidate
@@ -183,10 +183,14 @@ func leadershipBody(l lockcore.Leadership) api.Leadership {
 func electionStateBody(st lockcore.ElectionState) api.ElectionState {
 	body := api.ElectionState{Election: st.Election, Led: st.Leader != nil, Candidates: st.Candidates, LastEventID: st.LastEventID}
 	if l := st.Leader; l != nil {
-		body.Leader = &api.ElectionLeader{Owner: l.Owner, Value: l.Value, Fence: l.Fence, Since: api.Timestamp(l.Since),
-			TTLms: l.TTL.Milliseconds(), EventID: l.EventID}
+		body.Leader = ptr(leaderBody(*l))
 	}
 	return body
+}
+
+func leaderBody(l lockcore.Leader) api.ElectionLeader {
+	return api.ElectionLeader{Owner: l.Owner, Value: l.Value, Fence: l.Fence, Since: api.Timestamp(l.Since), TTLms: l.TTL.Milliseconds(),
+		EventID: l.EventID}
 }
 
 // electionEvents handles GET /elections/{name}/events: the election's announcements as

@@ -164,22 +164,22 @@ type ProclaimRequest struct {
 }
 
 // Proclaim announces a new value of the election's leader (a `proclaimed` entry) without giving up
-// the lead. It returns ErrInvalidToken for a bad token, ErrLeaseLost when the lease no longer
-// holds the election (a `vacant` entry is then written for it), and ErrUnavailable.
-func (s *Service) Proclaim(ctx context.Context, req ProclaimRequest) (Leadership, error) {
+// the lead, and returns the leader as announced. It returns ErrInvalidToken for a bad token,
+// ErrLeaseLost when the lease no longer holds the election (a `vacant` entry is then written for
+// it), and ErrUnavailable.
+func (s *Service) Proclaim(ctx context.Context, req ProclaimRequest) (Leader, error) {
 	ref := ElectionRef(req.Election)
 	if err := s.offered(ref); err != nil {
-		return Leadership{}, err
+		return Leader{}, err
 	}
 	l, err := s.tokens.Parse(req.Token, ref)
 	if err != nil {
-		return Leadership{}, err
+		return Leader{}, err
 	}
 	fingerprint := strings.Join([]string{"proclaim", ref.Name, l.ID, req.Value}, "\n")
 	if err := s.claimIdempotencyKey(ctx, req.IdempotencyKey, fingerprint, 0); err != nil {
-		return Leadership{}, err
+		return Leader{}, err
 	}
-	start := time.Now()
 	r, err := s.announce(ctx, ref, electionArgs{op: "proclaim", lease: l.ID, fence: l.Fence, owner: l.Owner, value: req.Value,
 		idem: s.idem(req.IdempotencyKey)})
 	if err == nil && (!r.ok || r.lease != l.ID) {
@@ -187,11 +187,9 @@ func (s *Service) Proclaim(ctx context.Context, req ProclaimRequest) (Leadership
 	}
 	if err != nil {
 		s.observeRefusal(ref.Kind.String(), err)
-		return Leadership{}, err
+		return Leader{}, err
 	}
-	leader := r.state.Leader
-	g := Grant{Lease: l, Mode: Exclusive, Token: req.Token, TTL: leader.TTL, ExpiresAt: start.Add(leader.TTL), Holds: 1}
-	return Leadership{Grant: g, Value: leader.Value, Since: leader.Since, EventID: leader.EventID}, nil
+	return *r.state.Leader, nil
 }
 
 // ResignRequest gives up the lead of the election whose lease Token names.

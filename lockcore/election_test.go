@@ -82,6 +82,7 @@ func TestElectionCampaignProclaimResignHandOver(t *testing.T) {
 	same, err := w.svc.Proclaim(ctx, lockcore.ProclaimRequest{Election: "e1", Token: a.Token, Value: "10.0.0.1:81"})
 	require.NoError(t, err)
 	assert.Equal(t, p.EventID, same.EventID, "the same value again announces nothing")
+	assert.Equal(t, a.Fence, p.Fence)
 
 	r, err := w.svc.Resign(ctx, lockcore.ResignRequest{Election: "e1", Token: a.Token})
 	require.NoError(t, err)

@@ -561,7 +561,7 @@ type Leadership struct {
 	// election endpoints refuse theirs (400).
 	Token string `json:"token"`
 
-	// TtlMs The lease's time to live in milliseconds (a proclaim's: what it has left).
+	// TtlMs The lease's time to live in milliseconds, counted from this grant.
 	TtlMs int64 `json:"ttl_ms"`
 
 	// Value What the leader announces with its lead, e.g. its address: any valid UTF-8 of at most
@@ -899,6 +899,38 @@ type ProblemPermission string
 
 // ProclaimRequest defines model for ProclaimRequest.
 type ProclaimRequest struct {
+	// Value What the leader announces with its lead, e.g. its address: any valid UTF-8 of at most
+	// 4096 bytes (without U+FFFD); it may be empty.
+	//
+	//
+	// Example: 10.0.3.7:8080
+	Value LeaderValue `json:"value"`
+}
+
+// Proclamation The leader after a proclaim (`ElectionLeader`'s members, and the election).
+type Proclamation struct {
+	// Election An election's name, with the rules of a lock's (a name space of its own).
+	//
+	// Example: scheduler
+	Election ElectionName `json:"election"`
+
+	// EventId The id of an election's event: its entry in the election's log (`<ms>-<seq>`), the `id`
+	// of its Server-Sent Event; `0-0` stands before the first.
+	//
+	//
+	// Example: 1795455484376-0
+	EventId EventID `json:"event_id"`
+	Fence   int64   `json:"fence"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner Owner     `json:"owner"`
+	Since time.Time `json:"since"`
+
+	// TtlMs What the leader's lease had left.
+	TtlMs int64 `json:"ttl_ms"`
+
 	// Value What the leader announces with its lead, e.g. its address: any valid UTF-8 of at most
 	// 4096 bytes (without U+FFFD); it may be empty.
 	//
@@ -6670,7 +6702,7 @@ type ProclaimResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Leadership
+	JSON200 *Proclamation
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -6720,7 +6752,7 @@ type ProclaimResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r ProclaimResponse) GetJSON200() *Leadership {
+func (r ProclaimResponse) GetJSON200() *Proclamation {
 	return r.JSON200
 }
 
@@ -12266,7 +12298,7 @@ func ParseProclaimResponse(rsp *http.Response) (*ProclaimResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Leadership
+		var dest Proclamation
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

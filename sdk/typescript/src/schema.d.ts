@@ -1063,7 +1063,7 @@ export interface components {
             fence: number;
             /**
              * Format: int64
-             * @description The lease's time to live in milliseconds (a proclaim's: what it has left).
+             * @description The lease's time to live in milliseconds, counted from this grant.
              */
             ttl_ms: number;
             /**
@@ -1078,6 +1078,22 @@ export interface components {
              * @description When the leader was announced (Redis time).
              */
             since: string;
+            event_id: components["schemas"]["EventID"];
+        };
+        /** @description The leader after a proclaim (`ElectionLeader`'s members, and the election). */
+        Proclamation: {
+            election: components["schemas"]["ElectionName"];
+            owner: components["schemas"]["Owner"];
+            value: components["schemas"]["LeaderValue"];
+            /** Format: int64 */
+            fence: number;
+            /** Format: date-time */
+            since: string;
+            /**
+             * Format: int64
+             * @description What the leader's lease had left.
+             */
+            ttl_ms: number;
             event_id: components["schemas"]["EventID"];
         };
         /** @description A leader's renewed lease. */
@@ -2531,14 +2547,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The value is announced. */
+            /** @description The value is announced; the answer is the leader as it stands. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Leadership"];
+                    "application/json": components["schemas"]["Proclamation"];
                 };
             };
             400: components["responses"]["BadRequest"];
