@@ -22,6 +22,9 @@ const electionPrefix = "election:"
 
 func isElection(name string) bool { return strings.HasPrefix(name, electionPrefix) }
 
+// hashTag is the hash tag of a checked name's keys: an election's keys are tagged with its name.
+func hashTag(name string) string { return strings.TrimPrefix(name, electionPrefix) }
+
 func path(name string) string {
 	if rest, ok := strings.CutPrefix(name, electionPrefix); ok {
 		return "/elections/" + rest
