@@ -23,7 +23,7 @@
 //	            the cap on what it holds at once (held.lua; only with LEASEGATE_QUOTA_HELD)
 //	Pidem-key:{K}  string  the fingerprint of the first request sent with Idempotency-Key K (scoped
 //	            to its principal), kept as long as its answer (idempotency_claim.lua)
-//	P{N}:elect...  an election N: a lock's keys under P{N}:elect (its lock hash, fence, line...),
+//	P{N}:elect...  an election N: a lock's keys under P{N}:elect (its hash, its line...),
 //	            plus P{N}:elect:leader (hash) and P{N}:elect:log (stream), see lib_election.lua
 //
 // A multi-lock's members are ordinary locks held by one lease "m-<uuid>"; its scripts
