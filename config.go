@@ -37,6 +37,8 @@ type Config struct {
 	MaxStreams        int           `split_words:"true" default:"1000"`
 	MaxStreamLifetime time.Duration `split_words:"true" default:"1h"`
 	FenceTTL          time.Duration `split_words:"true" default:"10m"`
+	ElectionLog       int           `split_words:"true" default:"1000"`
+	ElectionRetention time.Duration `split_words:"true" default:"24h"`
 	ShutdownTimeout   time.Duration `split_words:"true" default:"30s"`
 	LogLevel          string        `split_words:"true" default:"info"`
 	AccessLog         string        `split_words:"true" default:"errors"`
@@ -121,6 +123,9 @@ func loadConfig() (Config, error) {
 		check(cfg.MaxStreams >= 0, "MAX_STREAMS", "must not be negative, got %d", cfg.MaxStreams),
 		check(cfg.MaxStreamLifetime >= 0, "MAX_STREAM_LIFETIME", "must not be negative, got %v", cfg.MaxStreamLifetime),
 		check(cfg.FenceTTL >= time.Minute, "FENCE_TTL", "must be at least 1m, got %v", cfg.FenceTTL),
+		check(cfg.ElectionLog >= 1 && cfg.ElectionLog <= 1000000, "ELECTION_LOG", "must be between 1 and 1000000 events, got %d", cfg.ElectionLog),
+		check(cfg.ElectionRetention >= max(time.Minute, cfg.MaxTTL), "ELECTION_RETENTION",
+			"must be at least 1m and LEASEGATE_MAX_TTL (%v: a leader's value must outlive its lease), got %v", cfg.MaxTTL, cfg.ElectionRetention),
 		check(cfg.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT", "must be positive, got %v", cfg.ShutdownTimeout),
 		check(levelErr == nil, "LOG_LEVEL", "%q is not debug, info, warn or error", cfg.LogLevel),
 		check(cfg.LongHold > 0, "LONG_HOLD", "must be positive, got %v", cfg.LongHold),

@@ -262,7 +262,8 @@ func engineOptions(cfg Config, log *slog.Logger, m *metrics.Metrics) lockcore.Op
 		// A restarted RedLock master counts again once every lease it may have held has run
 		// out or been renewed without it (see lockcore/redlock.go).
 		RestartGuard: cfg.MaxTTL + time.Second, RedLockNewDeployment: cfg.RedlockNew,
-		MaxHeld: cfg.QuotaHeld,
+		MaxHeld:     cfg.QuotaHeld,
+		ElectionLog: cfg.ElectionLog, ElectionRetention: cfg.ElectionRetention,
 	}
 }
 
@@ -285,6 +286,7 @@ func newRouter(cfg Config, log *slog.Logger, svc *lockcore.Service, m *metrics.M
 		Quotas:       handlers.Quotas{Rate: cfg.QuotaRate, Burst: cfg.QuotaBurst, Parked: cfg.QuotaParked, Streams: cfg.QuotaStreams},
 		Streams:      handlers.Streams{Max: cfg.MaxStreams, Lifetime: cfg.MaxStreamLifetime},
 		AuthFailures: handlers.AuthFailures{Rate: cfg.AuthFailureRate},
+		Elections:    svc,
 	})
 }
 

@@ -28,6 +28,7 @@ const (
 	TypeAuthenticationThrottled = "urn:leasegate:problem:authentication-throttled"
 	TypeHeadersTooLarge         = "urn:leasegate:problem:headers-too-large"
 	TypeIdempotencyKeyReused    = "urn:leasegate:problem:idempotency-key-reused"
+	TypeElectionLed             = "urn:leasegate:problem:election-led"
 )
 
 // Problem is an RFC 9457 problem details body, with leasegate's extension members.
@@ -39,6 +40,7 @@ type Problem struct {
 	RequestID    string `json:"request_id,omitempty"`
 	Lock         string `json:"lock,omitempty"`
 	Semaphore    string `json:"semaphore,omitempty"`
+	Election     string `json:"election,omitempty"`
 	Permits      *int64 `json:"permits,omitempty"` // the semaphore's size (permits-mismatch)
 	RetryAfterms *int64 `json:"retry_after_ms,omitempty"`
 	Waitedms     *int64 `json:"waited_ms,omitempty"`

@@ -116,6 +116,14 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		}
 		p.QueueTicket = heldErr.QueueTicket
 		w.Header().Set("Retry-After", retryAfterSeconds(heldErr.RetryAfter))
+	case errors.As(err, &heldErr) && heldErr.Kind == lockcore.KindElection:
+		p.Status, p.Type, p.Title, p.Election = http.StatusConflict, api.TypeElectionLed, "Another candidate leads", heldErr.Lock
+		p.RetryAfterms = ptr(heldErr.RetryAfter.Milliseconds())
+		if heldErr.Waited > 0 {
+			p.Waitedms = ptr(heldErr.Waited.Milliseconds())
+		}
+		p.QueueTicket = heldErr.QueueTicket
+		w.Header().Set("Retry-After", retryAfterSeconds(heldErr.RetryAfter))
 	case errors.As(err, &heldErr):
 		p.Status, p.Type, p.Title, p.Lock, p.Locks = http.StatusConflict, api.TypeLockHeld, "Lock held", heldErr.Lock, heldErr.Locks
 		p.RetryAfterms = ptr(heldErr.RetryAfter.Milliseconds())

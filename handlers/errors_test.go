@@ -87,6 +87,16 @@ func TestWriteError(t *testing.T) {
 					assert.Equal(t, int64(2500), *p.Waitedms)
 				}
 			}},
+		{name: "election led, after a wait", err: &lockcore.HeldError{Lock: "e", Kind: lockcore.KindElection, RetryAfter: time.Second,
+			Waited: 2 * time.Second, QueueTicket: "tk"}, status: 409, typ: api.TypeElectionLed, retryAfter: "1",
+			check: func(t *testing.T, p api.Problem) {
+				assert.Equal(t, "e", p.Election)
+				assert.Empty(t, p.Lock)
+				assert.Equal(t, "tk", p.QueueTicket)
+				if assert.NotNil(t, p.Waitedms) {
+					assert.Equal(t, int64(2000), *p.Waitedms)
+				}
+			}},
 		{name: "lease lost", err: fmt.Errorf("%w: x", lockcore.ErrLeaseLost), status: 410, typ: api.TypeLeaseGone},
 		{name: "invalid token", err: lockcore.ErrInvalidToken, header: map[string]string{"Lease-Token": "x"},
 			status: 400, typ: api.TypeInvalidLeaseToken, detail: "invalid lease token"},

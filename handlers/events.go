@@ -42,13 +42,11 @@ func (h *lockHandlers) semaphoreEvents(w http.ResponseWriter, r *http.Request) {
 	h.stream(w, r, lockcore.SemaphoreRef(name))
 }
 
-// stream answers ref's live events as Server-Sent Events until the client leaves, the stream's
-// lease is lost (its last event), the gateway shuts down, or the gateway closes it (a "closed"
-// event, its last: the request's credentials stopped allowing it, or it reached its lifetime; see
-// Streams). Each event has an id (its number in this stream, from 1), a type and one line of JSON
-// data; a comment line goes out after keepAliveEvery without an event. Problems before the stream
-// starts (a bad name or token, a lease already gone, Redis down, too many streams) are answered as
-// problem+json.
+// stream answers ref's live events as Server-Sent Events (see serveEvents) until the client
+// leaves, the stream's lease is lost (its last event), the gateway shuts down, or the gateway
+// closes it. Each event has an id (its number in this stream, from 1), a type and one line of JSON
+// data. Problems before the stream starts (a bad name or token, a lease already gone, Redis down,
+// too many streams) are answered as problem+json.
 func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockcore.Ref) {
 	admitted, err := h.streams.admit(r, h.quotas)
 	if err != nil {
@@ -62,6 +60,25 @@ func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockco
 		return
 	}
 	defer st.Close()
+	h.serveEvents(w, r, &lockEvents{st: st, ref: ref, id: 1})
+}
+
+// eventSource is one open stream of events, as serveEvents writes them out.
+type eventSource interface {
+	// next waits for the next event until ctx ends and renders it into buf; last says the stream
+	// ends after it. Its errors are the stream's (ctx's error when nothing came in time).
+	next(ctx context.Context, buf *bytes.Buffer) (last bool, err error)
+	// closed renders the "closed" event that ends the stream for reason (see api.ClosedEvent).
+	closed(buf *bytes.Buffer, at time.Time, reason, detail string)
+	// done is closed once the Service closes.
+	done() <-chan struct{}
+}
+
+// serveEvents writes src's events as Server-Sent Events until the client leaves, src's last event,
+// the gateway shuts down, or the gateway closes the stream (a "closed" event, its last: the
+// request's credentials stopped allowing it, or it reached its lifetime; see Streams). A comment
+// line goes out after keepAliveEvery without an event.
+func (h *lockHandlers) serveEvents(w http.ResponseWriter, r *http.Request, src eventSource) {
 	rc := http.NewResponseController(w)
 	// A client that stops reading holds a Write up to eventWriteWindow: when the gateway shuts
 	// down, a write deadline of now makes it return at once, so Shutdown does not wait for it.
@@ -70,7 +87,7 @@ func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockco
 	go func() {
 		defer close(unblocked)
 		select {
-		case <-st.Done():
+		case <-src.done():
 			_ = rc.SetWriteDeadline(time.Now())
 		case <-handlerDone:
 		}
@@ -92,27 +109,23 @@ func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockco
 	}
 	var buf bytes.Buffer
 	wrote, checked := time.Now(), time.Now()
-	for id := 1; ; {
-		next, cancel := context.WithTimeout(r.Context(), wake)
-		ev, err := st.Next(next)
-		cancel()
+	for {
 		buf.Reset()
-		last := false
+		next, cancel := context.WithTimeout(r.Context(), wake)
+		last, err := src.next(next, &buf)
+		cancel()
 		now := time.Now()
 		if now.Sub(checked) >= wake {
 			checked = now
 			if reason, why := streamEnd(reauthorize, endOfLife, now); why != nil {
-				writeData(&buf, id, "closed", api.ClosedEvent{Lock: ref.Name, At: api.Timestamp(now), Reason: reason, Detail: why.Error()})
-				h.log.Info("event stream closed", "request_id", requestIDFrom(r.Context()), "lock", ref.Name, "reason", reason, "detail", why.Error())
+				buf.Reset()
+				src.closed(&buf, now, reason, why.Error())
+				h.log.Info("event stream closed", "request_id", requestIDFrom(r.Context()), "path", r.URL.Path, "reason", reason, "detail", why.Error())
 				err, last = nil, true
 			}
 		}
 		switch {
-		case last:
 		case err == nil:
-			writeEvent(&buf, id, ref, ev)
-			id++
-			last = ev.Type == lockcore.EventLost
 		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
 			if now.Sub(wrote) < keepAliveEvery {
 				continue
@@ -123,7 +136,7 @@ func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockco
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(eventWriteWindow))
 		select {
-		case <-st.Done(): // the goroutine above may have set its deadline before this one
+		case <-src.done(): // the goroutine above may have set its deadline before this one
 			return
 		default:
 		}
@@ -137,6 +150,29 @@ func (h *lockHandlers) stream(w http.ResponseWriter, r *http.Request, ref lockco
 	}
 }
 
+// lockEvents is a lock's (or semaphore's) live events as an eventSource, numbered from id.
+type lockEvents struct {
+	st  *lockcore.Stream
+	ref lockcore.Ref
+	id  int
+}
+
+func (e *lockEvents) next(ctx context.Context, buf *bytes.Buffer) (bool, error) {
+	ev, err := e.st.Next(ctx)
+	if err != nil {
+		return false, err
+	}
+	writeEvent(buf, e.id, e.ref, ev)
+	e.id++
+	return ev.Type == lockcore.EventLost, nil
+}
+
+func (e *lockEvents) closed(buf *bytes.Buffer, at time.Time, reason, detail string) {
+	writeData(buf, e.id, "closed", api.ClosedEvent{Lock: e.ref.Name, At: api.Timestamp(at), Reason: reason, Detail: detail})
+}
+
+func (e *lockEvents) done() <-chan struct{} { return e.st.Done() }
+
 // writeEvent renders ev as one Server-Sent Event into buf.
 func writeEvent(buf *bytes.Buffer, id int, ref lockcore.Ref, ev lockcore.Event) {
 	writeData(buf, id, string(ev.Type), eventBody(ref, ev))
@@ -144,7 +180,15 @@ func writeEvent(buf *bytes.Buffer, id int, ref lockcore.Ref, ev lockcore.Event) 
 
 // writeData renders one Server-Sent Event of type typ with data as its JSON line into buf.
 func writeData(buf *bytes.Buffer, id int, typ string, data any) {
-	buf.WriteString("id: " + strconv.Itoa(id) + "\nevent: " + typ + "\ndata: ")
+	writeSSE(buf, strconv.Itoa(id), typ, data)
+}
+
+// writeSSE renders one Server-Sent Event with id (none when "") into buf.
+func writeSSE(buf *bytes.Buffer, id, typ string, data any) {
+	if id != "" {
+		buf.WriteString("id: " + id + "\n")
+	}
+	buf.WriteString("event: " + typ + "\ndata: ")
 	_ = json.NewEncoder(buf).Encode(data) // one line, with its newline
 	buf.WriteString("\n")
 }

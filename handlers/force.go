@@ -32,6 +32,10 @@ func (h *lockHandlers) forceRelease(w http.ResponseWriter, r *http.Request, ref 
 		"request_id", requestIDFrom(r.Context()), "remote_addr", r.RemoteAddr, "principal", principalName(r.Context()),
 		"owners", owners, "fences", fences, "holds_removed", len(f.Holds), "waiters_granted", f.Granted)
 	removed := int64(len(f.Holds))
+	if ref.Kind == lockcore.KindElection {
+		writeJSON(w, http.StatusOK, api.ElectionForceRelease{Election: ref.Name, Released: true, Forced: true, HoldsRemoved: removed})
+		return
+	}
 	if ref.Kind == lockcore.KindSemaphore {
 		writeJSON(w, http.StatusOK, api.SemaphoreForceRelease{Semaphore: ref.Name, Released: true, Forced: true, HoldsRemoved: removed})
 		return

@@ -57,6 +57,9 @@ type Options struct {
 	// AuthFailures bound each client address's failed authentications (with Auth; see
 	// auth_failures.go).
 	AuthFailures AuthFailures
+	// Elections, when set, serves /elections (see elections.go); the lock engine renews and
+	// force-releases their leases.
+	Elections Elections
 }
 
 // Metrics is what the router needs of the gateway's metrics (*metrics.Metrics).
@@ -86,7 +89,7 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 			if r.Match(chi.NewRouteContext(), m, req.URL.EscapedPath()) {
 				allow = append(allow, m)
 			}
@@ -136,5 +139,14 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	r.Post("/multilocks/renew", g.need(lock, scopeMulti, h.renewMulti))
 	r.Delete("/multilocks/{id}", g.need(lock, scopeMulti, h.releaseMulti))
 	r.Post("/multilocks/{id}/renew", g.need(lock, scopeMulti, h.renewMulti))
+	if opts.Elections != nil {
+		e := &electionHandlers{lockHandlers: h, elections: opts.Elections}
+		r.Post("/elections/{name}", g.need(lock, scopeName, e.campaign))
+		r.Put("/elections/{name}", g.need(lock, scopeName, e.proclaim))
+		r.Delete("/elections/{name}", g.need(lock, scopeName, e.resign)) // ?force=true: admin
+		r.Get("/elections/{name}", g.need(inspect, scopeName, e.leader))
+		r.Post("/elections/{name}/renew", g.need(lock, scopeName, e.renewElection))
+		r.Get("/elections/{name}/events", g.need(inspect, scopeName, e.electionEvents))
+	}
 	return r
 }

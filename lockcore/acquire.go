@@ -23,6 +23,9 @@ func (s *Service) Acquire(ctx context.Context, req AcquireRequest) (Grant, error
 	if err := s.offered(req.ref()); err != nil {
 		return Grant{}, err
 	}
+	if req.Kind == KindElection {
+		return Grant{}, errCampaignOnly(req.ref(), "campaign for it (Campaign) rather than acquire it")
+	}
 	if err := s.claimIdempotencyKey(ctx, req.IdempotencyKey, req.fingerprint(req.Token), req.TTL); err != nil {
 		return Grant{}, err
 	}
@@ -175,7 +178,12 @@ func (s *Service) undoUnacked(ctx context.Context, l Lease, mode Mode) {
 	}
 }
 
-// undo gives back one hold of g, on a context of its own: the caller's may have ended.
+// undo gives back one hold of g, on a context of its own: the caller's may have ended. An
+// election's leader resigns (its `resigned` entry, if it was announced, with the release).
 func (s *Service) undo(ctx context.Context, g Grant) {
+	if g.Kind == KindElection {
+		_, _ = s.resignLease(context.WithoutCancel(ctx), g.Lease, "")
+		return
+	}
 	_, _ = s.releaseLease(context.WithoutCancel(ctx), g.Lease, "", g.Mode)
 }

@@ -98,6 +98,7 @@ const (
 	featureLongHolds  feature = "the long-hold report"
 	featureAcks       feature = "replica acks"
 	featureKeyReuse   feature = "detecting a reused Idempotency-Key"
+	featureElections  feature = "elections"
 )
 
 // closedChan is ready at once: RedLock's waiters do not wait for their masters' subscriptions (a

@@ -23,7 +23,9 @@
 // The Service's operations sit on top, a file each: acquire.go (try once, re-entry; grant.go holds
 // what a grant is and acquire.lua's contract), wait.go (a waiting acquire), release.go, renew.go,
 // inspect.go (and state.go: a lock's state as read), force.go, list.go, watch.go,
-// multilock.go (multilock_group.go, multilock_wait.go, multilock_token.go).
+// multilock.go (multilock_group.go, multilock_wait.go, multilock_token.go), election.go
+// (campaign, proclaim, resign, read; election_log.go: the log's scripts and entries;
+// election_stream.go: observers, and one follower of each observed election's log).
 //
 // Below everything: keys.go (Kind, Ref, Mode and a lock's keys), scripts.go (the table of Lua
 // scripts and the calls made of them), wire.go (the private string formats written into Redis),
@@ -55,4 +57,6 @@
 //   - copy: one full copy of the locks: the one Redis, or each RedLock master. A majority of
 //     copies (the quorum) must agree on RedLock; handOffs is how many must hand a waiter the lock.
 //   - restart guard: on RedLock, the time a master that restarted is not counted (redlock.go).
+//   - election: a lock of kind KindElection whose exclusive holder leads; its announcement is the
+//     entry of its log (elected, proclaimed, resigned, vacant) that says so (election.go).
 package lockcore

@@ -102,8 +102,11 @@ func (e *HeldError) Error() string {
 	if len(e.Locks) > 1 {
 		return fmt.Sprintf("%s: locks %q, retry after %v", ErrHeld, e.Locks, e.RetryAfter)
 	}
-	if e.Kind == KindSemaphore {
+	switch e.Kind {
+	case KindSemaphore:
 		return fmt.Sprintf("no permit free: semaphore %q, retry after %v", e.Lock, e.RetryAfter)
+	case KindElection:
+		return fmt.Sprintf("another candidate leads election %q, retry after %v", e.Lock, e.RetryAfter)
 	}
 	return fmt.Sprintf("%s: lock %q, retry after %v", ErrHeld, e.Lock, e.RetryAfter)
 }

@@ -54,6 +54,9 @@ func (s *Service) ForceRelease(ctx context.Context, ref Ref) (Forced, error) {
 			s.watchdog.unschedule(ctx, Lease{Lock: ref.Name, Kind: ref.Kind, ID: h.Lease})
 		}
 	}
+	if ref.Kind == KindElection && len(f.Holds) > 0 { // the leader's end is announced now (`vacant`)
+		s.keepElection(ctx, ref)
+	}
 	return f, nil
 }
 

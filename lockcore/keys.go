@@ -1,30 +1,47 @@
 package lockcore
 
-// Kind tells locks and semaphores apart: they are separate name spaces, with keys and tokens of
-// their own.
+// Kind tells locks, semaphores and elections apart: they are separate name spaces, with keys and
+// tokens of their own. An election is a lock of its own kind whose exclusive holder is its leader
+// (see election.go).
 type Kind uint8
 
 const (
 	KindLock Kind = iota
 	KindSemaphore
+	KindElection
 )
 
+// kinds are every Kind, for the loops that try each.
+var kinds = [...]Kind{KindLock, KindSemaphore, KindElection}
+
 func (k Kind) String() string {
-	if k == KindSemaphore {
+	switch k {
+	case KindSemaphore:
 		return "semaphore"
+	case KindElection:
+		return "election"
 	}
 	return "lock"
 }
 
-// Ref names one lock or one semaphore.
+// withArticle is k with its indefinite article, for messages: "a lock", "an election".
+func (k Kind) withArticle() string {
+	if k == KindElection {
+		return "an " + k.String()
+	}
+	return "a " + k.String()
+}
+
+// Ref names one lock, semaphore or election.
 type Ref struct {
 	Kind Kind
 	Name string
 }
 
-// LockRef names the lock name; SemaphoreRef the semaphore name.
+// LockRef names the lock name; SemaphoreRef the semaphore name; ElectionRef the election name.
 func LockRef(name string) Ref      { return Ref{KindLock, name} }
 func SemaphoreRef(name string) Ref { return Ref{KindSemaphore, name} }
+func ElectionRef(name string) Ref  { return Ref{KindElection, name} }
 
 // keys are the Redis keys of one lock or semaphore; see package luascripts for the layout.
 type keys struct {
@@ -37,14 +54,22 @@ type keys struct {
 // keys returns r's own keys under the space's prefix (all but fence, see engine.keys).
 func (ls lockSpace) keys(r Ref) keys {
 	base := ls.prefix + "{" + r.Name + "}"
-	if r.Kind == KindSemaphore {
+	switch r.Kind {
+	case KindSemaphore:
 		base += ":sem"
+	case KindElection:
+		base += ":elect"
 	}
 	return keys{lock: base, q: base + ":q", qd: base + ":qd", qm: base + ":qm", sh: base + ":sh", shm: base + ":shm"}
 }
 
 // all returns the keys the granting scripts take, in their KEYS order.
 func (k keys) all() []string { return []string{k.lock, k.fence, k.q, k.qd, k.qm, k.sh, k.shm} }
+
+// leader and log are an election's announced leader (a hash) and its log (a stream); see
+// luascripts/lib_election.lua.
+func (k keys) leader() string { return k.lock + ":leader" }
+func (k keys) log() string    { return k.lock + ":log" }
 
 // forced is the key of the mark a force release leaves for lease (see force.lua).
 func (k keys) forced(lease string) string { return k.lock + ":forced:" + lease }
@@ -87,4 +112,8 @@ func (m Mode) arg() string {
 type lockSpace struct {
 	prefix                          string
 	claimMs, livenessMs, fenceTTLMs string
+	// An election's log: how many entries it keeps, and how long (ms) it and the leader hash last
+	// after the last announcement or check.
+	electionLog         int
+	electionRetentionMs string
 }

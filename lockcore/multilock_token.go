@@ -53,9 +53,9 @@ func (t *Tokens) ParseMulti(token, id string) (MultiLease, error) {
 	}
 	raw, err := t.verify(multiDomain, token)
 	if err != nil {
-		for _, k := range []Kind{KindLock, KindSemaphore} {
+		for _, k := range kinds {
 			if _, e := t.verify(leaseDomains[k], token); e == nil {
-				return MultiLease{}, fmt.Errorf("%w: a %s's token, not a multi-lock's", ErrInvalidToken, k)
+				return MultiLease{}, fmt.Errorf("%w: %s's token, not a multi-lock's", ErrInvalidToken, k.withArticle())
 			}
 		}
 		return MultiLease{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)

@@ -63,8 +63,14 @@ type Options struct {
 	// MaxHeld caps the locks and semaphore permits one principal (AcquireRequest.Principal) holds
 	// at once across every replica, counting its waiting requests (0: no cap; see held_quota.go).
 	// Not on RedLock.
-	MaxHeld         int
-	LongHold        time.Duration
-	OnLongHoldSweep func(n int, oldest time.Duration)
-	OnRedisCheck    func(up bool)
+	MaxHeld int
+	// ElectionLog is how many entries an election's log keeps (default 1000): an observer that
+	// comes back with the id of an older one gets a fresh state (see ElectionStream).
+	// ElectionRetention is how long an election's log and announced value are kept after its
+	// last announcement or check (a leader's renewal checks; default 24h).
+	ElectionLog       int
+	ElectionRetention time.Duration
+	LongHold          time.Duration
+	OnLongHoldSweep   func(n int, oldest time.Duration)
+	OnRedisCheck      func(up bool)
 }

@@ -396,6 +396,8 @@ func (rl *redlock) offers(f feature) error {
 	switch f {
 	case featureSemaphores:
 		return notSupported(f, "RedLock", "a majority per permit does not bound the holders by the permits")
+	case featureElections:
+		return notSupported(f, "RedLock", "an election's log of leaders would need the masters to agree on its order")
 	case featureMultiLocks, featureEvents, featureListing, featureHeldQuota, featureLongHolds, featureAcks, featureKeyReuse:
 		return notSupported(f, "RedLock", "")
 	}

@@ -34,6 +34,9 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, er
 	if err := s.offered(req.Ref); err != nil {
 		return Released{}, err
 	}
+	if req.Ref.Kind == KindElection {
+		return Released{}, errCampaignOnly(req.Ref, "resign from it (Resign) rather than release it")
+	}
 	l, err := s.tokens.Parse(req.Token, req.Ref)
 	if err != nil {
 		return Released{}, err

@@ -35,6 +35,9 @@ func (s *Service) Renew(ctx context.Context, ref Ref, token string, ttl time.Dur
 	} else if s.ledgers.long != nil {
 		s.ledgers.long.track(ctx, l, g.TTL)
 	}
+	if ref.Kind == KindElection { // its log lives as long as it is renewed
+		s.keepElection(ctx, ref)
+	}
 	return g, nil
 }
 

@@ -57,6 +57,10 @@ var scripts = struct {
 	idempotencyClaim *script
 	// RedLock's own (see redlock.go).
 	redlockGuard, redlockFence, redlockYield, redlockSettle *script
+	// Elections' announcements (see election.go): election.lua's elect and proclaim are followed
+	// by WAIT when grants are (replica acks), so that a leader told it leads was announced on the
+	// replicas too; its check (a read that may announce a lapse) is not.
+	election, electionCheck, electionResign *script
 }{
 	acquire:          newScript("acquire", luascripts.Acquire, grantsHolds),
 	reenter:          newScript("reenter", luascripts.Reenter, grantsHolds),
@@ -83,6 +87,9 @@ var scripts = struct {
 	redlockFence:     newScript("redlock_fence", luascripts.RedlockFence, writes),
 	redlockYield:     newScript("redlock_yield", luascripts.RedlockYield, writes),
 	redlockSettle:    newScript("redlock_settle", luascripts.RedlockSettle, writes),
+	election:         newScript("election", luascripts.Election, grantsHolds),
+	electionCheck:    newScript("election_check", luascripts.Election, writes),
+	electionResign:   newScript("election_resign", luascripts.ElectionResign, writes),
 }
 
 // call is one run of a script: its KEYS and ARGV, and on the scripts of one lock what it is

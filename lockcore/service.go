@@ -17,14 +17,16 @@ import (
 // Service runs lock operations against one deployment of Redis. Safe for concurrent use. Close it
 // to end its waits and stop its goroutines.
 type Service struct {
-	engine   // where the locks live, their keys and calls, the log, the observer, the lifetime
-	cancel   context.CancelFunc
-	tokens   *Tokens
-	cfg      settings
-	waiters  *waiters  // this process's waiting acquires and their subscriptions (waiters.go)
-	events   *eventHub // this process's live event streams (event_hub.go)
-	watchdog *watchdog // the renewals of watchdog leases (watchdog.go)
-	ledgers  ledgers   // what is counted beside the locks: held quota, long holds, contention
+	engine  // where the locks live, their keys and calls, the log, the observer, the lifetime
+	cancel  context.CancelFunc
+	tokens  *Tokens
+	cfg     settings
+	waiters *waiters  // this process's waiting acquires and their subscriptions (waiters.go)
+	events  *eventHub // this process's live event streams (event_hub.go)
+	// elections are this process's election streams (election_stream.go)
+	elections *electionHub
+	watchdog  *watchdog // the renewals of watchdog leases (watchdog.go)
+	ledgers   ledgers   // what is counted beside the locks: held quota, long holds, contention
 }
 
 // settings are the Service's Options that its operations read.
@@ -70,7 +72,8 @@ func New(client rueidis.Client, tokens *Tokens, opts Options) (*Service, error) 
 func newService(dep deployment, tokens *Tokens, opts Options) *Service {
 	s := &Service{
 		engine: engine{dep: dep, log: opts.Logger, obs: opts.Observer,
-			space: lockSpace{prefix: opts.KeyPrefix, claimMs: ms(opts.ClaimTTL), livenessMs: ms(opts.Liveness), fenceTTLMs: ms(opts.FenceTTL)}},
+			space: lockSpace{prefix: opts.KeyPrefix, claimMs: ms(opts.ClaimTTL), livenessMs: ms(opts.Liveness), fenceTTLMs: ms(opts.FenceTTL),
+				electionLog: opts.ElectionLog, electionRetentionMs: ms(opts.ElectionRetention)}},
 		tokens: tokens,
 		cfg: settings{pingTimeout: opts.PingTimeout, claimTTL: opts.ClaimTTL, ticketGrace: opts.TicketGrace,
 			idemWindow: opts.IdempotencyWindow},
@@ -84,6 +87,7 @@ func newService(dep deployment, tokens *Tokens, opts Options) *Service {
 	s.waiters = newWaiters(e, uuid.NewString(), opts)
 	s.events = newEventHub(e, s.waiters)
 	s.waiters.events = s.events
+	s.elections = newElectionHub(s)
 	dep.listen(s.waiters)
 	s.watchdog = newWatchdog(e, s)
 	e.wg.Go(s.watchdog.sweep)
@@ -118,6 +122,8 @@ func (opts Options) withDefaults() (Options, error) {
 	opts.IdempotencyWindow = cmp.Or(opts.IdempotencyWindow, 10*time.Minute)
 	opts.ReplicaAckTimeout = cmp.Or(opts.ReplicaAckTimeout, 500*time.Millisecond)
 	opts.LongHold = cmp.Or(opts.LongHold, 10*time.Minute)
+	opts.ElectionLog = cmp.Or(opts.ElectionLog, 1000)
+	opts.ElectionRetention = cmp.Or(opts.ElectionRetention, 24*time.Hour)
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
@@ -135,6 +141,10 @@ func (opts Options) withDefaults() (Options, error) {
 	}
 	if opts.ReplicaAcks > 0 && opts.CountReplicas != nil {
 		return opts, fmt.Errorf("%w: replica acks are a number or every replica, not both", ErrInvalid)
+	}
+	if opts.ElectionLog < 1 || opts.ElectionRetention < time.Second {
+		return opts, fmt.Errorf("%w: an election's log must keep at least 1 entry for at least 1s, got %d for %v", ErrInvalid,
+			opts.ElectionLog, opts.ElectionRetention)
 	}
 	if opts.Liveness <= opts.Heartbeat {
 		return opts, fmt.Errorf("%w: liveness %v must exceed the heartbeat %v", ErrInvalid, opts.Liveness, opts.Heartbeat)
@@ -191,10 +201,14 @@ func (s *Service) idem(key string) idempotency {
 	return idempotency{key: key, window: s.cfg.idemWindow}
 }
 
-// offered returns the deployment's ErrNotSupported for a kind of lock it lacks (semaphores).
+// offered returns the deployment's ErrNotSupported for a kind of lock it lacks (semaphores,
+// elections).
 func (s *Service) offered(ref Ref) error {
-	if ref.Kind == KindSemaphore {
+	switch ref.Kind {
+	case KindSemaphore:
 		return s.dep.offers(featureSemaphores)
+	case KindElection:
+		return s.dep.offers(featureElections)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 
 // Lease identifies one grant of a lock: who holds it, under which random lease ID, and its fence.
 type Lease struct {
-	Lock  string `json:"lock"` // the lock's or the semaphore's name
+	Lock  string `json:"lock"` // the lock's, the semaphore's or the election's name
 	Owner string `json:"owner"`
 	ID    string `json:"lease"`
 	Fence int64  `json:"fence"`
@@ -26,8 +26,8 @@ type Lease struct {
 	// and then absent from the payload, so that such tokens keep their form). It is signed with
 	// the rest: the handlers refuse a token presented by any other principal.
 	Principal string `json:"principal,omitempty"`
-	// Kind is not in the payload: a semaphore's token is signed in a domain of its own, so that it
-	// never passes for a lock's, nor the other way round.
+	// Kind is not in the payload: a semaphore's and an election's tokens are signed in domains of
+	// their own, so that none passes for another kind's.
 	Kind Kind `json:"-"`
 }
 
@@ -81,12 +81,13 @@ func (t *Tokens) Parse(token string, ref Ref) (Lease, error) {
 	}
 	raw, err := t.verify(leaseDomains[ref.Kind], token)
 	if err != nil {
-		other := KindLock + KindSemaphore - ref.Kind
-		if _, e := t.verify(leaseDomains[other], token); e == nil {
-			return Lease{}, fmt.Errorf("%w: a %s's token, not a %s's", ErrInvalidToken, other, ref.Kind)
+		for _, other := range kinds {
+			if _, e := t.verify(leaseDomains[other], token); other != ref.Kind && e == nil {
+				return Lease{}, fmt.Errorf("%w: %s's token, not %s's", ErrInvalidToken, other.withArticle(), ref.Kind.withArticle())
+			}
 		}
 		if _, e := t.verify(multiDomain, token); e == nil {
-			return Lease{}, fmt.Errorf("%w: a multi-lock's token, not a %s's: use it on /multilocks", ErrInvalidToken, ref.Kind)
+			return Lease{}, fmt.Errorf("%w: a multi-lock's token, not %s's: use it on /multilocks", ErrInvalidToken, ref.Kind.withArticle())
 		}
 		return Lease{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
@@ -148,9 +149,9 @@ func ReadClaims(token string) (c TokenClaims, ok bool) {
 }
 
 // Signing domains keep one kind of signed value from passing for another: a lock's lease token's
-// signature covers its payload alone (the original format), a semaphore's token's and a queue
-// ticket's a prefix too.
-var leaseDomains = [...]string{KindLock: "", KindSemaphore: "semaphore."}
+// signature covers its payload alone (the original format), a semaphore's, an election's and a
+// queue ticket's a prefix too.
+var leaseDomains = [...]string{KindLock: "", KindSemaphore: "semaphore.", KindElection: "election."}
 
 const (
 	ticketDomain = "queue-ticket."

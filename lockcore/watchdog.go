@@ -242,6 +242,9 @@ func (w *watchdog) renewDue(ctx context.Context, member string) int64 {
 		return 0
 	}
 	e.obs.WatchdogRenewal("renewed")
+	if ref.Kind == KindElection { // its log lives as long as its leader is renewed
+		e.keepElection(ctx, ref)
+	}
 	return r[1]
 }
 

@@ -4,11 +4,14 @@ package lockcore
 // side of each is named beside it; a change here is a change of the data layout, which gateway
 // replicas of different versions share during a rolling upgrade.
 //
-//   - schedule members: the watchdog's schedule, "<lock>\n<lease>[\ns]" and a multi-lock's
+//   - schedule members: the watchdog's schedule, "<lock>\n<lease>[\ns|\ne]" (s: a semaphore's, e:
+//     an election's) and a multi-lock's
 //     "<id>\n<x|s>\n<member>..." (watchdog_schedule.lua, watchdog_renew.lua, multi_renew.lua)
 //   - long-hold candidates: "l\n" or "g\n" + a schedule member, in the aged zsets (aged.lua)
 //   - held members: "<kind> <name> <lease>" in a principal's ledger (held.lua)
-//   - script arguments: kinds ("l", "s"), modes ("x", "s"), flags ("0", "1"), milliseconds
+//   - script arguments: kinds ("l", "s"; an election is an "l"), modes ("x", "s"), flags ("0", "1"),
+//     milliseconds
+//   - an election's leader hash and log entries (luascripts/lib_election.lua, read in election_log.go)
 //   - a fence is the Redis time of its grant in µs (core.lua's next_fence), hence heldSince
 //
 // Two more live in Lua and are read where they arrive: the messages on a replica's grant channel
@@ -29,9 +32,15 @@ import (
 // holds that may outlive the long-hold threshold (see long_holds.go).
 type scheduleShard struct{ leases, groups, candidates string }
 
+// scheduleMember is l's entry in the watchdog schedule. An election's ("\ne") is not understood by
+// a build before elections, which drops the duty when it sweeps it: during a rolling upgrade, a
+// watchdog leader's lease is renewed only once every replica runs a build with elections.
 func scheduleMember(l Lease) string {
-	if l.Kind == KindSemaphore {
+	switch l.Kind {
+	case KindSemaphore:
 		return l.Lock + "\n" + l.ID + "\ns"
+	case KindElection:
+		return l.Lock + "\n" + l.ID + "\ne"
 	}
 	return l.Lock + "\n" + l.ID
 }
@@ -72,7 +81,7 @@ func groupHeldMembers(m MultiLease) []string {
 	return out
 }
 
-// kindArg is the kind argument of the scripts built on lib.lua.
+// kindArg is the kind argument of the scripts built on lib.lua: an election's lock is a lock.
 func kindArg(k Kind) string {
 	if k == KindSemaphore {
 		return "s"
@@ -100,6 +109,8 @@ func parseScheduleMember(member string) (ref Ref, lease string, ok bool) {
 	ref, lease = LockRef(parts[0]), parts[1]
 	if len(parts) == 3 && parts[2] == "s" {
 		ref.Kind = KindSemaphore
+	} else if len(parts) == 3 && parts[2] == "e" {
+		ref.Kind = KindElection
 	}
 	return ref, lease, true
 }

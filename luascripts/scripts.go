@@ -27,6 +27,8 @@
 //	            the cap on what it holds at once (held.lua; only with LEASEGATE_QUOTA_HELD)
 //	Pidem-key:{K}  string  the fingerprint of the first request sent with Idempotency-Key K (scoped
 //	            to its principal), kept as long as its answer (idempotency_claim.lua)
+//	P{N}:elect...  an election N: a lock's keys under P{N}:elect (its hash, its line...),
+//	            plus P{N}:elect:leader (hash) and P{N}:elect:log (stream), see lib_election.lua
 //
 // A multi-lock's members are ordinary locks held by one lease "m-<uuid>"; its scripts
 // (multi_*.lua) take the keys of every member, which may live in different hash tags.
@@ -209,3 +211,19 @@ var Held string
 //
 //go:embed idempotency_claim.lua
 var IdempotencyClaim string
+
+//go:embed lib_election.lua
+var libElection string
+
+//go:embed election.lua
+var election string
+
+// Election announces an election's leader and its value in the election's log, or reads them.
+var Election = libElection + election
+
+//go:embed election_resign.lua
+var electionResign string
+
+// ElectionResign announces the election leader's resignation and hands the election to the next
+// candidate, in one step: release.lua's body, run as the function release_body.
+var ElectionResign = core + libBody + libElection + "local function release_body()\n" + release + "\nend\n" + electionResign

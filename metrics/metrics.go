@@ -36,6 +36,8 @@ type Metrics struct {
 	httpRequests                      *prometheus.CounterVec
 	httpSeconds                       *prometheus.HistogramVec
 	longHolds, oldestHold             prometheus.Gauge
+	leaderChanges                     *prometheus.CounterVec
+	proclaims                         prometheus.Counter
 }
 
 // latencyBuckets suit calls that take well under a millisecond on loopback and up to seconds
@@ -75,6 +77,9 @@ func New(longHold time.Duration) *Metrics {
 		httpSeconds:      f.histograms("http_request_duration_seconds", "HTTP request latency by route pattern and method (long-polls included).", latencyBuckets, "route", "method"),
 		longHolds:        f.gauge("long_holds", "Holds (locks, semaphore permits) older than LEASEGATE_LONG_HOLD, all replicas, as of the last sweep."),
 		oldestHold:       f.gauge("oldest_hold_seconds", "Age of the oldest hold older than LEASEGATE_LONG_HOLD (0: none), as of the last sweep."),
+		leaderChanges: f.counters("leader_changes_total", "Leader changes this replica announced in elections' logs: elected, resigned, "+
+			"vacant (a leader's lease found gone).", "event"),
+		proclaims: f.counter("leader_proclaims_total", "New values election leaders proclaimed through this replica."),
 	}
 	f.gauge("long_hold_threshold_seconds", "LEASEGATE_LONG_HOLD: holds older than this count as long.").Set(longHold.Seconds())
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -108,7 +113,7 @@ func (m *Metrics) ObserveRequest(route, method string, status int, took time.Dur
 // to choose, and each distinct label value would be a series kept until restart.
 func methodLabel(method string) string {
 	switch method {
-	case http.MethodGet, http.MethodPost, http.MethodDelete:
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete:
 		return method
 	}
 	return "other"
@@ -187,6 +192,15 @@ func (m *Metrics) ScriptCall(name string, failed bool, took time.Duration) {
 
 func (m *Metrics) RedisError()   { m.redisErrors.Inc() }
 func (m *Metrics) Resubscribed() { m.reconnects.Inc() }
+
+func (m *Metrics) ElectionEvent(event string) {
+	switch event {
+	case "proclaimed":
+		m.proclaims.Inc()
+	case "elected", "resigned", "vacant":
+		m.leaderChanges.WithLabelValues(event).Inc()
+	}
+}
 
 // factory registers leasegate_ collectors.
 type factory struct{ reg *prometheus.Registry }

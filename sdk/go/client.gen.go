@@ -111,6 +111,7 @@ func (e ProblemPermission) Valid() bool {
 
 // Defines values for TopLongestHeldKind.
 const (
+	TopLongestHeldKindElection  TopLongestHeldKind = "election"
 	TopLongestHeldKindLock      TopLongestHeldKind = "lock"
 	TopLongestHeldKindSemaphore TopLongestHeldKind = "semaphore"
 )
@@ -118,6 +119,8 @@ const (
 // Valid indicates whether the value is a known member of the TopLongestHeldKind enum.
 func (e TopLongestHeldKind) Valid() bool {
 	switch e {
+	case TopLongestHeldKindElection:
+		return true
 	case TopLongestHeldKindLock:
 		return true
 	case TopLongestHeldKindSemaphore:
@@ -129,6 +132,7 @@ func (e TopLongestHeldKind) Valid() bool {
 
 // Defines values for TopMostContendedKind.
 const (
+	TopMostContendedKindElection  TopMostContendedKind = "election"
 	TopMostContendedKindLock      TopMostContendedKind = "lock"
 	TopMostContendedKindSemaphore TopMostContendedKind = "semaphore"
 )
@@ -136,6 +140,8 @@ const (
 // Valid indicates whether the value is a known member of the TopMostContendedKind enum.
 func (e TopMostContendedKind) Valid() bool {
 	switch e {
+	case TopMostContendedKindElection:
+		return true
 	case TopMostContendedKindLock:
 		return true
 	case TopMostContendedKindSemaphore:
@@ -154,6 +160,21 @@ const (
 func (e Force) Valid() bool {
 	switch e {
 	case ForceTrue:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ResignParamsForce.
+const (
+	ResignParamsForceTrue ResignParamsForce = true
+)
+
+// Valid indicates whether the value is a known member of the ResignParamsForce enum.
+func (e ResignParamsForce) Valid() bool {
+	switch e {
+	case ResignParamsForceTrue:
 		return true
 	default:
 		return false
@@ -267,6 +288,129 @@ type AcquireRequest struct {
 	Watchdog *bool `json:"watchdog,omitempty"`
 }
 
+// CampaignRequest defines model for CampaignRequest.
+type CampaignRequest struct {
+	// MaxHoldMs Watchdog leases only, as for locks.
+	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner Owner `json:"owner"`
+
+	// QueueTicket Waiting requests only, as for locks (the ticket of a 409 `election-led` after a wait).
+	QueueTicket *string `json:"queue_ticket,omitempty"`
+
+	// TtlMs The leader's lease time to live in milliseconds, as for locks.
+	TtlMs *int64 `json:"ttl_ms,omitempty"`
+
+	// Value What the leader announces with its lead, e.g. its address: any valid UTF-8 of at most
+	// 4096 bytes (without U+FFFD); it may be empty.
+	//
+	//
+	// Example: 10.0.3.7:8080
+	Value LeaderValue `json:"value"`
+
+	// WaitMs How long to wait in line to be elected, in milliseconds, as for locks (capped to `LEASEGATE_MAX_WAIT`).
+	WaitMs *int64 `json:"wait_ms,omitempty"`
+
+	// Watchdog If true, the gateway renews the leader's lease itself, as for locks.
+	Watchdog *bool `json:"watchdog,omitempty"`
+}
+
+// ElectionForceRelease The answer to an election's force release (`?force=true`).
+type ElectionForceRelease struct {
+	// Election An election's name, with the rules of a lock's (a name space of its own).
+	//
+	// Example: scheduler
+	Election ElectionName `json:"election"`
+
+	// Forced Always true.
+	Forced bool `json:"forced"`
+
+	// HoldsRemoved 1 when someone led (or had just been handed the lead), else 0.
+	HoldsRemoved int64 `json:"holds_removed"`
+
+	// Released Always true.
+	Released bool `json:"released"`
+}
+
+// ElectionLeader defines model for ElectionLeader.
+type ElectionLeader struct {
+	// EventId The id of an election's event: its entry in the election's log (`<ms>-<seq>`), the `id`
+	// of its Server-Sent Event; `0-0` stands before the first.
+	//
+	//
+	// Example: 1795455484376-0
+	EventId EventID `json:"event_id"`
+	Fence   int64   `json:"fence"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner Owner     `json:"owner"`
+	Since time.Time `json:"since"`
+
+	// TtlMs What the leader's lease had left when read.
+	TtlMs int64 `json:"ttl_ms"`
+
+	// Value What the leader announces with its lead, e.g. its address: any valid UTF-8 of at most
+	// 4096 bytes (without U+FFFD); it may be empty.
+	//
+	//
+	// Example: 10.0.3.7:8080
+	Value LeaderValue `json:"value"`
+}
+
+// ElectionName An election's name, with the rules of a lock's (a name space of its own).
+//
+// Example: scheduler
+type ElectionName = string
+
+// ElectionRenewal A leader's renewed lease.
+type ElectionRenewal struct {
+	// Election An election's name, with the rules of a lock's (a name space of its own).
+	//
+	// Example: scheduler
+	Election  ElectionName `json:"election"`
+	ExpiresAt time.Time    `json:"expires_at"`
+	Fence     int64        `json:"fence"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner    Owner  `json:"owner"`
+	Token    string `json:"token"`
+	TtlMs    int64  `json:"ttl_ms"`
+	Watchdog bool   `json:"watchdog"`
+}
+
+// ElectionState defines model for ElectionState.
+type ElectionState struct {
+	// Candidates Live candidates waiting in line (the leader not counted).
+	Candidates int64 `json:"candidates"`
+
+	// Election An election's name, with the rules of a lock's (a name space of its own).
+	//
+	// Example: scheduler
+	Election ElectionName `json:"election"`
+
+	// LastEventId The id of an election's event: its entry in the election's log (`<ms>-<seq>`), the `id`
+	// of its Server-Sent Event; `0-0` stands before the first.
+	//
+	//
+	// Example: 1795455484376-0
+	LastEventId EventID         `json:"last_event_id"`
+	Leader      *ElectionLeader `json:"leader,omitempty"`
+	Led         bool            `json:"led"`
+}
+
+// EventID The id of an election's event: its entry in the election's log (`<ms>-<seq>`), the `id`
+// of its Server-Sent Event; `0-0` stands before the first.
+//
+// Example: 1795455484376-0
+type EventID = string
+
 // ForceRelease The answer to a force release (`?force=true`).
 type ForceRelease struct {
 	// Forced Always true.
@@ -376,6 +520,59 @@ type InvalidParam struct {
 	//
 	// Example: must be between 1 and 3600000 milliseconds (the configured maximum), got 0
 	Reason string `json:"reason"`
+}
+
+// LeaderValue What the leader announces with its lead, e.g. its address: any valid UTF-8 of at most
+// 4096 bytes (without U+FFFD); it may be empty.
+//
+// Example: 10.0.3.7:8080
+type LeaderValue = string
+
+// Leadership A leader's lease and the value announced with it.
+type Leadership struct {
+	// Election An election's name, with the rules of a lock's (a name space of its own).
+	//
+	// Example: scheduler
+	Election ElectionName `json:"election"`
+
+	// EventId The id of an election's event: its entry in the election's log (`<ms>-<seq>`), the `id`
+	// of its Server-Sent Event; `0-0` stands before the first.
+	//
+	//
+	// Example: 1795455484376-0
+	EventId EventID `json:"event_id"`
+
+	// ExpiresAt When the lease expires unless renewed (RFC 3339, UTC, millisecond precision).
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Fence The lead's fence, strictly greater than every earlier leader's of this election.
+	Fence int64 `json:"fence"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner Owner `json:"owner"`
+
+	// Since When the leader was announced (Redis time).
+	Since time.Time `json:"since"`
+
+	// Token The leader's lease token, for `Lease-Token` (proclaim, renew, resign). An election's
+	// token is signed in a domain of its own: lock and semaphore endpoints refuse it, and
+	// election endpoints refuse theirs (400).
+	Token string `json:"token"`
+
+	// TtlMs The lease's time to live in milliseconds, counted from this grant.
+	TtlMs int64 `json:"ttl_ms"`
+
+	// Value What the leader announces with its lead, e.g. its address: any valid UTF-8 of at most
+	// 4096 bytes (without U+FFFD); it may be empty.
+	//
+	//
+	// Example: 10.0.3.7:8080
+	Value LeaderValue `json:"value"`
+
+	// Watchdog Whether the gateway renews the lease itself.
+	Watchdog bool `json:"watchdog"`
 }
 
 // ListedHolder One hold in a listing.
@@ -622,6 +819,7 @@ type Owner = string
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -632,7 +830,7 @@ type Owner = string
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -641,6 +839,9 @@ type Owner = string
 type Problem struct {
 	// Detail A human-readable explanation of this occurrence.
 	Detail string `json:"detail"`
+
+	// Election The election name the problem concerns (election-led).
+	Election *string `json:"election,omitempty"`
 
 	// InvalidParams With invalid-request, every rejected input and why.
 	InvalidParams *[]InvalidParam `json:"invalid_params,omitempty"`
@@ -696,6 +897,48 @@ type Problem struct {
 // ProblemPermission With forbidden, the permission the principal lacks.
 type ProblemPermission string
 
+// ProclaimRequest defines model for ProclaimRequest.
+type ProclaimRequest struct {
+	// Value What the leader announces with its lead, e.g. its address: any valid UTF-8 of at most
+	// 4096 bytes (without U+FFFD); it may be empty.
+	//
+	//
+	// Example: 10.0.3.7:8080
+	Value LeaderValue `json:"value"`
+}
+
+// Proclamation The leader after a proclaim (`ElectionLeader`'s members, and the election).
+type Proclamation struct {
+	// Election An election's name, with the rules of a lock's (a name space of its own).
+	//
+	// Example: scheduler
+	Election ElectionName `json:"election"`
+
+	// EventId The id of an election's event: its entry in the election's log (`<ms>-<seq>`), the `id`
+	// of its Server-Sent Event; `0-0` stands before the first.
+	//
+	//
+	// Example: 1795455484376-0
+	EventId EventID `json:"event_id"`
+	Fence   int64   `json:"fence"`
+
+	// Owner Who holds or asks for the lock, 1-128 printable Unicode characters.
+	//
+	// Example: billing-worker-7
+	Owner Owner     `json:"owner"`
+	Since time.Time `json:"since"`
+
+	// TtlMs What the leader's lease had left.
+	TtlMs int64 `json:"ttl_ms"`
+
+	// Value What the leader announces with its lead, e.g. its address: any valid UTF-8 of at most
+	// 4096 bytes (without U+FFFD); it may be empty.
+	//
+	//
+	// Example: 10.0.3.7:8080
+	Value LeaderValue `json:"value"`
+}
+
 // Release defines model for Release.
 type Release struct {
 	// Holds Holds of that mode the lease still has after this release.
@@ -727,6 +970,32 @@ type RenewRequest struct {
 	//
 	// Example: 30000
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
+}
+
+// ResignResult A resignation's answer (`Resignation`), or a force release's (`ElectionForceRelease`).
+type ResignResult struct {
+	union json.RawMessage
+}
+
+// Resignation defines model for Resignation.
+type Resignation struct {
+	// Election An election's name, with the rules of a lock's (a name space of its own).
+	//
+	// Example: scheduler
+	Election ElectionName `json:"election"`
+
+	// EventId The id of an election's event: its entry in the election's log (`<ms>-<seq>`), the `id`
+	// of its Server-Sent Event; `0-0` stands before the first.
+	//
+	//
+	// Example: 1795455484376-0
+	EventId *EventID `json:"event_id,omitempty"`
+
+	// Fence The fence of the lead given up.
+	Fence int64 `json:"fence"`
+
+	// Resigned Always true.
+	Resigned bool `json:"resigned"`
 }
 
 // SemaphoreAcquireRequest defines model for SemaphoreAcquireRequest.
@@ -906,6 +1175,15 @@ type TopLongestHeldKind string
 // TopMostContendedKind defines model for Top.MostContended.Kind.
 type TopMostContendedKind string
 
+// ElectionNameParam defines model for ElectionNameParam.
+type ElectionNameParam = string
+
+// ElectionTokenRelease defines model for ElectionTokenRelease.
+type ElectionTokenRelease = string
+
+// ElectionTokenRequired defines model for ElectionTokenRequired.
+type ElectionTokenRequired = string
+
 // Force defines model for Force.
 type Force bool
 
@@ -957,6 +1235,7 @@ type SemaphoreNameParam = string
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -967,7 +1246,7 @@ type SemaphoreNameParam = string
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -987,6 +1266,7 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -997,7 +1277,7 @@ type BackendUnavailable = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1017,6 +1297,7 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1027,7 +1308,7 @@ type BadRequest = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1047,6 +1328,7 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1057,13 +1339,44 @@ type BodyTooLarge = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type ClientError = Problem
+
+// ElectionLed An RFC 9457 problem details body with leasegate's extension members. Clients switch
+// on `type`, never on `title`. The problem types:
+//
+// | type | status | meaning |
+// | --- | --- | --- |
+// | `urn:leasegate:problem:invalid-request` | 400 | The request body is not valid JSON, has unknown members, or a member is out of range; `invalid_params` lists every rejected member. |
+// | `urn:leasegate:problem:invalid-lock-name` | 400 | The `{name}` path segment is not 1-200 characters of `A-Z a-z 0-9 . _ : -`, or is `.` or `..`. |
+// | `urn:leasegate:problem:invalid-lease-token` | 400 | The `Lease-Token` header is missing where required, malformed, forged, or was issued for another lock. |
+// | `urn:leasegate:problem:body-too-large` | 413 | The request body is larger than 64 KiB. |
+// | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
+// | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
+// | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
+// | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
+// | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
+// | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
+// | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
+// | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
+// | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
+// | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:not-found` | 404 | No such route. |
+// | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
+// | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
+// | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
+// | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
+// | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
+// | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
+type ElectionLed = Problem
 
 // Forbidden An RFC 9457 problem details body with leasegate's extension members. Clients switch
 // on `type`, never on `title`. The problem types:
@@ -1077,6 +1390,7 @@ type ClientError = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1087,7 +1401,7 @@ type ClientError = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1110,6 +1424,7 @@ type Healthy = Health
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1120,7 +1435,7 @@ type Healthy = Health
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1140,6 +1455,7 @@ type IdempotencyKeyReused = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1150,7 +1466,7 @@ type IdempotencyKeyReused = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1170,6 +1486,7 @@ type Internal = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1180,7 +1497,7 @@ type Internal = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1200,6 +1517,7 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1210,7 +1528,7 @@ type LeaseGone = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1236,6 +1554,7 @@ type MultiLockRenewed = MultiLockGrant
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1246,7 +1565,7 @@ type MultiLockRenewed = MultiLockGrant
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1266,6 +1585,7 @@ type NotSupported = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1276,7 +1596,7 @@ type NotSupported = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1296,6 +1616,7 @@ type QuotaExceeded = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1306,7 +1627,7 @@ type QuotaExceeded = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1326,6 +1647,7 @@ type SemaphoreConflict = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1336,7 +1658,7 @@ type SemaphoreConflict = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1356,6 +1678,7 @@ type Unauthenticated = Problem
 // | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
 // | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
 // | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+// | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
 // | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
 // | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
 // | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1366,13 +1689,110 @@ type Unauthenticated = Problem
 // | `urn:leasegate:problem:not-found` | 404 | No such route. |
 // | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
 // | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+// | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
 // | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
 // | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
 // | `urn:leasegate:problem:authentication-throttled` | 429 | Requests from this client address failed to authenticate too often (`LEASEGATE_AUTH_FAILURE_RATE` per second, 5 times that in a row): its requests are refused before their credentials are verified until `Retry-After` (`retry_after_ms`). |
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Unexpected = Problem
+
+// ResignParams defines parameters for Resign.
+type ResignParams struct {
+	// Force `true`: force release (see the operation). Any other value is a 400.
+	Force *ResignParamsForce `form:"force,omitempty" json:"force,omitempty"`
+
+	// LeaseToken The leader's `token`: required, except with `force=true`, where it must be absent.
+	LeaseToken *ElectionTokenRelease `json:"Lease-Token,omitempty"`
+
+	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+	// answers as the first call did and changes nothing. A retried release never gives back a
+	// second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+	// (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+	// `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+	// acquire sent with a key whose answer could not be delivered keeps its grant for the
+	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// The same key sent with another request (another operation, name, owner, mode, TTL or
+	// `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+	// refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
+	// 1-255 visible ASCII characters, else 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ResignParamsForce defines parameters for Resign.
+type ResignParamsForce bool
+
+// CampaignParams defines parameters for Campaign.
+type CampaignParams struct {
+	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+	// answers as the first call did and changes nothing. A retried release never gives back a
+	// second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+	// (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+	// `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+	// acquire sent with a key whose answer could not be delivered keeps its grant for the
+	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// The same key sent with another request (another operation, name, owner, mode, TTL or
+	// `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+	// refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
+	// 1-255 visible ASCII characters, else 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ProclaimParams defines parameters for Proclaim.
+type ProclaimParams struct {
+	// LeaseToken The leader's `token` from its campaign. A malformed or forged token, or one of another
+	// election, a lock or a semaphore, answers 400 `invalid-lease-token`; a valid token whose
+	// lease no longer holds the election answers 410 `lease-gone`.
+	LeaseToken ElectionTokenRequired `json:"Lease-Token"`
+
+	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+	// answers as the first call did and changes nothing. A retried release never gives back a
+	// second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+	// (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+	// `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+	// acquire sent with a key whose answer could not be delivered keeps its grant for the
+	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// The same key sent with another request (another operation, name, owner, mode, TTL or
+	// `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+	// refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
+	// 1-255 visible ASCII characters, else 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// ObserveElectionParams defines parameters for ObserveElection.
+type ObserveElectionParams struct {
+	// LastEventID The `id` of the last event received; the stream goes on after it.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+}
+
+// RenewLeadershipParams defines parameters for RenewLeadership.
+type RenewLeadershipParams struct {
+	// LeaseToken The leader's `token` from its campaign. A malformed or forged token, or one of another
+	// election, a lock or a semaphore, answers 400 `invalid-lease-token`; a valid token whose
+	// lease no longer holds the election answers 410 `lease-gone`.
+	LeaseToken ElectionTokenRequired `json:"Lease-Token"`
+
+	// IdempotencyKey Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+	// or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+	// answers as the first call did and changes nothing. A retried release never gives back a
+	// second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+	// (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+	// `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+	// idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+	// acquire sent with a key whose answer could not be delivered keeps its grant for the
+	// retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+	// The same key sent with another request (another operation, name, owner, mode, TTL or
+	// `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+	// refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
+	// 1-255 visible ASCII characters, else 400.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
 
 // ListLocksParams defines parameters for ListLocks.
 type ListLocksParams struct {
@@ -1660,6 +2080,15 @@ type RenewSemaphoreParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// CampaignJSONRequestBody defines body for Campaign for application/json ContentType.
+type CampaignJSONRequestBody = CampaignRequest
+
+// ProclaimJSONRequestBody defines body for Proclaim for application/json ContentType.
+type ProclaimJSONRequestBody = ProclaimRequest
+
+// RenewLeadershipJSONRequestBody defines body for RenewLeadership for application/json ContentType.
+type RenewLeadershipJSONRequestBody = RenewRequest
+
 // AcquireLockJSONRequestBody defines body for AcquireLock for application/json ContentType.
 type AcquireLockJSONRequestBody = AcquireRequest
 
@@ -1739,6 +2168,68 @@ func (t ReleaseResult) MarshalJSON() ([]byte, error) {
 }
 
 func (t *ReleaseResult) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsResignation returns the union data inside the ResignResult as a Resignation
+func (t ResignResult) AsResignation() (Resignation, error) {
+	var body Resignation
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromResignation overwrites any union data inside the ResignResult as the provided Resignation
+func (t *ResignResult) FromResignation(v Resignation) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeResignation performs a merge with any union data inside the ResignResult, using the provided Resignation
+func (t *ResignResult) MergeResignation(v Resignation) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsElectionForceRelease returns the union data inside the ResignResult as a ElectionForceRelease
+func (t ResignResult) AsElectionForceRelease() (ElectionForceRelease, error) {
+	var body ElectionForceRelease
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromElectionForceRelease overwrites any union data inside the ResignResult as the provided ElectionForceRelease
+func (t *ResignResult) FromElectionForceRelease(v ElectionForceRelease) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeElectionForceRelease performs a merge with any union data inside the ResignResult, using the provided ElectionForceRelease
+func (t *ResignResult) MergeElectionForceRelease(v ElectionForceRelease) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ResignResult) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ResignResult) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
@@ -1889,6 +2380,158 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /admin/top (the `AdminTop` operationId).
 	AdminTop(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Resign Resign the lead, or take it away (force)
+	//
+	// The leader (its `Lease-Token`) gives up the lead: one Redis script announces `resigned`
+	// and hands the election to the first live candidate in line, exactly as a lock's release
+	// hands a lock over; that candidate's campaign then answers 201 (after its `elected`).
+	// With an `Idempotency-Key`, a retry answers as the first call did (without `event_id`).
+	//
+	// **Force** (`?force=true`, no `Lease-Token`, the `admin` permission): takes the lead from
+	// whoever has it, as a lock's force release does; the end is announced `vacant` and the
+	// next candidate in line is elected. Answered with an `ElectionForceRelease`.
+	//
+	// Corresponds with DELETE /elections/{name} (the `Resign` operationId).
+	Resign(ctx context.Context, name ElectionNameParam, params *ResignParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// InspectElection Read an election's leader
+	//
+	// The announced leader (`leader`: its `owner`, `value`, `fence`, `since`, the `ttl_ms` its
+	// lease has left, the `event_id` that announced its value), absent while nobody leads;
+	// `candidates` waiting in line; and `last_event_id`, the id of the election's last event,
+	// after which `GET /elections/{name}/events` with `Last-Event-ID` goes on. A leader whose
+	// lease ran out is never reported: reading finds it, and announces its end (`vacant`).
+	//
+	// Corresponds with GET /elections/{name} (the `InspectElection` operationId).
+	InspectElection(ctx context.Context, name ElectionNameParam, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CampaignWithBody Campaign to lead an election
+	//
+	// Asks to lead the election, with a `value` the leader carries (say, its address). An
+	// election is a lock of its own kind (its own name space and tokens) whose exclusive
+	// holder is the leader: campaigning is acquiring it, with everything a lock's acquire has
+	// (`ttl_ms`, `watchdog` and `max_hold_ms`, `wait_ms` long-polls in FIFO order across all
+	// replicas, `queue_ticket`, `Idempotency-Key`, fencing). Once granted, the gateway
+	// announces the new leader in the election's log (an `elected` event, see
+	// `GET /elections/{name}/events`) and then answers 201 with the leader's lease: keep it
+	// with `POST /elections/{name}/renew` (or `watchdog`), proclaim a new value with `PUT`,
+	// resign with `DELETE`. While another candidate leads (or others wait in line) a try-once
+	// campaign, or a wait that runs out, answers 409 `election-led`, with a `queue_ticket`
+	// after a wait. A campaign takes no `Lease-Token` (400).
+	//
+	// A leader that was answered 201 was announced first. A grant whose announcement could
+	// not be written (Redis failing) is given back (503), unless the request carries an
+	// `Idempotency-Key`: its retry collects and announces the same lead. A grant whose 201
+	// cannot be delivered (the client left) resigns at once, unless it carries an
+	// `Idempotency-Key`. Not offered on RedLock (501).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /elections/{name} (the `Campaign` operationId).
+	CampaignWithBody(ctx context.Context, name ElectionNameParam, params *CampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Campaign Campaign to lead an election
+	//
+	// Asks to lead the election, with a `value` the leader carries (say, its address). An
+	// election is a lock of its own kind (its own name space and tokens) whose exclusive
+	// holder is the leader: campaigning is acquiring it, with everything a lock's acquire has
+	// (`ttl_ms`, `watchdog` and `max_hold_ms`, `wait_ms` long-polls in FIFO order across all
+	// replicas, `queue_ticket`, `Idempotency-Key`, fencing). Once granted, the gateway
+	// announces the new leader in the election's log (an `elected` event, see
+	// `GET /elections/{name}/events`) and then answers 201 with the leader's lease: keep it
+	// with `POST /elections/{name}/renew` (or `watchdog`), proclaim a new value with `PUT`,
+	// resign with `DELETE`. While another candidate leads (or others wait in line) a try-once
+	// campaign, or a wait that runs out, answers 409 `election-led`, with a `queue_ticket`
+	// after a wait. A campaign takes no `Lease-Token` (400).
+	//
+	// A leader that was answered 201 was announced first. A grant whose announcement could
+	// not be written (Redis failing) is given back (503), unless the request carries an
+	// `Idempotency-Key`: its retry collects and announces the same lead. A grant whose 201
+	// cannot be delivered (the client left) resigns at once, unless it carries an
+	// `Idempotency-Key`. Not offered on RedLock (501).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /elections/{name} (the `Campaign` operationId).
+	Campaign(ctx context.Context, name ElectionNameParam, params *CampaignParams, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ProclaimWithBody Proclaim a new value, keeping the lead
+	//
+	// The leader (its `Lease-Token`) announces a new value: a `proclaimed` event, in the
+	// election's log after everything before it. Proclaiming the value the leader already has
+	// announces nothing. With an `Idempotency-Key`, a retry changes nothing more, even after a
+	// later proclaim. A lease that no longer holds the election answers 410 (and its end is
+	// announced `vacant`).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /elections/{name} (the `Proclaim` operationId).
+	ProclaimWithBody(ctx context.Context, name ElectionNameParam, params *ProclaimParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Proclaim Proclaim a new value, keeping the lead
+	//
+	// The leader (its `Lease-Token`) announces a new value: a `proclaimed` event, in the
+	// election's log after everything before it. Proclaiming the value the leader already has
+	// announces nothing. With an `Idempotency-Key`, a retry changes nothing more, even after a
+	// later proclaim. A lease that no longer holds the election answers 410 (and its end is
+	// announced `vacant`).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /elections/{name} (the `Proclaim` operationId).
+	Proclaim(ctx context.Context, name ElectionNameParam, params *ProclaimParams, body ProclaimJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ObserveElection Observe an election's leaders (Server-Sent Events), resumable
+	//
+	// A `text/event-stream` of the election's announcements, read from its log in Redis. Each
+	// event's `id` is the log entry's id (`<ms>-<seq>`); reconnect with `Last-Event-ID` (as
+	// `EventSource` does by itself), on any replica, and the stream goes on exactly after that
+	// event. Data is one line of JSON with `election` and `at` (RFC 3339, ms; Redis time of the
+	// entry, the gateway's for `state`).
+	//
+	// | event | data (besides `election`, `at`) | when |
+	// |---|---|---|
+	// | `state` | the `GET /elections/{name}` body (`ElectionState`), `gap` | first (without `Last-Event-ID`), or when the events after `Last-Event-ID` are no longer in the log (`gap: true`); its id is `last_event_id` |
+	// | `elected` | `owner`, `value`, `fence` | a candidate was elected (before its campaign answered 201) |
+	// | `proclaimed` | `owner`, `value`, `fence` | the leader proclaimed a new value |
+	// | `resigned` | `owner`, `fence` | the leader resigned |
+	// | `vacant` | `owner`, `fence` | the leader's lease was found gone (it ran out, or was force-released): within milliseconds of its expiry while the election is observed, else when it is next read or campaigned for |
+	// | `closed` | `reason` (`unauthenticated`, `forbidden`, `lifetime`), `detail` | the gateway ends the stream, as for a lock's stream; it has no `id`, so a reconnection resumes after the event before it |
+	//
+	// **Guarantees.** Every leader that was answered 201 appears, as `elected`, in the order the
+	// leaders held the election, with strictly increasing fences, each leader's end
+	// (`resigned` or `vacant`) before the next one's `elected`; nothing is left out or
+	// repeated, across reconnections and gateway restarts, as long as the log still holds the
+	// event after `Last-Event-ID` (the last `LEASEGATE_ELECTION_LOG` events, default 1,000, kept
+	// `LEASEGATE_ELECTION_RETENTION` after the last activity, default 24 h). A grant whose
+	// announcement was never written (its gateway died in between) was never answered 201: it
+	// is not announced and runs out with its TTL. A `Last-Event-ID` that is no event id is a
+	// 400. Not offered on RedLock (501). The same limits as a lock's stream apply
+	// (`LEASEGATE_MAX_STREAMS`, `LEASEGATE_QUOTA_STREAMS`, `LEASEGATE_MAX_STREAM_LIFETIME`).
+	//
+	// Corresponds with GET /elections/{name}/events (the `ObserveElection` operationId).
+	ObserveElection(ctx context.Context, name ElectionNameParam, params *ObserveElectionParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewLeadershipWithBody Renew a leader's lease
+	//
+	// As a lock's renewal: resets the TTL of the leader's lease (`Lease-Token`) to `ttl_ms`
+	// (default: its current TTL). A lease that has run out is never resurrected (410).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /elections/{name}/renew (the `RenewLeadership` operationId).
+	RenewLeadershipWithBody(ctx context.Context, name ElectionNameParam, params *RenewLeadershipParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewLeadership Renew a leader's lease
+	//
+	// As a lock's renewal: resets the TTL of the leader's lease (`Lease-Token`) to `ttl_ms`
+	// (default: its current TTL). A lease that has run out is never resurrected (410).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /elections/{name}/renew (the `RenewLeadership` operationId).
+	RenewLeadership(ctx context.Context, name ElectionNameParam, params *RenewLeadershipParams, body RenewLeadershipJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Healthz Liveness probe
 	//
@@ -2245,6 +2888,248 @@ type ClientInterface interface {
 // Corresponds with GET /admin/top (the `AdminTop` operationId).
 func (c *Client) AdminTop(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAdminTopRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Resign Resign the lead, or take it away (force)
+//
+// The leader (its `Lease-Token`) gives up the lead: one Redis script announces `resigned`
+// and hands the election to the first live candidate in line, exactly as a lock's release
+// hands a lock over; that candidate's campaign then answers 201 (after its `elected`).
+// With an `Idempotency-Key`, a retry answers as the first call did (without `event_id`).
+//
+// **Force** (`?force=true`, no `Lease-Token`, the `admin` permission): takes the lead from
+// whoever has it, as a lock's force release does; the end is announced `vacant` and the
+// next candidate in line is elected. Answered with an `ElectionForceRelease`.
+//
+// Corresponds with DELETE /elections/{name} (the `Resign` operationId).
+func (c *Client) Resign(ctx context.Context, name ElectionNameParam, params *ResignParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResignRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// InspectElection Read an election's leader
+//
+// The announced leader (`leader`: its `owner`, `value`, `fence`, `since`, the `ttl_ms` its
+// lease has left, the `event_id` that announced its value), absent while nobody leads;
+// `candidates` waiting in line; and `last_event_id`, the id of the election's last event,
+// after which `GET /elections/{name}/events` with `Last-Event-ID` goes on. A leader whose
+// lease ran out is never reported: reading finds it, and announces its end (`vacant`).
+//
+// Corresponds with GET /elections/{name} (the `InspectElection` operationId).
+func (c *Client) InspectElection(ctx context.Context, name ElectionNameParam, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewInspectElectionRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CampaignWithBody Campaign to lead an election
+//
+// Asks to lead the election, with a `value` the leader carries (say, its address). An
+// election is a lock of its own kind (its own name space and tokens) whose exclusive
+// holder is the leader: campaigning is acquiring it, with everything a lock's acquire has
+// (`ttl_ms`, `watchdog` and `max_hold_ms`, `wait_ms` long-polls in FIFO order across all
+// replicas, `queue_ticket`, `Idempotency-Key`, fencing). Once granted, the gateway
+// announces the new leader in the election's log (an `elected` event, see
+// `GET /elections/{name}/events`) and then answers 201 with the leader's lease: keep it
+// with `POST /elections/{name}/renew` (or `watchdog`), proclaim a new value with `PUT`,
+// resign with `DELETE`. While another candidate leads (or others wait in line) a try-once
+// campaign, or a wait that runs out, answers 409 `election-led`, with a `queue_ticket`
+// after a wait. A campaign takes no `Lease-Token` (400).
+//
+// A leader that was answered 201 was announced first. A grant whose announcement could
+// not be written (Redis failing) is given back (503), unless the request carries an
+// `Idempotency-Key`: its retry collects and announces the same lead. A grant whose 201
+// cannot be delivered (the client left) resigns at once, unless it carries an
+// `Idempotency-Key`. Not offered on RedLock (501).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /elections/{name} (the `Campaign` operationId).
+func (c *Client) CampaignWithBody(ctx context.Context, name ElectionNameParam, params *CampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCampaignRequestWithBody(c.Server, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Campaign Campaign to lead an election
+//
+// Asks to lead the election, with a `value` the leader carries (say, its address). An
+// election is a lock of its own kind (its own name space and tokens) whose exclusive
+// holder is the leader: campaigning is acquiring it, with everything a lock's acquire has
+// (`ttl_ms`, `watchdog` and `max_hold_ms`, `wait_ms` long-polls in FIFO order across all
+// replicas, `queue_ticket`, `Idempotency-Key`, fencing). Once granted, the gateway
+// announces the new leader in the election's log (an `elected` event, see
+// `GET /elections/{name}/events`) and then answers 201 with the leader's lease: keep it
+// with `POST /elections/{name}/renew` (or `watchdog`), proclaim a new value with `PUT`,
+// resign with `DELETE`. While another candidate leads (or others wait in line) a try-once
+// campaign, or a wait that runs out, answers 409 `election-led`, with a `queue_ticket`
+// after a wait. A campaign takes no `Lease-Token` (400).
+//
+// A leader that was answered 201 was announced first. A grant whose announcement could
+// not be written (Redis failing) is given back (503), unless the request carries an
+// `Idempotency-Key`: its retry collects and announces the same lead. A grant whose 201
+// cannot be delivered (the client left) resigns at once, unless it carries an
+// `Idempotency-Key`. Not offered on RedLock (501).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /elections/{name} (the `Campaign` operationId).
+func (c *Client) Campaign(ctx context.Context, name ElectionNameParam, params *CampaignParams, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCampaignRequest(c.Server, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ProclaimWithBody Proclaim a new value, keeping the lead
+//
+// The leader (its `Lease-Token`) announces a new value: a `proclaimed` event, in the
+// election's log after everything before it. Proclaiming the value the leader already has
+// announces nothing. With an `Idempotency-Key`, a retry changes nothing more, even after a
+// later proclaim. A lease that no longer holds the election answers 410 (and its end is
+// announced `vacant`).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /elections/{name} (the `Proclaim` operationId).
+func (c *Client) ProclaimWithBody(ctx context.Context, name ElectionNameParam, params *ProclaimParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewProclaimRequestWithBody(c.Server, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Proclaim Proclaim a new value, keeping the lead
+//
+// The leader (its `Lease-Token`) announces a new value: a `proclaimed` event, in the
+// election's log after everything before it. Proclaiming the value the leader already has
+// announces nothing. With an `Idempotency-Key`, a retry changes nothing more, even after a
+// later proclaim. A lease that no longer holds the election answers 410 (and its end is
+// announced `vacant`).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /elections/{name} (the `Proclaim` operationId).
+func (c *Client) Proclaim(ctx context.Context, name ElectionNameParam, params *ProclaimParams, body ProclaimJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewProclaimRequest(c.Server, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ObserveElection Observe an election's leaders (Server-Sent Events), resumable
+//
+// A `text/event-stream` of the election's announcements, read from its log in Redis. Each
+// event's `id` is the log entry's id (`<ms>-<seq>`); reconnect with `Last-Event-ID` (as
+// `EventSource` does by itself), on any replica, and the stream goes on exactly after that
+// event. Data is one line of JSON with `election` and `at` (RFC 3339, ms; Redis time of the
+// entry, the gateway's for `state`).
+//
+// | event | data (besides `election`, `at`) | when |
+// |---|---|---|
+// | `state` | the `GET /elections/{name}` body (`ElectionState`), `gap` | first (without `Last-Event-ID`), or when the events after `Last-Event-ID` are no longer in the log (`gap: true`); its id is `last_event_id` |
+// | `elected` | `owner`, `value`, `fence` | a candidate was elected (before its campaign answered 201) |
+// | `proclaimed` | `owner`, `value`, `fence` | the leader proclaimed a new value |
+// | `resigned` | `owner`, `fence` | the leader resigned |
+// | `vacant` | `owner`, `fence` | the leader's lease was found gone (it ran out, or was force-released): within milliseconds of its expiry while the election is observed, else when it is next read or campaigned for |
+// | `closed` | `reason` (`unauthenticated`, `forbidden`, `lifetime`), `detail` | the gateway ends the stream, as for a lock's stream; it has no `id`, so a reconnection resumes after the event before it |
+//
+// **Guarantees.** Every leader that was answered 201 appears, as `elected`, in the order the
+// leaders held the election, with strictly increasing fences, each leader's end
+// (`resigned` or `vacant`) before the next one's `elected`; nothing is left out or
+// repeated, across reconnections and gateway restarts, as long as the log still holds the
+// event after `Last-Event-ID` (the last `LEASEGATE_ELECTION_LOG` events, default 1,000, kept
+// `LEASEGATE_ELECTION_RETENTION` after the last activity, default 24 h). A grant whose
+// announcement was never written (its gateway died in between) was never answered 201: it
+// is not announced and runs out with its TTL. A `Last-Event-ID` that is no event id is a
+// 400. Not offered on RedLock (501). The same limits as a lock's stream apply
+// (`LEASEGATE_MAX_STREAMS`, `LEASEGATE_QUOTA_STREAMS`, `LEASEGATE_MAX_STREAM_LIFETIME`).
+//
+// Corresponds with GET /elections/{name}/events (the `ObserveElection` operationId).
+func (c *Client) ObserveElection(ctx context.Context, name ElectionNameParam, params *ObserveElectionParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewObserveElectionRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewLeadershipWithBody Renew a leader's lease
+//
+// As a lock's renewal: resets the TTL of the leader's lease (`Lease-Token`) to `ttl_ms`
+// (default: its current TTL). A lease that has run out is never resurrected (410).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /elections/{name}/renew (the `RenewLeadership` operationId).
+func (c *Client) RenewLeadershipWithBody(ctx context.Context, name ElectionNameParam, params *RenewLeadershipParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewLeadershipRequestWithBody(c.Server, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewLeadership Renew a leader's lease
+//
+// As a lock's renewal: resets the TTL of the leader's lease (`Lease-Token`) to `ttl_ms`
+// (default: its current TTL). A lease that has run out is never resurrected (410).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /elections/{name}/renew (the `RenewLeadership` operationId).
+func (c *Client) RenewLeadership(ctx context.Context, name ElectionNameParam, params *RenewLeadershipParams, body RenewLeadershipJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewLeadershipRequest(c.Server, name, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2900,6 +3785,380 @@ func NewAdminTopRequest(server string) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewResignRequest constructs an http.Request for the Resign method
+func NewResignRequest(server string, name ElectionNameParam, params *ResignParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/elections/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Force != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "force", *params.Force, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LeaseToken != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", *params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Lease-Token", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewInspectElectionRequest constructs an http.Request for the InspectElection method
+func NewInspectElectionRequest(server string, name ElectionNameParam) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/elections/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCampaignRequest calls the generic Campaign builder with application/json body
+func NewCampaignRequest(server string, name ElectionNameParam, params *CampaignParams, body CampaignJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCampaignRequestWithBody(server, name, params, "application/json", bodyReader)
+}
+
+// NewCampaignRequestWithBody constructs an http.Request for the Campaign method, with any body, and a specified content type
+func NewCampaignRequestWithBody(server string, name ElectionNameParam, params *CampaignParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/elections/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewProclaimRequest calls the generic Proclaim builder with application/json body
+func NewProclaimRequest(server string, name ElectionNameParam, params *ProclaimParams, body ProclaimJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewProclaimRequestWithBody(server, name, params, "application/json", bodyReader)
+}
+
+// NewProclaimRequestWithBody constructs an http.Request for the Proclaim method, with any body, and a specified content type
+func NewProclaimRequestWithBody(server string, name ElectionNameParam, params *ProclaimParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/elections/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewObserveElectionRequest constructs an http.Request for the ObserveElection method
+func NewObserveElectionRequest(server string, name ElectionNameParam, params *ObserveElectionParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/elections/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewRenewLeadershipRequest calls the generic RenewLeadership builder with application/json body
+func NewRenewLeadershipRequest(server string, name ElectionNameParam, params *RenewLeadershipParams, body RenewLeadershipJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewLeadershipRequestWithBody(server, name, params, "application/json", bodyReader)
+}
+
+// NewRenewLeadershipRequestWithBody constructs an http.Request for the RenewLeadership method, with any body, and a specified content type
+func NewRenewLeadershipRequestWithBody(server string, name ElectionNameParam, params *RenewLeadershipParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/elections/%s/renew", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Lease-Token", params.LeaseToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Lease-Token", headerParam0)
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
 	}
 
 	return req, nil
@@ -4136,6 +5395,164 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/top (the `AdminTop` operationId).
 	AdminTopWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*AdminTopResponse, error)
 
+	// ResignWithResponse Resign the lead, or take it away (force)
+	//
+	// The leader (its `Lease-Token`) gives up the lead: one Redis script announces `resigned`
+	// and hands the election to the first live candidate in line, exactly as a lock's release
+	// hands a lock over; that candidate's campaign then answers 201 (after its `elected`).
+	// With an `Idempotency-Key`, a retry answers as the first call did (without `event_id`).
+	//
+	// **Force** (`?force=true`, no `Lease-Token`, the `admin` permission): takes the lead from
+	// whoever has it, as a lock's force release does; the end is announced `vacant` and the
+	// next candidate in line is elected. Answered with an `ElectionForceRelease`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /elections/{name} (the `Resign` operationId).
+	ResignWithResponse(ctx context.Context, name ElectionNameParam, params *ResignParams, reqEditors ...RequestEditorFn) (*ResignResponse, error)
+
+	// InspectElectionWithResponse Read an election's leader
+	//
+	// The announced leader (`leader`: its `owner`, `value`, `fence`, `since`, the `ttl_ms` its
+	// lease has left, the `event_id` that announced its value), absent while nobody leads;
+	// `candidates` waiting in line; and `last_event_id`, the id of the election's last event,
+	// after which `GET /elections/{name}/events` with `Last-Event-ID` goes on. A leader whose
+	// lease ran out is never reported: reading finds it, and announces its end (`vacant`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /elections/{name} (the `InspectElection` operationId).
+	InspectElectionWithResponse(ctx context.Context, name ElectionNameParam, reqEditors ...RequestEditorFn) (*InspectElectionResponse, error)
+
+	// CampaignWithBodyWithResponse Campaign to lead an election
+	//
+	// Asks to lead the election, with a `value` the leader carries (say, its address). An
+	// election is a lock of its own kind (its own name space and tokens) whose exclusive
+	// holder is the leader: campaigning is acquiring it, with everything a lock's acquire has
+	// (`ttl_ms`, `watchdog` and `max_hold_ms`, `wait_ms` long-polls in FIFO order across all
+	// replicas, `queue_ticket`, `Idempotency-Key`, fencing). Once granted, the gateway
+	// announces the new leader in the election's log (an `elected` event, see
+	// `GET /elections/{name}/events`) and then answers 201 with the leader's lease: keep it
+	// with `POST /elections/{name}/renew` (or `watchdog`), proclaim a new value with `PUT`,
+	// resign with `DELETE`. While another candidate leads (or others wait in line) a try-once
+	// campaign, or a wait that runs out, answers 409 `election-led`, with a `queue_ticket`
+	// after a wait. A campaign takes no `Lease-Token` (400).
+	//
+	// A leader that was answered 201 was announced first. A grant whose announcement could
+	// not be written (Redis failing) is given back (503), unless the request carries an
+	// `Idempotency-Key`: its retry collects and announces the same lead. A grant whose 201
+	// cannot be delivered (the client left) resigns at once, unless it carries an
+	// `Idempotency-Key`. Not offered on RedLock (501).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /elections/{name} (the `Campaign` operationId).
+	CampaignWithBodyWithResponse(ctx context.Context, name ElectionNameParam, params *CampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CampaignResponse, error)
+
+	// CampaignWithResponse Campaign to lead an election
+	//
+	// Asks to lead the election, with a `value` the leader carries (say, its address). An
+	// election is a lock of its own kind (its own name space and tokens) whose exclusive
+	// holder is the leader: campaigning is acquiring it, with everything a lock's acquire has
+	// (`ttl_ms`, `watchdog` and `max_hold_ms`, `wait_ms` long-polls in FIFO order across all
+	// replicas, `queue_ticket`, `Idempotency-Key`, fencing). Once granted, the gateway
+	// announces the new leader in the election's log (an `elected` event, see
+	// `GET /elections/{name}/events`) and then answers 201 with the leader's lease: keep it
+	// with `POST /elections/{name}/renew` (or `watchdog`), proclaim a new value with `PUT`,
+	// resign with `DELETE`. While another candidate leads (or others wait in line) a try-once
+	// campaign, or a wait that runs out, answers 409 `election-led`, with a `queue_ticket`
+	// after a wait. A campaign takes no `Lease-Token` (400).
+	//
+	// A leader that was answered 201 was announced first. A grant whose announcement could
+	// not be written (Redis failing) is given back (503), unless the request carries an
+	// `Idempotency-Key`: its retry collects and announces the same lead. A grant whose 201
+	// cannot be delivered (the client left) resigns at once, unless it carries an
+	// `Idempotency-Key`. Not offered on RedLock (501).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /elections/{name} (the `Campaign` operationId).
+	CampaignWithResponse(ctx context.Context, name ElectionNameParam, params *CampaignParams, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*CampaignResponse, error)
+
+	// ProclaimWithBodyWithResponse Proclaim a new value, keeping the lead
+	//
+	// The leader (its `Lease-Token`) announces a new value: a `proclaimed` event, in the
+	// election's log after everything before it. Proclaiming the value the leader already has
+	// announces nothing. With an `Idempotency-Key`, a retry changes nothing more, even after a
+	// later proclaim. A lease that no longer holds the election answers 410 (and its end is
+	// announced `vacant`).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /elections/{name} (the `Proclaim` operationId).
+	ProclaimWithBodyWithResponse(ctx context.Context, name ElectionNameParam, params *ProclaimParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ProclaimResponse, error)
+
+	// ProclaimWithResponse Proclaim a new value, keeping the lead
+	//
+	// The leader (its `Lease-Token`) announces a new value: a `proclaimed` event, in the
+	// election's log after everything before it. Proclaiming the value the leader already has
+	// announces nothing. With an `Idempotency-Key`, a retry changes nothing more, even after a
+	// later proclaim. A lease that no longer holds the election answers 410 (and its end is
+	// announced `vacant`).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /elections/{name} (the `Proclaim` operationId).
+	ProclaimWithResponse(ctx context.Context, name ElectionNameParam, params *ProclaimParams, body ProclaimJSONRequestBody, reqEditors ...RequestEditorFn) (*ProclaimResponse, error)
+
+	// ObserveElectionWithResponse Observe an election's leaders (Server-Sent Events), resumable
+	//
+	// A `text/event-stream` of the election's announcements, read from its log in Redis. Each
+	// event's `id` is the log entry's id (`<ms>-<seq>`); reconnect with `Last-Event-ID` (as
+	// `EventSource` does by itself), on any replica, and the stream goes on exactly after that
+	// event. Data is one line of JSON with `election` and `at` (RFC 3339, ms; Redis time of the
+	// entry, the gateway's for `state`).
+	//
+	// | event | data (besides `election`, `at`) | when |
+	// |---|---|---|
+	// | `state` | the `GET /elections/{name}` body (`ElectionState`), `gap` | first (without `Last-Event-ID`), or when the events after `Last-Event-ID` are no longer in the log (`gap: true`); its id is `last_event_id` |
+	// | `elected` | `owner`, `value`, `fence` | a candidate was elected (before its campaign answered 201) |
+	// | `proclaimed` | `owner`, `value`, `fence` | the leader proclaimed a new value |
+	// | `resigned` | `owner`, `fence` | the leader resigned |
+	// | `vacant` | `owner`, `fence` | the leader's lease was found gone (it ran out, or was force-released): within milliseconds of its expiry while the election is observed, else when it is next read or campaigned for |
+	// | `closed` | `reason` (`unauthenticated`, `forbidden`, `lifetime`), `detail` | the gateway ends the stream, as for a lock's stream; it has no `id`, so a reconnection resumes after the event before it |
+	//
+	// **Guarantees.** Every leader that was answered 201 appears, as `elected`, in the order the
+	// leaders held the election, with strictly increasing fences, each leader's end
+	// (`resigned` or `vacant`) before the next one's `elected`; nothing is left out or
+	// repeated, across reconnections and gateway restarts, as long as the log still holds the
+	// event after `Last-Event-ID` (the last `LEASEGATE_ELECTION_LOG` events, default 1,000, kept
+	// `LEASEGATE_ELECTION_RETENTION` after the last activity, default 24 h). A grant whose
+	// announcement was never written (its gateway died in between) was never answered 201: it
+	// is not announced and runs out with its TTL. A `Last-Event-ID` that is no event id is a
+	// 400. Not offered on RedLock (501). The same limits as a lock's stream apply
+	// (`LEASEGATE_MAX_STREAMS`, `LEASEGATE_QUOTA_STREAMS`, `LEASEGATE_MAX_STREAM_LIFETIME`).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /elections/{name}/events (the `ObserveElection` operationId).
+	ObserveElectionWithResponse(ctx context.Context, name ElectionNameParam, params *ObserveElectionParams, reqEditors ...RequestEditorFn) (*ObserveElectionResponse, error)
+
+	// RenewLeadershipWithBodyWithResponse Renew a leader's lease
+	//
+	// As a lock's renewal: resets the TTL of the leader's lease (`Lease-Token`) to `ttl_ms`
+	// (default: its current TTL). A lease that has run out is never resurrected (410).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /elections/{name}/renew (the `RenewLeadership` operationId).
+	RenewLeadershipWithBodyWithResponse(ctx context.Context, name ElectionNameParam, params *RenewLeadershipParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewLeadershipResponse, error)
+
+	// RenewLeadershipWithResponse Renew a leader's lease
+	//
+	// As a lock's renewal: resets the TTL of the leader's lease (`Lease-Token`) to `ttl_ms`
+	// (default: its current TTL). A lease that has run out is never resurrected (410).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /elections/{name}/renew (the `RenewLeadership` operationId).
+	RenewLeadershipWithResponse(ctx context.Context, name ElectionNameParam, params *RenewLeadershipParams, body RenewLeadershipJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLeadershipResponse, error)
+
 	// HealthzWithResponse Liveness probe
 	//
 	// Answers 200 while the process runs, whether or not Redis answers.
@@ -4637,6 +6054,1133 @@ func (r AdminTopResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AdminTopResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ResignResponse200Headers the declared response headers of an HTTP 200 response for Resign
+type ResignResponse200Headers struct {
+	XRequestId string
+}
+
+// ResignResponse400Headers the declared response headers of an HTTP 400 response for Resign
+type ResignResponse400Headers struct {
+	XRequestId string
+}
+
+// ResignResponse401Headers the declared response headers of an HTTP 401 response for Resign
+type ResignResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// ResignResponse403Headers the declared response headers of an HTTP 403 response for Resign
+type ResignResponse403Headers struct {
+	XRequestId string
+}
+
+// ResignResponse410Headers the declared response headers of an HTTP 410 response for Resign
+type ResignResponse410Headers struct {
+	XRequestId string
+}
+
+// ResignResponse422Headers the declared response headers of an HTTP 422 response for Resign
+type ResignResponse422Headers struct {
+	XRequestId string
+}
+
+// ResignResponse429Headers the declared response headers of an HTTP 429 response for Resign
+type ResignResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ResignResponse500Headers the declared response headers of an HTTP 500 response for Resign
+type ResignResponse500Headers struct {
+	XRequestId string
+}
+
+// ResignResponse501Headers the declared response headers of an HTTP 501 response for Resign
+type ResignResponse501Headers struct {
+	XRequestId string
+}
+
+// ResignResponse503Headers the declared response headers of an HTTP 503 response for Resign
+type ResignResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ResignResponseDefaultHeaders the declared response headers of an HTTP default response for Resign
+type ResignResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type ResignResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ResignResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyReused
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ResignResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ResignResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ResignResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ResignResponse403Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *ResignResponse410Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ResignResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ResignResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ResignResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *ResignResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ResignResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ResignResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResignResponse) GetJSON200() *ResignResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON422() *IdempotencyKeyReused {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ResignResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ResignResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResignResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResignResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResignResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// InspectElectionResponse200Headers the declared response headers of an HTTP 200 response for InspectElection
+type InspectElectionResponse200Headers struct {
+	XRequestId string
+}
+
+// InspectElectionResponse400Headers the declared response headers of an HTTP 400 response for InspectElection
+type InspectElectionResponse400Headers struct {
+	XRequestId string
+}
+
+// InspectElectionResponse401Headers the declared response headers of an HTTP 401 response for InspectElection
+type InspectElectionResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// InspectElectionResponse403Headers the declared response headers of an HTTP 403 response for InspectElection
+type InspectElectionResponse403Headers struct {
+	XRequestId string
+}
+
+// InspectElectionResponse429Headers the declared response headers of an HTTP 429 response for InspectElection
+type InspectElectionResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// InspectElectionResponse500Headers the declared response headers of an HTTP 500 response for InspectElection
+type InspectElectionResponse500Headers struct {
+	XRequestId string
+}
+
+// InspectElectionResponse501Headers the declared response headers of an HTTP 501 response for InspectElection
+type InspectElectionResponse501Headers struct {
+	XRequestId string
+}
+
+// InspectElectionResponse503Headers the declared response headers of an HTTP 503 response for InspectElection
+type InspectElectionResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// InspectElectionResponseDefaultHeaders the declared response headers of an HTTP default response for InspectElection
+type InspectElectionResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type InspectElectionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ElectionState
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *InspectElectionResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *InspectElectionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *InspectElectionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *InspectElectionResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *InspectElectionResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *InspectElectionResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *InspectElectionResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *InspectElectionResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *InspectElectionResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r InspectElectionResponse) GetJSON200() *ElectionState {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r InspectElectionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r InspectElectionResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r InspectElectionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r InspectElectionResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r InspectElectionResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r InspectElectionResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r InspectElectionResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r InspectElectionResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r InspectElectionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r InspectElectionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r InspectElectionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r InspectElectionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CampaignResponse201Headers the declared response headers of an HTTP 201 response for Campaign
+type CampaignResponse201Headers struct {
+	Location   string
+	XRequestId string
+}
+
+// CampaignResponse400Headers the declared response headers of an HTTP 400 response for Campaign
+type CampaignResponse400Headers struct {
+	XRequestId string
+}
+
+// CampaignResponse401Headers the declared response headers of an HTTP 401 response for Campaign
+type CampaignResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// CampaignResponse403Headers the declared response headers of an HTTP 403 response for Campaign
+type CampaignResponse403Headers struct {
+	XRequestId string
+}
+
+// CampaignResponse409Headers the declared response headers of an HTTP 409 response for Campaign
+type CampaignResponse409Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// CampaignResponse410Headers the declared response headers of an HTTP 410 response for Campaign
+type CampaignResponse410Headers struct {
+	XRequestId string
+}
+
+// CampaignResponse413Headers the declared response headers of an HTTP 413 response for Campaign
+type CampaignResponse413Headers struct {
+	XRequestId string
+}
+
+// CampaignResponse422Headers the declared response headers of an HTTP 422 response for Campaign
+type CampaignResponse422Headers struct {
+	XRequestId string
+}
+
+// CampaignResponse429Headers the declared response headers of an HTTP 429 response for Campaign
+type CampaignResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// CampaignResponse500Headers the declared response headers of an HTTP 500 response for Campaign
+type CampaignResponse500Headers struct {
+	XRequestId string
+}
+
+// CampaignResponse501Headers the declared response headers of an HTTP 501 response for Campaign
+type CampaignResponse501Headers struct {
+	XRequestId string
+}
+
+// CampaignResponse503Headers the declared response headers of an HTTP 503 response for Campaign
+type CampaignResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// CampaignResponseDefaultHeaders the declared response headers of an HTTP default response for Campaign
+type CampaignResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type CampaignResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Leadership
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ElectionLed
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyReused
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CampaignResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CampaignResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CampaignResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CampaignResponse403Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CampaignResponse409Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *CampaignResponse410Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CampaignResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CampaignResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CampaignResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CampaignResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *CampaignResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CampaignResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *CampaignResponseDefaultHeaders
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CampaignResponse) GetJSON201() *Leadership {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON409() *ElectionLed {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON422() *IdempotencyKeyReused {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CampaignResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CampaignResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CampaignResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CampaignResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CampaignResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ProclaimResponse200Headers the declared response headers of an HTTP 200 response for Proclaim
+type ProclaimResponse200Headers struct {
+	XRequestId string
+}
+
+// ProclaimResponse400Headers the declared response headers of an HTTP 400 response for Proclaim
+type ProclaimResponse400Headers struct {
+	XRequestId string
+}
+
+// ProclaimResponse401Headers the declared response headers of an HTTP 401 response for Proclaim
+type ProclaimResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// ProclaimResponse403Headers the declared response headers of an HTTP 403 response for Proclaim
+type ProclaimResponse403Headers struct {
+	XRequestId string
+}
+
+// ProclaimResponse410Headers the declared response headers of an HTTP 410 response for Proclaim
+type ProclaimResponse410Headers struct {
+	XRequestId string
+}
+
+// ProclaimResponse413Headers the declared response headers of an HTTP 413 response for Proclaim
+type ProclaimResponse413Headers struct {
+	XRequestId string
+}
+
+// ProclaimResponse422Headers the declared response headers of an HTTP 422 response for Proclaim
+type ProclaimResponse422Headers struct {
+	XRequestId string
+}
+
+// ProclaimResponse429Headers the declared response headers of an HTTP 429 response for Proclaim
+type ProclaimResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ProclaimResponse500Headers the declared response headers of an HTTP 500 response for Proclaim
+type ProclaimResponse500Headers struct {
+	XRequestId string
+}
+
+// ProclaimResponse501Headers the declared response headers of an HTTP 501 response for Proclaim
+type ProclaimResponse501Headers struct {
+	XRequestId string
+}
+
+// ProclaimResponse503Headers the declared response headers of an HTTP 503 response for Proclaim
+type ProclaimResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ProclaimResponseDefaultHeaders the declared response headers of an HTTP default response for Proclaim
+type ProclaimResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type ProclaimResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Proclamation
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyReused
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ProclaimResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ProclaimResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ProclaimResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ProclaimResponse403Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *ProclaimResponse410Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ProclaimResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ProclaimResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ProclaimResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ProclaimResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *ProclaimResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ProclaimResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ProclaimResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ProclaimResponse) GetJSON200() *Proclamation {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON422() *IdempotencyKeyReused {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ProclaimResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ProclaimResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ProclaimResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ProclaimResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ProclaimResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ObserveElectionResponse200Headers the declared response headers of an HTTP 200 response for ObserveElection
+type ObserveElectionResponse200Headers struct {
+	XRequestId string
+}
+
+// ObserveElectionResponse400Headers the declared response headers of an HTTP 400 response for ObserveElection
+type ObserveElectionResponse400Headers struct {
+	XRequestId string
+}
+
+// ObserveElectionResponse401Headers the declared response headers of an HTTP 401 response for ObserveElection
+type ObserveElectionResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// ObserveElectionResponse403Headers the declared response headers of an HTTP 403 response for ObserveElection
+type ObserveElectionResponse403Headers struct {
+	XRequestId string
+}
+
+// ObserveElectionResponse429Headers the declared response headers of an HTTP 429 response for ObserveElection
+type ObserveElectionResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ObserveElectionResponse500Headers the declared response headers of an HTTP 500 response for ObserveElection
+type ObserveElectionResponse500Headers struct {
+	XRequestId string
+}
+
+// ObserveElectionResponse501Headers the declared response headers of an HTTP 501 response for ObserveElection
+type ObserveElectionResponse501Headers struct {
+	XRequestId string
+}
+
+// ObserveElectionResponse503Headers the declared response headers of an HTTP 503 response for ObserveElection
+type ObserveElectionResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ObserveElectionResponseDefaultHeaders the declared response headers of an HTTP default response for ObserveElection
+type ObserveElectionResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type ObserveElectionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ObserveElectionResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ObserveElectionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ObserveElectionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ObserveElectionResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ObserveElectionResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ObserveElectionResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *ObserveElectionResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ObserveElectionResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ObserveElectionResponseDefaultHeaders
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ObserveElectionResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ObserveElectionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ObserveElectionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ObserveElectionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ObserveElectionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RenewLeadershipResponse200Headers the declared response headers of an HTTP 200 response for RenewLeadership
+type RenewLeadershipResponse200Headers struct {
+	XRequestId string
+}
+
+// RenewLeadershipResponse400Headers the declared response headers of an HTTP 400 response for RenewLeadership
+type RenewLeadershipResponse400Headers struct {
+	XRequestId string
+}
+
+// RenewLeadershipResponse401Headers the declared response headers of an HTTP 401 response for RenewLeadership
+type RenewLeadershipResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// RenewLeadershipResponse403Headers the declared response headers of an HTTP 403 response for RenewLeadership
+type RenewLeadershipResponse403Headers struct {
+	XRequestId string
+}
+
+// RenewLeadershipResponse410Headers the declared response headers of an HTTP 410 response for RenewLeadership
+type RenewLeadershipResponse410Headers struct {
+	XRequestId string
+}
+
+// RenewLeadershipResponse413Headers the declared response headers of an HTTP 413 response for RenewLeadership
+type RenewLeadershipResponse413Headers struct {
+	XRequestId string
+}
+
+// RenewLeadershipResponse429Headers the declared response headers of an HTTP 429 response for RenewLeadership
+type RenewLeadershipResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// RenewLeadershipResponse500Headers the declared response headers of an HTTP 500 response for RenewLeadership
+type RenewLeadershipResponse500Headers struct {
+	XRequestId string
+}
+
+// RenewLeadershipResponse501Headers the declared response headers of an HTTP 501 response for RenewLeadership
+type RenewLeadershipResponse501Headers struct {
+	XRequestId string
+}
+
+// RenewLeadershipResponse503Headers the declared response headers of an HTTP 503 response for RenewLeadership
+type RenewLeadershipResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// RenewLeadershipResponseDefaultHeaders the declared response headers of an HTTP default response for RenewLeadership
+type RenewLeadershipResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type RenewLeadershipResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ElectionRenewal
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *LeaseGone
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RenewLeadershipResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RenewLeadershipResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RenewLeadershipResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *RenewLeadershipResponse403Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *RenewLeadershipResponse410Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RenewLeadershipResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewLeadershipResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *RenewLeadershipResponse500Headers
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *RenewLeadershipResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RenewLeadershipResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *RenewLeadershipResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RenewLeadershipResponse) GetJSON200() *ElectionRenewal {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON410() *LeaseGone {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON413() *BodyTooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RenewLeadershipResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewLeadershipResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewLeadershipResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewLeadershipResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewLeadershipResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8122,6 +10666,218 @@ func (c *ClientWithResponses) AdminTopWithResponse(ctx context.Context, reqEdito
 	return ParseAdminTopResponse(rsp)
 }
 
+// ResignWithResponse Resign the lead, or take it away (force)
+//
+// The leader (its `Lease-Token`) gives up the lead: one Redis script announces `resigned`
+// and hands the election to the first live candidate in line, exactly as a lock's release
+// hands a lock over; that candidate's campaign then answers 201 (after its `elected`).
+// With an `Idempotency-Key`, a retry answers as the first call did (without `event_id`).
+//
+// **Force** (`?force=true`, no `Lease-Token`, the `admin` permission): takes the lead from
+// whoever has it, as a lock's force release does; the end is announced `vacant` and the
+// next candidate in line is elected. Answered with an `ElectionForceRelease`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /elections/{name} (the `Resign` operationId).
+func (c *ClientWithResponses) ResignWithResponse(ctx context.Context, name ElectionNameParam, params *ResignParams, reqEditors ...RequestEditorFn) (*ResignResponse, error) {
+	rsp, err := c.Resign(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResignResponse(rsp)
+}
+
+// InspectElectionWithResponse Read an election's leader
+//
+// The announced leader (`leader`: its `owner`, `value`, `fence`, `since`, the `ttl_ms` its
+// lease has left, the `event_id` that announced its value), absent while nobody leads;
+// `candidates` waiting in line; and `last_event_id`, the id of the election's last event,
+// after which `GET /elections/{name}/events` with `Last-Event-ID` goes on. A leader whose
+// lease ran out is never reported: reading finds it, and announces its end (`vacant`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /elections/{name} (the `InspectElection` operationId).
+func (c *ClientWithResponses) InspectElectionWithResponse(ctx context.Context, name ElectionNameParam, reqEditors ...RequestEditorFn) (*InspectElectionResponse, error) {
+	rsp, err := c.InspectElection(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseInspectElectionResponse(rsp)
+}
+
+// CampaignWithBodyWithResponse Campaign to lead an election
+//
+// Asks to lead the election, with a `value` the leader carries (say, its address). An
+// election is a lock of its own kind (its own name space and tokens) whose exclusive
+// holder is the leader: campaigning is acquiring it, with everything a lock's acquire has
+// (`ttl_ms`, `watchdog` and `max_hold_ms`, `wait_ms` long-polls in FIFO order across all
+// replicas, `queue_ticket`, `Idempotency-Key`, fencing). Once granted, the gateway
+// announces the new leader in the election's log (an `elected` event, see
+// `GET /elections/{name}/events`) and then answers 201 with the leader's lease: keep it
+// with `POST /elections/{name}/renew` (or `watchdog`), proclaim a new value with `PUT`,
+// resign with `DELETE`. While another candidate leads (or others wait in line) a try-once
+// campaign, or a wait that runs out, answers 409 `election-led`, with a `queue_ticket`
+// after a wait. A campaign takes no `Lease-Token` (400).
+//
+// A leader that was answered 201 was announced first. A grant whose announcement could
+// not be written (Redis failing) is given back (503), unless the request carries an
+// `Idempotency-Key`: its retry collects and announces the same lead. A grant whose 201
+// cannot be delivered (the client left) resigns at once, unless it carries an
+// `Idempotency-Key`. Not offered on RedLock (501).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /elections/{name} (the `Campaign` operationId).
+func (c *ClientWithResponses) CampaignWithBodyWithResponse(ctx context.Context, name ElectionNameParam, params *CampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CampaignResponse, error) {
+	rsp, err := c.CampaignWithBody(ctx, name, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCampaignResponse(rsp)
+}
+
+// CampaignWithResponse Campaign to lead an election
+//
+// Asks to lead the election, with a `value` the leader carries (say, its address). An
+// election is a lock of its own kind (its own name space and tokens) whose exclusive
+// holder is the leader: campaigning is acquiring it, with everything a lock's acquire has
+// (`ttl_ms`, `watchdog` and `max_hold_ms`, `wait_ms` long-polls in FIFO order across all
+// replicas, `queue_ticket`, `Idempotency-Key`, fencing). Once granted, the gateway
+// announces the new leader in the election's log (an `elected` event, see
+// `GET /elections/{name}/events`) and then answers 201 with the leader's lease: keep it
+// with `POST /elections/{name}/renew` (or `watchdog`), proclaim a new value with `PUT`,
+// resign with `DELETE`. While another candidate leads (or others wait in line) a try-once
+// campaign, or a wait that runs out, answers 409 `election-led`, with a `queue_ticket`
+// after a wait. A campaign takes no `Lease-Token` (400).
+//
+// A leader that was answered 201 was announced first. A grant whose announcement could
+// not be written (Redis failing) is given back (503), unless the request carries an
+// `Idempotency-Key`: its retry collects and announces the same lead. A grant whose 201
+// cannot be delivered (the client left) resigns at once, unless it carries an
+// `Idempotency-Key`. Not offered on RedLock (501).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /elections/{name} (the `Campaign` operationId).
+func (c *ClientWithResponses) CampaignWithResponse(ctx context.Context, name ElectionNameParam, params *CampaignParams, body CampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*CampaignResponse, error) {
+	rsp, err := c.Campaign(ctx, name, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCampaignResponse(rsp)
+}
+
+// ProclaimWithBodyWithResponse Proclaim a new value, keeping the lead
+//
+// The leader (its `Lease-Token`) announces a new value: a `proclaimed` event, in the
+// election's log after everything before it. Proclaiming the value the leader already has
+// announces nothing. With an `Idempotency-Key`, a retry changes nothing more, even after a
+// later proclaim. A lease that no longer holds the election answers 410 (and its end is
+// announced `vacant`).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /elections/{name} (the `Proclaim` operationId).
+func (c *ClientWithResponses) ProclaimWithBodyWithResponse(ctx context.Context, name ElectionNameParam, params *ProclaimParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ProclaimResponse, error) {
+	rsp, err := c.ProclaimWithBody(ctx, name, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseProclaimResponse(rsp)
+}
+
+// ProclaimWithResponse Proclaim a new value, keeping the lead
+//
+// The leader (its `Lease-Token`) announces a new value: a `proclaimed` event, in the
+// election's log after everything before it. Proclaiming the value the leader already has
+// announces nothing. With an `Idempotency-Key`, a retry changes nothing more, even after a
+// later proclaim. A lease that no longer holds the election answers 410 (and its end is
+// announced `vacant`).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /elections/{name} (the `Proclaim` operationId).
+func (c *ClientWithResponses) ProclaimWithResponse(ctx context.Context, name ElectionNameParam, params *ProclaimParams, body ProclaimJSONRequestBody, reqEditors ...RequestEditorFn) (*ProclaimResponse, error) {
+	rsp, err := c.Proclaim(ctx, name, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseProclaimResponse(rsp)
+}
+
+// ObserveElectionWithResponse Observe an election's leaders (Server-Sent Events), resumable
+//
+// A `text/event-stream` of the election's announcements, read from its log in Redis. Each
+// event's `id` is the log entry's id (`<ms>-<seq>`); reconnect with `Last-Event-ID` (as
+// `EventSource` does by itself), on any replica, and the stream goes on exactly after that
+// event. Data is one line of JSON with `election` and `at` (RFC 3339, ms; Redis time of the
+// entry, the gateway's for `state`).
+//
+// | event | data (besides `election`, `at`) | when |
+// |---|---|---|
+// | `state` | the `GET /elections/{name}` body (`ElectionState`), `gap` | first (without `Last-Event-ID`), or when the events after `Last-Event-ID` are no longer in the log (`gap: true`); its id is `last_event_id` |
+// | `elected` | `owner`, `value`, `fence` | a candidate was elected (before its campaign answered 201) |
+// | `proclaimed` | `owner`, `value`, `fence` | the leader proclaimed a new value |
+// | `resigned` | `owner`, `fence` | the leader resigned |
+// | `vacant` | `owner`, `fence` | the leader's lease was found gone (it ran out, or was force-released): within milliseconds of its expiry while the election is observed, else when it is next read or campaigned for |
+// | `closed` | `reason` (`unauthenticated`, `forbidden`, `lifetime`), `detail` | the gateway ends the stream, as for a lock's stream; it has no `id`, so a reconnection resumes after the event before it |
+//
+// **Guarantees.** Every leader that was answered 201 appears, as `elected`, in the order the
+// leaders held the election, with strictly increasing fences, each leader's end
+// (`resigned` or `vacant`) before the next one's `elected`; nothing is left out or
+// repeated, across reconnections and gateway restarts, as long as the log still holds the
+// event after `Last-Event-ID` (the last `LEASEGATE_ELECTION_LOG` events, default 1,000, kept
+// `LEASEGATE_ELECTION_RETENTION` after the last activity, default 24 h). A grant whose
+// announcement was never written (its gateway died in between) was never answered 201: it
+// is not announced and runs out with its TTL. A `Last-Event-ID` that is no event id is a
+// 400. Not offered on RedLock (501). The same limits as a lock's stream apply
+// (`LEASEGATE_MAX_STREAMS`, `LEASEGATE_QUOTA_STREAMS`, `LEASEGATE_MAX_STREAM_LIFETIME`).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /elections/{name}/events (the `ObserveElection` operationId).
+func (c *ClientWithResponses) ObserveElectionWithResponse(ctx context.Context, name ElectionNameParam, params *ObserveElectionParams, reqEditors ...RequestEditorFn) (*ObserveElectionResponse, error) {
+	rsp, err := c.ObserveElection(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseObserveElectionResponse(rsp)
+}
+
+// RenewLeadershipWithBodyWithResponse Renew a leader's lease
+//
+// As a lock's renewal: resets the TTL of the leader's lease (`Lease-Token`) to `ttl_ms`
+// (default: its current TTL). A lease that has run out is never resurrected (410).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /elections/{name}/renew (the `RenewLeadership` operationId).
+func (c *ClientWithResponses) RenewLeadershipWithBodyWithResponse(ctx context.Context, name ElectionNameParam, params *RenewLeadershipParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewLeadershipResponse, error) {
+	rsp, err := c.RenewLeadershipWithBody(ctx, name, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewLeadershipResponse(rsp)
+}
+
+// RenewLeadershipWithResponse Renew a leader's lease
+//
+// As a lock's renewal: resets the TTL of the leader's lease (`Lease-Token`) to `ttl_ms`
+// (default: its current TTL). A lease that has run out is never resurrected (410).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /elections/{name}/renew (the `RenewLeadership` operationId).
+func (c *ClientWithResponses) RenewLeadershipWithResponse(ctx context.Context, name ElectionNameParam, params *RenewLeadershipParams, body RenewLeadershipJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewLeadershipResponse, error) {
+	rsp, err := c.RenewLeadership(ctx, name, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewLeadershipResponse(rsp)
+}
+
 // HealthzWithResponse Liveness probe
 //
 // Answers 200 while the process runs, whether or not Redis answers.
@@ -8810,6 +11566,1376 @@ func ParseAdminTopResponse(rsp *http.Response) (*AdminTopResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers AdminTopResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseResignResponse parses an HTTP response from a ResignWithResponse call
+func ParseResignResponse(rsp *http.Response) (*ResignResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResignResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ResignResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ResignResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ResignResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ResignResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ResignResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 410:
+		var headers ResignResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 422:
+		var headers ResignResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ResignResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ResignResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers ResignResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers ResignResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ResignResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseInspectElectionResponse parses an HTTP response from a InspectElectionWithResponse call
+func ParseInspectElectionResponse(rsp *http.Response) (*InspectElectionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &InspectElectionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ElectionState
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers InspectElectionResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers InspectElectionResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers InspectElectionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers InspectElectionResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers InspectElectionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers InspectElectionResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers InspectElectionResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers InspectElectionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers InspectElectionResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCampaignResponse parses an HTTP response from a CampaignWithResponse call
+func ParseCampaignResponse(rsp *http.Response) (*CampaignResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CampaignResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Leadership
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ElectionLed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CampaignResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers CampaignResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CampaignResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CampaignResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 409:
+		var headers CampaignResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 410:
+		var headers CampaignResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 413:
+		var headers CampaignResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers CampaignResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers CampaignResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CampaignResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers CampaignResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers CampaignResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers CampaignResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseProclaimResponse parses an HTTP response from a ProclaimWithResponse call
+func ParseProclaimResponse(rsp *http.Response) (*ProclaimResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ProclaimResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Proclamation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ProclaimResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ProclaimResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ProclaimResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ProclaimResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 410:
+		var headers ProclaimResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 413:
+		var headers ProclaimResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers ProclaimResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ProclaimResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ProclaimResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers ProclaimResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers ProclaimResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ProclaimResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseObserveElectionResponse parses an HTTP response from a ObserveElectionWithResponse call
+func ParseObserveElectionResponse(rsp *http.Response) (*ObserveElectionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ObserveElectionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ObserveElectionResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ObserveElectionResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ObserveElectionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ObserveElectionResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ObserveElectionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ObserveElectionResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers ObserveElectionResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers ObserveElectionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ObserveElectionResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRenewLeadershipResponse parses an HTTP response from a RenewLeadershipWithResponse call
+func ParseRenewLeadershipResponse(rsp *http.Response) (*RenewLeadershipResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewLeadershipResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ElectionRenewal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LeaseGone
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest BodyTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RenewLeadershipResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers RenewLeadershipResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers RenewLeadershipResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers RenewLeadershipResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 410:
+		var headers RenewLeadershipResponse410Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 413:
+		var headers RenewLeadershipResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers RenewLeadershipResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers RenewLeadershipResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 501:
+		var headers RenewLeadershipResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers RenewLeadershipResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers RenewLeadershipResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

@@ -453,6 +453,9 @@ func TestRedLockUnsupportedFeaturesAnswer501(t *testing.T) {
 		{http.MethodPost, "/semaphores/s", `{"owner":"x","permits":1,"ttl_ms":1000}`},
 		{http.MethodPost, "/multilocks", `{"owner":"x","locks":["a","b"],"ttl_ms":1000}`},
 		{http.MethodGet, "/locks", ""},
+		{http.MethodPost, "/elections/e", `{"owner":"x","value":"v","ttl_ms":1000}`},
+		{http.MethodGet, "/elections/e", ""},
+		{http.MethodGet, "/elections/e/events", ""},
 	} {
 		req, err := http.NewRequest(call.method, gws[0].URL+call.path, strings.NewReader(call.body))
 		require.NoError(t, err)

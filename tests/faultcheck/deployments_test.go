@@ -171,7 +171,7 @@ func clusterDeployment(acks string) func(t *testing.T) *deployment {
 		settle := func() error { return rig.AwaitHealthy(settleWithin) }
 		// lockMaster returns the master of a checked lock's slot, and the slot.
 		lockMaster := func(fc *faultCheck, rng *rand.Rand) (*harness.Redis, int) {
-			slot := harness.KeySlot(fc.prefix + "{" + fc.locks[rng.IntN(len(fc.locks))] + "}")
+			slot := harness.KeySlot(fc.prefix + "{" + hashTag(fc.locks[rng.IntN(len(fc.locks))]) + "}")
 			return rig.NodeForSlot(slot), slot
 		}
 		migrate := func(fc *faultCheck, rng *rand.Rand, paced bool) error {

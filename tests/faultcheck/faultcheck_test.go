@@ -181,6 +181,8 @@ type faultCheck struct {
 	notes    []string // what was injected, when
 
 	h history
+	// obs is the election's observer (elections_test.go); nil without an election.
+	obs *observer
 }
 
 const faultReplicas = 3
@@ -192,6 +194,9 @@ const faultRecovery = 1500 * time.Millisecond
 func newFaultCheck(t *testing.T, m faultMode, d *deployment) *faultCheck {
 	fc := &faultCheck{t: t, mode: m, d: d, prefix: harness.RandomPrefix(), locks: []string{"fc-a", "fc-b", "fc-c"},
 		faults: append(slices.Clone(d.faults), gatewayFaults...), crashes: map[*harness.Gateway]bool{}}
+	if d.quorum == 0 { // RedLock offers no elections
+		fc.locks = append(fc.locks, electionPrefix+"fc-e")
+	}
 	t.Cleanup(func() {
 		fc.mu.Lock()
 		defer fc.mu.Unlock()
@@ -215,7 +220,8 @@ func newFaultCheck(t *testing.T, m faultMode, d *deployment) *faultCheck {
 func (fc *faultCheck) startGateway(extra map[string]string) (*harness.Gateway, error) {
 	opts := fc.d.gateway
 	opts.KeyPrefix, opts.Binary = fc.prefix, *faultBinary
-	opts.Env = map[string]string{"LEASEGATE_LOG_LEVEL": "warn"}
+	// The election's log keeps the whole run, for the check of every leader in it.
+	opts.Env = map[string]string{"LEASEGATE_LOG_LEVEL": "warn", "LEASEGATE_ELECTION_LOG": "1000000"}
 	for _, env := range []map[string]string{fc.d.gateway.Env, extra} {
 		for k, v := range env {
 			opts.Env[k] = v
@@ -283,6 +289,10 @@ func (fc *faultCheck) run(d time.Duration) {
 	}
 	watched := make(chan struct{})
 	go func() { defer close(watched); fc.watchCrashes(stop) }()
+	if election := fc.election(); election != "" { // it runs on until check has read the log's end
+		fc.obs = &observer{stop: make(chan struct{}), done: make(chan struct{})}
+		go fc.observe(election, fc.obs)
+	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	total := 0
 	for _, f := range fc.faults {
@@ -434,8 +444,12 @@ func (fc *faultCheck) check(start time.Time) {
 		var last string
 		deadline := time.Now().Add(15 * time.Second) // a watchdog lease's max hold (5 s) and TTL, and slack
 		for {
-			r, err := c.Send(context.Background(), http.MethodGet, "/locks/"+lock, nil, "")
-			if err == nil && r.Status == http.StatusOK && r.JSON()["held"] == false && r.Int("waiters") == 0 {
+			r, err := c.Send(context.Background(), http.MethodGet, path(lock), nil, "")
+			settled := err == nil && r.Status == http.StatusOK && r.JSON()["held"] == false && r.Int("waiters") == 0
+			if isElection(lock) {
+				settled = err == nil && r.Status == http.StatusOK && r.JSON()["led"] == false && r.Int("candidates") == 0
+			}
+			if settled {
 				break
 			}
 			if err == nil {
@@ -448,6 +462,12 @@ func (fc *faultCheck) check(start time.Time) {
 			poll := time.NewTimer(100 * time.Millisecond)
 			<-poll.C // polling back-off
 		}
+	}
+	var electionLog []observed
+	if fc.obs != nil {
+		var problems []string
+		_, electionLog, problems = fc.finishObserving(fc.election(), fc.obs)
+		unsettled = append(unsettled, problems...)
 	}
 	// The replicas still running stop as in a rolling restart; then every replica ever started
 	// is looked at for a crash.
@@ -468,6 +488,9 @@ func (fc *faultCheck) check(start time.Time) {
 	wg.Wait()
 	rep := fc.h.check(fc.mode.promise, fc.d.quorum)
 	rep.add("not settled", unsettled...)
+	if fc.obs != nil {
+		fc.checkElection(rep, fc.election(), fc.obs, electionLog)
+	}
 	rep.report(t)
 	if len(rep.violations) > 0 { // the gateways' own account of what failed, by request ID
 		for _, g := range all {

@@ -411,6 +411,7 @@ type report struct {
 	statuses             map[int]int
 	idle, waiting        time.Duration
 	longestIdle          []string // the longest spans in which a lock sat idle while requests waited, outside faults
+	election             string   // the election's figures (elections_test.go); "" without one
 }
 
 func (r *report) add(kind string, problems ...string) {
@@ -475,10 +476,10 @@ func (r *report) figures(h *history) string {
 	return fmt.Sprintf("%d ops (%d answered 503, %d failed in transport), %d grants; %d faults %s; %d violations %s; "+
 		"%d leases lost while valid (%d excused %s), %d ended by a 410 after they could lapse, %d not known to have stayed valid, "+
 		"%d overlaps of released leases while two masters took writes; "+
-		"%d writes (%d refused by the fenced store); waits answered %v; outside faults, locks idle while requests waited: %v of %v (%.1f %%)",
+		"%d writes (%d refused by the fenced store); waits answered %v; outside faults, locks idle while requests waited: %v of %v (%.1f %%)%s",
 		h.ops, h.unavailable, h.failed, r.grants, nfaults, counts(h.kinds), nviolations, counts(violations),
 		r.lost, excused, counts(r.excused), r.lapsed, r.unsure, r.splitOverlaps, r.writes, r.refused, r.statuses,
-		r.idle.Round(time.Millisecond), r.waiting.Round(time.Millisecond), 100*r.idle.Seconds()/max(r.waiting.Seconds(), 1e-9))
+		r.idle.Round(time.Millisecond), r.waiting.Round(time.Millisecond), 100*r.idle.Seconds()/max(r.waiting.Seconds(), 1e-9), r.election)
 }
 
 // idleShare: more than 1/idleShare of the waiting time idle fails the check. A healthy run under

@@ -5,13 +5,33 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/internal/testkit"
 )
 
-// The fault checker's clients: what each does with its leases, as the history records it.
+// The fault checker's clients: what each does with its leases, as the history records it. An
+// election (a name with electionPrefix, on every deployment that offers elections) is one more
+// lock to them: a campaign is an acquire with a value, a proclaim takes a re-entry's place, a
+// resignation a release's; the history checks its leaders as it checks a lock's holders.
+
+// electionPrefix marks an election among the checked names; path is a name's route.
+const electionPrefix = "election:"
+
+func isElection(name string) bool { return strings.HasPrefix(name, electionPrefix) }
+
+// hashTag is the hash tag of a checked name's keys: an election's keys are tagged with its name.
+func hashTag(name string) string { return strings.TrimPrefix(name, electionPrefix) }
+
+func path(name string) string {
+	if rest, ok := strings.CutPrefix(name, electionPrefix); ok {
+		return "/elections/" + rest
+	}
+	return "/locks/" + name
+}
+
 // worker is one client: over and over it waits for a lock (or abandons the wait), works under it
 // (writing to the fenced store), renews, re-enters, and releases, or lets a lease run out.
 func (fc *faultCheck) worker(i int, stop <-chan struct{}) {
@@ -37,9 +57,12 @@ func (fc *faultCheck) worker(i int, stop <-chan struct{}) {
 			body = fmt.Sprintf(`{"owner":%q,"ttl_ms":%d,"wait_ms":%d,"watchdog":true,"max_hold_ms":%d}`,
 				owner, ttl.Milliseconds(), waitFor.Milliseconds(), maxHold.Milliseconds())
 		}
+		if isElection(lock) { // a campaign: the same, with the value the leader announces
+			body = strings.Replace(body, "{", fmt.Sprintf(`{"value":%q,`, owner+":1"), 1)
+		}
 		c := fc.client(rng)
 		sent := time.Now()
-		r, err := fc.send(ctx, c, http.MethodPost, "/locks/"+lock, nil, body)
+		r, err := fc.send(ctx, c, http.MethodPost, path(lock), nil, body)
 		answered := time.Now()
 		cancel()
 		if err != nil {
@@ -83,7 +106,7 @@ func (fc *faultCheck) hold(rng *rand.Rand, c *harness.Client, l *held, ttl time.
 		switch rng.IntN(4) {
 		case 0:
 			t0 := time.Now()
-			r, err := fc.send(ctx, c, http.MethodPost, "/locks/"+l.lock+"/renew", testkit.TokenHeader(l.token), "")
+			r, err := fc.send(ctx, c, http.MethodPost, path(l.lock)+"/renew", testkit.TokenHeader(l.token), "")
 			switch {
 			case err == nil && r.Status == http.StatusOK:
 				l.validUntil = t0.Add(ttl)
@@ -92,7 +115,14 @@ func (fc *faultCheck) hold(rng *rand.Rand, c *harness.Client, l *held, ttl time.
 				return
 			}
 		case 1:
-			if step == 0 {
+			if isElection(l.lock) { // a leader proclaims a new value instead of re-entering
+				r, err := fc.send(ctx, c, http.MethodPut, path(l.lock), testkit.TokenHeader(l.token),
+					fmt.Sprintf(`{"value":"%s:%d"}`, l.owner, step+2))
+				if err == nil && r.Status == http.StatusGone {
+					l.lost(time.Now(), "proclaim 410")
+					return
+				}
+			} else if step == 0 {
 				t0 := time.Now()
 				body := fmt.Sprintf(`{"owner":%q,"ttl_ms":%d}`, l.owner, ttl.Milliseconds())
 				r, err := fc.send(ctx, c, http.MethodPost, "/locks/"+l.lock, harness.Headers{"Lease-Token": l.token, "Idempotency-Key": l.owner + "-re"}, body)
@@ -118,11 +148,11 @@ func (fc *faultCheck) hold(rng *rand.Rand, c *harness.Client, l *held, ttl time.
 		// A release is retried with its Idempotency-Key (on any replica) while the answer is lost
 		// or 503, as the SDKs do, for a few seconds.
 		headers := harness.Headers{"Lease-Token": l.token, "Idempotency-Key": fmt.Sprintf("%s-rel-%d", l.owner, h)}
-		r, err := fc.send(ctx, c, http.MethodDelete, "/locks/"+l.lock, headers, "")
+		r, err := fc.send(ctx, c, http.MethodDelete, path(l.lock), headers, "")
 		for try := 0; try < 20 && (err != nil || r.Status == http.StatusServiceUnavailable); try++ {
 			pause := time.NewTimer(250 * time.Millisecond)
 			<-pause.C // retry back-off
-			r, err = fc.send(ctx, fc.client(rng), http.MethodDelete, "/locks/"+l.lock, headers, "")
+			r, err = fc.send(ctx, fc.client(rng), http.MethodDelete, path(l.lock), headers, "")
 		}
 		switch {
 		case err == nil && r.Status == http.StatusGone:

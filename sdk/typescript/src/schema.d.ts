@@ -268,6 +268,155 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/elections/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The election's name, with the same rules as a lock's (elections, semaphores and locks are
+                 *     separate name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example scheduler
+                 */
+                name: components["parameters"]["ElectionNameParam"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Read an election's leader
+         * @description The announced leader (`leader`: its `owner`, `value`, `fence`, `since`, the `ttl_ms` its
+         *     lease has left, the `event_id` that announced its value), absent while nobody leads;
+         *     `candidates` waiting in line; and `last_event_id`, the id of the election's last event,
+         *     after which `GET /elections/{name}/events` with `Last-Event-ID` goes on. A leader whose
+         *     lease ran out is never reported: reading finds it, and announces its end (`vacant`).
+         */
+        get: operations["inspectElection"];
+        /**
+         * Proclaim a new value, keeping the lead
+         * @description The leader (its `Lease-Token`) announces a new value: a `proclaimed` event, in the
+         *     election's log after everything before it. Proclaiming the value the leader already has
+         *     announces nothing. With an `Idempotency-Key`, a retry changes nothing more, even after a
+         *     later proclaim. A lease that no longer holds the election answers 410 (and its end is
+         *     announced `vacant`).
+         */
+        put: operations["proclaim"];
+        /**
+         * Campaign to lead an election
+         * @description Asks to lead the election, with a `value` the leader carries (say, its address). An
+         *     election is a lock of its own kind (its own name space and tokens) whose exclusive
+         *     holder is the leader: campaigning is acquiring it, with everything a lock's acquire has
+         *     (`ttl_ms`, `watchdog` and `max_hold_ms`, `wait_ms` long-polls in FIFO order across all
+         *     replicas, `queue_ticket`, `Idempotency-Key`, fencing). Once granted, the gateway
+         *     announces the new leader in the election's log (an `elected` event, see
+         *     `GET /elections/{name}/events`) and then answers 201 with the leader's lease: keep it
+         *     with `POST /elections/{name}/renew` (or `watchdog`), proclaim a new value with `PUT`,
+         *     resign with `DELETE`. While another candidate leads (or others wait in line) a try-once
+         *     campaign, or a wait that runs out, answers 409 `election-led`, with a `queue_ticket`
+         *     after a wait. A campaign takes no `Lease-Token` (400).
+         *
+         *     A leader that was answered 201 was announced first. A grant whose announcement could
+         *     not be written (Redis failing) is given back (503), unless the request carries an
+         *     `Idempotency-Key`: its retry collects and announces the same lead. A grant whose 201
+         *     cannot be delivered (the client left) resigns at once, unless it carries an
+         *     `Idempotency-Key`. Not offered on RedLock (501).
+         */
+        post: operations["campaign"];
+        /**
+         * Resign the lead, or take it away (force)
+         * @description The leader (its `Lease-Token`) gives up the lead: one Redis script announces `resigned`
+         *     and hands the election to the first live candidate in line, exactly as a lock's release
+         *     hands a lock over; that candidate's campaign then answers 201 (after its `elected`).
+         *     With an `Idempotency-Key`, a retry answers as the first call did (without `event_id`).
+         *
+         *     **Force** (`?force=true`, no `Lease-Token`, the `admin` permission): takes the lead from
+         *     whoever has it, as a lock's force release does; the end is announced `vacant` and the
+         *     next candidate in line is elected. Answered with an `ElectionForceRelease`.
+         */
+        delete: operations["resign"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/elections/{name}/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The election's name, with the same rules as a lock's (elections, semaphores and locks are
+                 *     separate name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example scheduler
+                 */
+                name: components["parameters"]["ElectionNameParam"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renew a leader's lease
+         * @description As a lock's renewal: resets the TTL of the leader's lease (`Lease-Token`) to `ttl_ms`
+         *     (default: its current TTL). A lease that has run out is never resurrected (410).
+         */
+        post: operations["renewLeadership"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/elections/{name}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The election's name, with the same rules as a lock's (elections, semaphores and locks are
+                 *     separate name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example scheduler
+                 */
+                name: components["parameters"]["ElectionNameParam"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Observe an election's leaders (Server-Sent Events), resumable
+         * @description A `text/event-stream` of the election's announcements, read from its log in Redis. Each
+         *     event's `id` is the log entry's id (`<ms>-<seq>`); reconnect with `Last-Event-ID` (as
+         *     `EventSource` does by itself), on any replica, and the stream goes on exactly after that
+         *     event. Data is one line of JSON with `election` and `at` (RFC 3339, ms; Redis time of the
+         *     entry, the gateway's for `state`).
+         *
+         *     | event | data (besides `election`, `at`) | when |
+         *     |---|---|---|
+         *     | `state` | the `GET /elections/{name}` body (`ElectionState`), `gap` | first (without `Last-Event-ID`), or when the events after `Last-Event-ID` are no longer in the log (`gap: true`); its id is `last_event_id` |
+         *     | `elected` | `owner`, `value`, `fence` | a candidate was elected (before its campaign answered 201) |
+         *     | `proclaimed` | `owner`, `value`, `fence` | the leader proclaimed a new value |
+         *     | `resigned` | `owner`, `fence` | the leader resigned |
+         *     | `vacant` | `owner`, `fence` | the leader's lease was found gone (it ran out, or was force-released): within milliseconds of its expiry while the election is observed, else when it is next read or campaigned for |
+         *     | `closed` | `reason` (`unauthenticated`, `forbidden`, `lifetime`), `detail` | the gateway ends the stream, as for a lock's stream; it has no `id`, so a reconnection resumes after the event before it |
+         *
+         *     **Guarantees.** Every leader that was answered 201 appears, as `elected`, in the order the
+         *     leaders held the election, with strictly increasing fences, each leader's end
+         *     (`resigned` or `vacant`) before the next one's `elected`; nothing is left out or
+         *     repeated, across reconnections and gateway restarts, as long as the log still holds the
+         *     event after `Last-Event-ID` (the last `LEASEGATE_ELECTION_LOG` events, default 1,000, kept
+         *     `LEASEGATE_ELECTION_RETENTION` after the last activity, default 24 h). A grant whose
+         *     announcement was never written (its gateway died in between) was never answered 201: it
+         *     is not announced and runs out with its TTL. A `Last-Event-ID` that is no event id is a
+         *     400. Not offered on RedLock (501). The same limits as a lock's stream apply
+         *     (`LEASEGATE_MAX_STREAMS`, `LEASEGATE_QUOTA_STREAMS`, `LEASEGATE_MAX_STREAM_LIFETIME`).
+         */
+        get: operations["observeElection"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/multilocks": {
         parameters: {
             query?: never;
@@ -848,6 +997,169 @@ export interface components {
             /** @description Whether the lease of the sent `Lease-Token` holds the lock (either way). Only when a `Lease-Token` was sent. */
             yours?: boolean;
         };
+        /**
+         * @description An election's name, with the rules of a lock's (a name space of its own).
+         * @example scheduler
+         */
+        ElectionName: string;
+        /**
+         * @description What the leader announces with its lead, e.g. its address: any valid UTF-8 of at most
+         *     4096 bytes (without U+FFFD); it may be empty.
+         * @example 10.0.3.7:8080
+         */
+        LeaderValue: string;
+        /**
+         * @description The id of an election's event: its entry in the election's log (`<ms>-<seq>`), the `id`
+         *     of its Server-Sent Event; `0-0` stands before the first.
+         * @example 1795455484376-0
+         */
+        EventID: string;
+        CampaignRequest: {
+            owner: components["schemas"]["Owner"];
+            value: components["schemas"]["LeaderValue"];
+            /**
+             * Format: int64
+             * @description The leader's lease time to live in milliseconds, as for locks.
+             * @default 30000
+             */
+            ttl_ms?: number;
+            /**
+             * Format: int64
+             * @description How long to wait in line to be elected, in milliseconds, as for locks (capped to `LEASEGATE_MAX_WAIT`).
+             * @default 0
+             */
+            wait_ms?: number;
+            /**
+             * @description If true, the gateway renews the leader's lease itself, as for locks.
+             * @default false
+             */
+            watchdog?: boolean;
+            /**
+             * Format: int64
+             * @description Watchdog leases only, as for locks.
+             */
+            max_hold_ms?: number;
+            /** @description Waiting requests only, as for locks (the ticket of a 409 `election-led` after a wait). */
+            queue_ticket?: string;
+        };
+        ProclaimRequest: {
+            value: components["schemas"]["LeaderValue"];
+        };
+        /** @description A leader's lease and the value announced with it. */
+        Leadership: {
+            election: components["schemas"]["ElectionName"];
+            owner: components["schemas"]["Owner"];
+            value: components["schemas"]["LeaderValue"];
+            /**
+             * @description The leader's lease token, for `Lease-Token` (proclaim, renew, resign). An election's
+             *     token is signed in a domain of its own: lock and semaphore endpoints refuse it, and
+             *     election endpoints refuse theirs (400).
+             */
+            token: string;
+            /**
+             * Format: int64
+             * @description The lead's fence, strictly greater than every earlier leader's of this election.
+             */
+            fence: number;
+            /**
+             * Format: int64
+             * @description The lease's time to live in milliseconds, counted from this grant.
+             */
+            ttl_ms: number;
+            /**
+             * Format: date-time
+             * @description When the lease expires unless renewed (RFC 3339, UTC, millisecond precision).
+             */
+            expires_at: string;
+            /** @description Whether the gateway renews the lease itself. */
+            watchdog: boolean;
+            /**
+             * Format: date-time
+             * @description When the leader was announced (Redis time).
+             */
+            since: string;
+            event_id: components["schemas"]["EventID"];
+        };
+        /** @description The leader after a proclaim (`ElectionLeader`'s members, and the election). */
+        Proclamation: {
+            election: components["schemas"]["ElectionName"];
+            owner: components["schemas"]["Owner"];
+            value: components["schemas"]["LeaderValue"];
+            /** Format: int64 */
+            fence: number;
+            /** Format: date-time */
+            since: string;
+            /**
+             * Format: int64
+             * @description What the leader's lease had left.
+             */
+            ttl_ms: number;
+            event_id: components["schemas"]["EventID"];
+        };
+        /** @description A leader's renewed lease. */
+        ElectionRenewal: {
+            election: components["schemas"]["ElectionName"];
+            owner: components["schemas"]["Owner"];
+            token: string;
+            /** Format: int64 */
+            fence: number;
+            /** Format: int64 */
+            ttl_ms: number;
+            /** Format: date-time */
+            expires_at: string;
+            watchdog: boolean;
+        };
+        Resignation: {
+            election: components["schemas"]["ElectionName"];
+            /** @description Always true. */
+            resigned: boolean;
+            /**
+             * Format: int64
+             * @description The fence of the lead given up.
+             */
+            fence: number;
+            event_id?: components["schemas"]["EventID"];
+        };
+        /** @description The answer to an election's force release (`?force=true`). */
+        ElectionForceRelease: {
+            election: components["schemas"]["ElectionName"];
+            /** @description Always true. */
+            released: boolean;
+            /** @description Always true. */
+            forced: boolean;
+            /**
+             * Format: int64
+             * @description 1 when someone led (or had just been handed the lead), else 0.
+             */
+            holds_removed: number;
+        };
+        /** @description A resignation's answer (`Resignation`), or a force release's (`ElectionForceRelease`). */
+        ResignResult: components["schemas"]["Resignation"] | components["schemas"]["ElectionForceRelease"];
+        ElectionLeader: {
+            owner: components["schemas"]["Owner"];
+            value: components["schemas"]["LeaderValue"];
+            /** Format: int64 */
+            fence: number;
+            /** Format: date-time */
+            since: string;
+            /**
+             * Format: int64
+             * @description What the leader's lease had left when read.
+             */
+            ttl_ms: number;
+            event_id: components["schemas"]["EventID"];
+        };
+        ElectionState: {
+            election: components["schemas"]["ElectionName"];
+            led: boolean;
+            leader?: components["schemas"]["ElectionLeader"];
+            /**
+             * Format: int64
+             * @description Live candidates waiting in line (the leader not counted).
+             */
+            candidates: number;
+            last_event_id: components["schemas"]["EventID"];
+        };
         MultiLockRequest: {
             owner: components["schemas"]["Owner"];
             /** @description The locks to take together, 2-64 distinct names, in any order. */
@@ -1040,7 +1352,7 @@ export interface components {
             longest_held: {
                 lock: components["schemas"]["LockName"];
                 /** @enum {string} */
-                kind: "lock" | "semaphore";
+                kind: "lock" | "semaphore" | "election";
                 owner: string;
                 /** Format: int64 */
                 fence: number;
@@ -1051,7 +1363,7 @@ export interface components {
             most_contended: {
                 lock: components["schemas"]["LockName"];
                 /** @enum {string} */
-                kind: "lock" | "semaphore";
+                kind: "lock" | "semaphore" | "election";
                 /** Format: int64 */
                 count: number;
             }[];
@@ -1080,6 +1392,7 @@ export interface components {
          *     | `urn:leasegate:problem:headers-too-large` | 431 | The request line and headers take more than 64 KiB (past 256 KiB the server stops reading and answers 431 in plain text). |
          *     | `urn:leasegate:problem:lock-held` | 409 | Another lease holds the lock (or others wait for it); `retry_after_ms` is the holder's remaining TTL, `waited_ms` how long the request waited. For a multi-lock, `locks` lists the members that were held and `retry_after_ms` is the longest remaining TTL among them. |
          *     | `urn:leasegate:problem:upgrade-refused` | 409 | A shared holder asked for the lock exclusively with its token: upgrades deadlock, so they are refused. Release the shared hold, then acquire exclusively. |
+         *     | `urn:leasegate:problem:election-led` | 409 | Another candidate leads the election (or others wait in line before this one); `election` names it, `retry_after_ms` is the leader's remaining TTL, `waited_ms` how long the campaign waited, `queue_ticket` keeps its place. |
          *     | `urn:leasegate:problem:semaphore-full` | 409 | Every permit of the semaphore is taken (or others wait for one); `retry_after_ms` is how long until the first permit's lease runs out. |
          *     | `urn:leasegate:problem:permits-mismatch` | 409 | The semaphore, which someone holds or waits on, has another size; `permits` is its size. |
          *     | `urn:leasegate:problem:lease-gone` | 410 | The lease of the `Lease-Token` no longer holds the lock: it expired or was fully released. For a multi-lock, `locks` lists the members no longer held; the others have been freed. |
@@ -1090,7 +1403,7 @@ export interface components {
          *     | `urn:leasegate:problem:not-found` | 404 | No such route. |
          *     | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
          *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
-         *     | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, live events and listings. |
+         *     | `urn:leasegate:problem:not-supported` | 501 | The deployment cannot offer this operation: on RedLock (`LEASEGATE_REDLOCK_URLS`), semaphores, multi-locks, elections, live events and listings. |
          *     | `urn:leasegate:problem:shutting-down` | 503 | This replica is shutting down (it ends its waiting requests, with `Connection: close`). Retry on another replica, with the `queue_ticket` if one is given. |
          *     | `urn:leasegate:problem:too-many-waiters` | 503 | This replica already holds `LEASEGATE_MAX_WAITERS` waiting requests. Retry after `Retry-After`, or on another replica. |
          *     | `urn:leasegate:problem:too-many-streams` | 503 | This replica already streams `LEASEGATE_MAX_STREAMS` live event streams. Retry after `Retry-After`, or on another replica. |
@@ -1122,6 +1435,8 @@ export interface components {
             lock?: string;
             /** @description The semaphore name the problem concerns. */
             semaphore?: string;
+            /** @description The election name the problem concerns (election-led). */
+            election?: string;
             /**
              * Format: int64
              * @description With permits-mismatch, the semaphore's size.
@@ -1254,6 +1569,17 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description Another candidate leads the election, or others wait in line before this one. */
+        ElectionLed: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /**
          * @description The lease of the `Lease-Token` no longer holds the lock. The `detail` says how it ended
          *     where the gateway knows: "an operator force-released it at <time>" for a force release
@@ -1373,6 +1699,24 @@ export interface components {
          */
         SemaphoreNameParam: string;
         /**
+         * @description The election's name, with the same rules as a lock's (elections, semaphores and locks are
+         *     separate name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+         * @example scheduler
+         */
+        ElectionNameParam: string;
+        /**
+         * @description The leader's `token` from its campaign. A malformed or forged token, or one of another
+         *     election, a lock or a semaphore, answers 400 `invalid-lease-token`; a valid token whose
+         *     lease no longer holds the election answers 410 `lease-gone`.
+         * @example eyJ2IjoxLCJsb2NrIjoic2NoZWR1bGVyIn0.c2lnbmF0dXJl
+         */
+        ElectionTokenRequired: string;
+        /**
+         * @description The leader's `token`: required, except with `force=true`, where it must be absent.
+         * @example eyJ2IjoxLCJsb2NrIjoic2NoZWR1bGVyIn0.c2lnbmF0dXJl
+         */
+        ElectionTokenRelease: string;
+        /**
          * @description A multi-lock's id, from its grant (`id`, and the `Location` header).
          * @example m-9b2f4c1e-3d5a-4e6f-8a7b-1c2d3e4f5a6b
          */
@@ -1453,7 +1797,7 @@ export interface components {
          */
         "X-Request-Id": string;
         /**
-         * @description The path of the granted lock, semaphore or multi-lock, `/locks/{name}`, `/semaphores/{name}` or `/multilocks/{id}`.
+         * @description The path of the granted lock, semaphore, multi-lock or election, `/locks/{name}`, `/semaphores/{name}`, `/multilocks/{id}` or `/elections/{name}`.
          * @example /locks/orders.42
          */
         Location: string;
@@ -2116,6 +2460,355 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             410: components["responses"]["LeaseGone"];
+            429: components["responses"]["QuotaExceeded"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    inspectElection: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The election's name, with the same rules as a lock's (elections, semaphores and locks are
+                 *     separate name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example scheduler
+                 */
+                name: components["parameters"]["ElectionNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The election now. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ElectionState"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["QuotaExceeded"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    proclaim: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The leader's `token` from its campaign. A malformed or forged token, or one of another
+                 *     election, a lock or a semaphore, answers 400 `invalid-lease-token`; a valid token whose
+                 *     lease no longer holds the election answers 410 `lease-gone`.
+                 * @example eyJ2IjoxLCJsb2NrIjoic2NoZWR1bGVyIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token": components["parameters"]["ElectionTokenRequired"];
+                /**
+                 * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+                 *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+                 *     answers as the first call did and changes nothing. A retried release never gives back a
+                 *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+                 *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+                 *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+                 *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+                 *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     The same key sent with another request (another operation, name, owner, mode, TTL or
+                 *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+                 *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
+                 *     1-255 visible ASCII characters, else 400.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description The election's name, with the same rules as a lock's (elections, semaphores and locks are
+                 *     separate name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example scheduler
+                 */
+                name: components["parameters"]["ElectionNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProclaimRequest"];
+            };
+        };
+        responses: {
+            /** @description The value is announced; the answer is the leader as it stands. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Proclamation"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            410: components["responses"]["LeaseGone"];
+            413: components["responses"]["BodyTooLarge"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            429: components["responses"]["QuotaExceeded"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    campaign: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+                 *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+                 *     answers as the first call did and changes nothing. A retried release never gives back a
+                 *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+                 *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+                 *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+                 *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+                 *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     The same key sent with another request (another operation, name, owner, mode, TTL or
+                 *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+                 *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
+                 *     1-255 visible ASCII characters, else 400.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description The election's name, with the same rules as a lock's (elections, semaphores and locks are
+                 *     separate name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example scheduler
+                 */
+                name: components["parameters"]["ElectionNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CampaignRequest"];
+            };
+        };
+        responses: {
+            /** @description Elected; the election's log announced it (`elected`). */
+            201: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Leadership"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["ElectionLed"];
+            410: components["responses"]["LeaseGone"];
+            413: components["responses"]["BodyTooLarge"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            429: components["responses"]["QuotaExceeded"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    resign: {
+        parameters: {
+            query?: {
+                /** @description `true`: force release (see the operation). Any other value is a 400. */
+                force?: components["parameters"]["Force"];
+            };
+            header?: {
+                /**
+                 * @description The leader's `token`: required, except with `force=true`, where it must be absent.
+                 * @example eyJ2IjoxLCJsb2NrIjoic2NoZWR1bGVyIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token"?: components["parameters"]["ElectionTokenRelease"];
+                /**
+                 * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+                 *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+                 *     answers as the first call did and changes nothing. A retried release never gives back a
+                 *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+                 *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+                 *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+                 *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+                 *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     The same key sent with another request (another operation, name, owner, mode, TTL or
+                 *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+                 *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
+                 *     1-255 visible ASCII characters, else 400.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description The election's name, with the same rules as a lock's (elections, semaphores and locks are
+                 *     separate name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example scheduler
+                 */
+                name: components["parameters"]["ElectionNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Resigned, or (force) every hold removed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResignResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            410: components["responses"]["LeaseGone"];
+            422: components["responses"]["IdempotencyKeyReused"];
+            429: components["responses"]["QuotaExceeded"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    renewLeadership: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The leader's `token` from its campaign. A malformed or forged token, or one of another
+                 *     election, a lock or a semaphore, answers 400 `invalid-lease-token`; a valid token whose
+                 *     lease no longer holds the election answers 410 `lease-gone`.
+                 * @example eyJ2IjoxLCJsb2NrIjoic2NoZWR1bGVyIn0.c2lnbmF0dXJl
+                 */
+                "Lease-Token": components["parameters"]["ElectionTokenRequired"];
+                /**
+                 * @description Makes retries of this call safe: a repeat with the same key (and the same `Lease-Token`,
+                 *     or for a new acquire the same owner) within 10 minutes, or the lease's TTL if longer,
+                 *     answers as the first call did and changes nothing. A retried release never gives back a
+                 *     second hold; a retried re-entry never adds one; a retried acquire gets the same lease
+                 *     (same token and fence) as long as it holds the lock, and 410 after. A replayed grant's
+                 *     `ttl_ms` and `expires_at` are what the lease has left, never more. A renewal is
+                 *     idempotent by nature and answers a retry as it stands (410 once the lease is gone). An
+                 *     acquire sent with a key whose answer could not be delivered keeps its grant for the
+                 *     retry. Send a fresh key (a UUID) per logical call and the same key on its retries.
+                 *     The same key sent with another request (another operation, name, owner, mode, TTL or
+                 *     `Lease-Token`; a long wait's `wait_ms` and `queue_ticket` may differ) within that time is
+                 *     refused: 422 `idempotency-key-reused`, nothing done (not detected on RedLock).
+                 *     1-255 visible ASCII characters, else 400.
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description The election's name, with the same rules as a lock's (elections, semaphores and locks are
+                 *     separate name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example scheduler
+                 */
+                name: components["parameters"]["ElectionNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RenewRequest"];
+            };
+        };
+        responses: {
+            /** @description The lease was renewed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ElectionRenewal"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            410: components["responses"]["LeaseGone"];
+            413: components["responses"]["BodyTooLarge"];
+            429: components["responses"]["QuotaExceeded"];
+            500: components["responses"]["Internal"];
+            501: components["responses"]["NotSupported"];
+            503: components["responses"]["BackendUnavailable"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    observeElection: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The `id` of the last event received; the stream goes on after it.
+                 * @example 1795455484376-0
+                 */
+                "Last-Event-ID"?: string;
+            };
+            path: {
+                /**
+                 * @description The election's name, with the same rules as a lock's (elections, semaphores and locks are
+                 *     separate name spaces). A name that does not match answers 400 `urn:leasegate:problem:invalid-lock-name`.
+                 * @example scheduler
+                 */
+                name: components["parameters"]["ElectionNameParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream of events. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example id: 0-0
+                     *     event: state
+                     *     data: {"election":"scheduler","led":false,"candidates":0,"last_event_id":"0-0","at":"2026-11-23T17:38:03.874Z"}
+                     *
+                     *     id: 1795455484376-0
+                     *     event: elected
+                     *     data: {"election":"scheduler","at":"2026-11-23T17:38:04.376Z","owner":"scheduler-2","fence":1795455484375721,"value":"10.0.3.7:8080"}
+                     *
+                     *     id: 1795455490123-0
+                     *     event: resigned
+                     *     data: {"election":"scheduler","at":"2026-11-23T17:38:10.123Z","owner":"scheduler-2","fence":1795455484375721}
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["QuotaExceeded"];
             500: components["responses"]["Internal"];
             501: components["responses"]["NotSupported"];
