@@ -76,6 +76,13 @@ type SemaphoreList struct {
 	NextCursor string            `json:"next_cursor"`
 }
 
+// ElectionList is the body of GET /elections: one page of the elections led or with candidates,
+// each as GET /elections/{name} reads it, and the cursor of the next page ("" at the end).
+type ElectionList struct {
+	Elections  []ElectionState `json:"elections"`
+	NextCursor string          `json:"next_cursor"`
+}
+
 // HeldLong is one entry of Top's longest-held list.
 type HeldLong struct {
 	Lock      string `json:"lock"`

@@ -14,11 +14,13 @@ import (
 // Admin is what the admin API needs of the lock engine; *lockcore.Service implements it.
 type Admin interface {
 	List(ctx context.Context, kind lockcore.Kind, prefix, cursor string, limit int) ([]lockcore.State, string, error)
+	ListElections(ctx context.Context, prefix, cursor string, limit int) ([]lockcore.ElectionState, string, error)
 	LongestHeld(ctx context.Context, limit int) ([]lockcore.LongHold, error)
 	MostContended(n int) []lockcore.Contended
 }
 
-// adminHandlers serve the admin API: listings of held locks and semaphores, and the top lists.
+// adminHandlers serve the admin API: listings of held locks, semaphores and elections, and the
+// top lists.
 // With authentication they need the admin permission (routes.go), else they are open.
 type adminHandlers struct {
 	admin    Admin
@@ -105,6 +107,25 @@ func (h *adminHandlers) listSemaphores(w http.ResponseWriter, r *http.Request) {
 		body.Semaphores = append(body.Semaphores, api.ListedSemaphore{Name: st.Ref.Name, Permits: st.Permits,
 			Used: st.SharedCount, Waiters: st.Waiters, AgeMs: st.OldestHold(now).Milliseconds(),
 			HeldBy: listedHolders(st, now, false), Waiting: listedWaiters(st.Waiting, false)})
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// listElections handles GET /elections?prefix=&limit=&cursor=.
+func (h *adminHandlers) listElections(w http.ResponseWriter, r *http.Request) {
+	prefix, cursor, limit, err := listQuery(r)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	states, next, err := h.admin.ListElections(r.Context(), prefix, cursor, limit)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
+	body := api.ElectionList{Elections: make([]api.ElectionState, 0, len(states)), NextCursor: next}
+	for _, st := range states {
+		body.Elections = append(body.Elections, electionStateBody(st))
 	}
 	writeJSON(w, http.StatusOK, body)
 }

@@ -40,7 +40,8 @@ type Options struct {
 	Spec      []byte // served at GET /openapi.yaml
 	// Metrics, when set, counts every request and serves GET /metrics.
 	Metrics Metrics
-	// Admin, when set, serves the admin API (GET /locks, GET /semaphores, GET /admin/top);
+	// Admin, when set, serves the admin API (GET /locks, GET /semaphores, GET /admin/top, and
+	// GET /elections with Elections);
 	// LongHold is LEASEGATE_LONG_HOLD, which the top lists report.
 	Admin    Admin
 	LongHold time.Duration
@@ -116,6 +117,9 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 		r.Get("/locks", g.need(admin, scopeListing, a.listLocks))
 		r.Get("/semaphores", g.need(admin, scopeListing, a.listSemaphores))
 		r.Get("/admin/top", g.need(admin, scopeAll, a.top))
+		if opts.Elections != nil {
+			r.Get("/elections", g.need(admin, scopeListing, a.listElections))
+		}
 		// GET /ui: the dashboard's page and /ui/{asset}, served to anyone: they hold no data (the
 		// page asks for an API key and calls the admin API above with it).
 		dashboard := ui.Handler().ServeHTTP

@@ -23,6 +23,40 @@ import (
 // whole hash buckets) or fewer. On Redis Cluster the walk goes master by master; the cursor
 // carries the master's position, so a resharding during a listing may skip or repeat names.
 func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, limit int) ([]State, string, error) {
+	refs, next, err := s.scanRefs(ctx, kind, prefix, cursor, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	states := make([]State, len(refs))
+	errs := make([]error, len(refs))
+	var wg sync.WaitGroup
+	for i, ref := range refs { // concurrent calls share rueidis's pipeline
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			states[i], errs[i] = s.Inspect(ctx, ref, "")
+			if errs[i] == nil && states[i].Held() && states[i].Waiters > 0 {
+				states[i].Waiting, errs[i] = s.waiting(ctx, ref, ListedWaiters)
+			}
+		}()
+	}
+	wg.Wait()
+	out := states[:0]
+	for i, st := range states {
+		if errs[i] != nil {
+			return nil, "", errs[i]
+		}
+		if st.Held() {
+			out = append(out, st)
+		}
+	}
+	slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.Ref.Name, b.Ref.Name) })
+	return out, next, nil
+}
+
+// scanRefs walks one page of List's SCAN: the refs of kind whose keys heldKeyRef recognises, each
+// once, and the cursor of the next page ("" when the walk is complete).
+func (s *Service) scanRefs(ctx context.Context, kind Kind, prefix, cursor string, limit int) ([]Ref, string, error) {
 	if err := s.dep.offers(featureListing); err != nil {
 		return nil, "", err
 	}
@@ -58,31 +92,7 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 	if node < len(masters) {
 		next = strconv.Itoa(node) + "-" + strconv.FormatUint(scan, 10)
 	}
-	states := make([]State, len(refs))
-	errs := make([]error, len(refs))
-	var wg sync.WaitGroup
-	for i, ref := range refs { // concurrent calls share rueidis's pipeline
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			states[i], errs[i] = s.Inspect(ctx, ref, "")
-			if errs[i] == nil && states[i].Held() && states[i].Waiters > 0 {
-				states[i].Waiting, errs[i] = s.waiting(ctx, ref, ListedWaiters)
-			}
-		}()
-	}
-	wg.Wait()
-	out := states[:0]
-	for i, st := range states {
-		if errs[i] != nil {
-			return nil, "", errs[i]
-		}
-		if st.Held() {
-			out = append(out, st)
-		}
-	}
-	slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.Ref.Name, b.Ref.Name) })
-	return out, next, nil
+	return refs, next, nil
 }
 
 // waiting reads the first limit live waiters of ref's line (waiting.lua; see Waiter). It is read
@@ -130,9 +140,11 @@ func readWaiting(r []any) ([]Waiter, bool) {
 	return out, true
 }
 
-// heldKeyRef tells which lock or semaphore of kind a hash key found by List belongs to, if it is
-// one that says someone holds it: a lock's hash (its exclusive holder), a lock's or a semaphore's
-// shared holders' hash. Queue hashes and others are skipped. Names never contain '{' or '}'.
+// heldKeyRef tells which lock, semaphore or election of kind a hash key found by List belongs to,
+// if it is one that says someone holds it: a lock's hash (its exclusive holder), a lock's or a
+// semaphore's shared holders' hash, an election's lock hash (its leader). An election is also
+// found by its line's hash (qm: candidates wait), so that ListElections shows a vacant election
+// that has candidates. Other hashes are skipped. Names never contain '{' or '}'.
 func (s *Service) heldKeyRef(key string, kind Kind) (Ref, bool) {
 	rest, ok := strings.CutPrefix(key, s.space.prefix+"{")
 	if !ok {
@@ -148,6 +160,8 @@ func (s *Service) heldKeyRef(key string, kind Kind) (Ref, bool) {
 		return LockRef(name), true
 	case kind == KindSemaphore && suffix == ":sem:shm":
 		return SemaphoreRef(name), true
+	case kind == KindElection && (suffix == ":elect" || suffix == ":elect:qm"):
+		return ElectionRef(name), true
 	}
 	return Ref{}, false
 }

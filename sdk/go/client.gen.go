@@ -362,6 +362,15 @@ type ElectionLeader struct {
 	Value LeaderValue `json:"value"`
 }
 
+// ElectionList defines model for ElectionList.
+type ElectionList struct {
+	// Elections The elections of this page, in name order.
+	Elections []ElectionState `json:"elections"`
+
+	// NextCursor The cursor of the next page; empty when the listing is complete.
+	NextCursor string `json:"next_cursor"`
+}
+
 // ElectionName An election's name, with the rules of a lock's (a name space of its own).
 //
 // Example: scheduler
@@ -1697,6 +1706,18 @@ type Unauthenticated = Problem
 // | `urn:leasegate:problem:internal` | 500 | An unexpected error in the gateway. |
 type Unexpected = Problem
 
+// ListElectionsParams defines parameters for ListElections.
+type ListElectionsParams struct {
+	// Prefix Only names that start with this: 0-200 characters of `A-Z a-z 0-9 . _ : -`.
+	Prefix *ListPrefix `form:"prefix,omitempty" json:"prefix,omitempty"`
+
+	// Limit About how many entries a page holds (the SCAN COUNT), 1-1000; default 100.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `next_cursor` of the previous page; absent or empty for the first.
+	Cursor *ListCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ResignParams defines parameters for Resign.
 type ResignParams struct {
 	// Force `true`: force release (see the operation). Any other value is a 400.
@@ -2381,6 +2402,21 @@ type ClientInterface interface {
 	// Corresponds with GET /admin/top (the `AdminTop` operationId).
 	AdminTop(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListElections List elections led or with candidates (admin)
+	//
+	// One page of the elections whose names start with `prefix` that are led or have
+	// candidates waiting, each as `GET /elections/{name}` reads it: the leader (`owner`,
+	// `value` from its leader record, `fence`, `since`, `ttl_ms`), the `candidates` waiting
+	// and the `last_event_id`. A vacant election whose candidates are still waiting is listed
+	// with `led: false`. The listing walks Redis as `GET /locks` does (SCAN, never KEYS),
+	// finding an election by its lock (someone holds it) or its line (candidates wait), and
+	// reads each one found with one script, which announces the end of a leader whose lease
+	// ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
+	// of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+	//
+	// Corresponds with GET /elections (the `ListElections` operationId).
+	ListElections(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// Resign Resign the lead, or take it away (force)
 	//
 	// The leader (its `Lease-Token`) gives up the lead: one Redis script announces `resigned`
@@ -2888,6 +2924,31 @@ type ClientInterface interface {
 // Corresponds with GET /admin/top (the `AdminTop` operationId).
 func (c *Client) AdminTop(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAdminTopRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListElections List elections led or with candidates (admin)
+//
+// One page of the elections whose names start with `prefix` that are led or have
+// candidates waiting, each as `GET /elections/{name}` reads it: the leader (`owner`,
+// `value` from its leader record, `fence`, `since`, `ttl_ms`), the `candidates` waiting
+// and the `last_event_id`. A vacant election whose candidates are still waiting is listed
+// with `led: false`. The listing walks Redis as `GET /locks` does (SCAN, never KEYS),
+// finding an election by its lock (someone holds it) or its line (candidates wait), and
+// reads each one found with one script, which announces the end of a leader whose lease
+// ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
+// of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+//
+// Corresponds with GET /elections (the `ListElections` operationId).
+func (c *Client) ListElections(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListElectionsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3780,6 +3841,84 @@ func NewAdminTopRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListElectionsRequest constructs an http.Request for the ListElections method
+func NewListElectionsRequest(server string, params *ListElectionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/elections")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Prefix != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", *params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -5395,6 +5534,23 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /admin/top (the `AdminTop` operationId).
 	AdminTopWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*AdminTopResponse, error)
 
+	// ListElectionsWithResponse List elections led or with candidates (admin)
+	//
+	// One page of the elections whose names start with `prefix` that are led or have
+	// candidates waiting, each as `GET /elections/{name}` reads it: the leader (`owner`,
+	// `value` from its leader record, `fence`, `since`, `ttl_ms`), the `candidates` waiting
+	// and the `last_event_id`. A vacant election whose candidates are still waiting is listed
+	// with `led: false`. The listing walks Redis as `GET /locks` does (SCAN, never KEYS),
+	// finding an election by its lock (someone holds it) or its line (candidates wait), and
+	// reads each one found with one script, which announces the end of a leader whose lease
+	// ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
+	// of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /elections (the `ListElections` operationId).
+	ListElectionsWithResponse(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*ListElectionsResponse, error)
+
 	// ResignWithResponse Resign the lead, or take it away (force)
 	//
 	// The leader (its `Lease-Token`) gives up the lead: one Redis script announces `resigned`
@@ -6054,6 +6210,169 @@ func (r AdminTopResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AdminTopResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListElectionsResponse200Headers the declared response headers of an HTTP 200 response for ListElections
+type ListElectionsResponse200Headers struct {
+	XRequestId string
+}
+
+// ListElectionsResponse400Headers the declared response headers of an HTTP 400 response for ListElections
+type ListElectionsResponse400Headers struct {
+	XRequestId string
+}
+
+// ListElectionsResponse401Headers the declared response headers of an HTTP 401 response for ListElections
+type ListElectionsResponse401Headers struct {
+	WWWAuthenticate *string
+	XRequestId      string
+}
+
+// ListElectionsResponse403Headers the declared response headers of an HTTP 403 response for ListElections
+type ListElectionsResponse403Headers struct {
+	XRequestId string
+}
+
+// ListElectionsResponse429Headers the declared response headers of an HTTP 429 response for ListElections
+type ListElectionsResponse429Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ListElectionsResponse4XXHeaders the declared response headers of an HTTP 4XX response for ListElections
+type ListElectionsResponse4XXHeaders struct {
+	XRequestId string
+}
+
+// ListElectionsResponse501Headers the declared response headers of an HTTP 501 response for ListElections
+type ListElectionsResponse501Headers struct {
+	XRequestId string
+}
+
+// ListElectionsResponse503Headers the declared response headers of an HTTP 503 response for ListElections
+type ListElectionsResponse503Headers struct {
+	RetryAfter int64
+	XRequestId string
+}
+
+// ListElectionsResponseDefaultHeaders the declared response headers of an HTTP default response for ListElections
+type ListElectionsResponseDefaultHeaders struct {
+	XRequestId string
+}
+
+type ListElectionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ElectionList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *QuotaExceeded
+	// ApplicationproblemJSON4XX the response for an HTTP 4XX `application/problem+json` response
+	ApplicationproblemJSON4XX *ClientError
+	// ApplicationproblemJSON501 the response for an HTTP 501 `application/problem+json` response
+	ApplicationproblemJSON501 *NotSupported
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *BackendUnavailable
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Unexpected
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListElectionsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListElectionsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListElectionsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListElectionsResponse403Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListElectionsResponse429Headers
+	// Headers4XX the parsed response headers for an HTTP 4XX response
+	Headers4XX *ListElectionsResponse4XXHeaders
+	// Headers501 the parsed response headers for an HTTP 501 response
+	Headers501 *ListElectionsResponse501Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListElectionsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListElectionsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListElectionsResponse) GetJSON200() *ElectionList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON429() *QuotaExceeded {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON4XX returns the response for an HTTP 4XX `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON4XX() *ClientError {
+	return r.ApplicationproblemJSON4XX
+}
+
+// GetApplicationproblemJSON501 returns the response for an HTTP 501 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON501() *NotSupported {
+	return r.ApplicationproblemJSON501
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSON503() *BackendUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListElectionsResponse) GetApplicationproblemJSONDefault() *Unexpected {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListElectionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListElectionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListElectionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListElectionsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10666,6 +10985,29 @@ func (c *ClientWithResponses) AdminTopWithResponse(ctx context.Context, reqEdito
 	return ParseAdminTopResponse(rsp)
 }
 
+// ListElectionsWithResponse List elections led or with candidates (admin)
+//
+// One page of the elections whose names start with `prefix` that are led or have
+// candidates waiting, each as `GET /elections/{name}` reads it: the leader (`owner`,
+// `value` from its leader record, `fence`, `since`, `ttl_ms`), the `candidates` waiting
+// and the `last_event_id`. A vacant election whose candidates are still waiting is listed
+// with `led: false`. The listing walks Redis as `GET /locks` does (SCAN, never KEYS),
+// finding an election by its lock (someone holds it) or its line (candidates wait), and
+// reads each one found with one script, which announces the end of a leader whose lease
+// ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
+// of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /elections (the `ListElections` operationId).
+func (c *ClientWithResponses) ListElectionsWithResponse(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*ListElectionsResponse, error) {
+	rsp, err := c.ListElections(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListElectionsResponse(rsp)
+}
+
 // ResignWithResponse Resign the lead, or take it away (force)
 //
 // The leader (its `Lease-Token`) gives up the lead: one Redis script announces `resigned`
@@ -11566,6 +11908,202 @@ func ParseAdminTopResponse(rsp *http.Response) (*AdminTopResponse, error) {
 		response.Headers503 = &headers
 	case true:
 		var headers AdminTopResponseDefaultHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListElectionsResponse parses an HTTP response from a ListElectionsWithResponse call
+func ParseListElectionsResponse(rsp *http.Response) (*ListElectionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListElectionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ElectionList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest QuotaExceeded
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode/100 == 4:
+		var dest ClientError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON4XX = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotSupported
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON501 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest BackendUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Unexpected
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListElectionsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListElectionsResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListElectionsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListElectionsResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListElectionsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode/100 == 4:
+		var headers ListElectionsResponse4XXHeaders
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers4XX = &headers
+	case rsp.StatusCode == 501:
+		var headers ListElectionsResponse501Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers501 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListElectionsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ListElectionsResponseDefaultHeaders
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

@@ -567,6 +567,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/elections": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List elections led or with candidates (admin)
+         * @description One page of the elections whose names start with `prefix` that are led or have
+         *     candidates waiting, each as `GET /elections/{name}` reads it: the leader (`owner`,
+         *     `value` from its leader record, `fence`, `since`, `ttl_ms`), the `candidates` waiting
+         *     and the `last_event_id`. A vacant election whose candidates are still waiting is listed
+         *     with `led: false`. The listing walks Redis as `GET /locks` does (SCAN, never KEYS),
+         *     finding an election by its lock (someone holds it) or its line (candidates wait), and
+         *     reads each one found with one script, which announces the end of a leader whose lease
+         *     ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
+         *     of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+         */
+        get: operations["listElections"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/top": {
         parameters: {
             query?: never;
@@ -1159,6 +1187,12 @@ export interface components {
              */
             candidates: number;
             last_event_id: components["schemas"]["EventID"];
+        };
+        ElectionList: {
+            /** @description The elections of this page, in name order. */
+            elections: components["schemas"]["ElectionState"][];
+            /** @description The cursor of the next page; empty when the listing is complete. */
+            next_cursor: string;
         };
         MultiLockRequest: {
             owner: components["schemas"]["Owner"];
@@ -3058,6 +3092,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SemaphoreList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["QuotaExceeded"];
+            501: components["responses"]["NotSupported"];
+            503: components["responses"]["BackendUnavailable"];
+            "4XX": components["responses"]["ClientError"];
+            default: components["responses"]["Unexpected"];
+        };
+    };
+    listElections: {
+        parameters: {
+            query?: {
+                /** @description Only names that start with this: 0-200 characters of `A-Z a-z 0-9 . _ : -`. */
+                prefix?: components["parameters"]["ListPrefix"];
+                /** @description About how many entries a page holds (the SCAN COUNT), 1-1000; default 100. */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description The `next_cursor` of the previous page; absent or empty for the first. */
+                cursor?: components["parameters"]["ListCursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of elections. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ElectionList"];
                 };
             };
             400: components["responses"]["BadRequest"];
