@@ -1,7 +1,8 @@
 // Package ui serves the gateway's dashboard at /ui: one page of plain HTML, CSS and JavaScript,
-// embedded in the binary, that reads the admin API (GET /locks, GET /semaphores, GET /admin/top),
-// follows a few events streams (GET /locks/{name}/events, GET /semaphores/{name}/events) and
-// force-releases on request (DELETE …?force=true). It needs nothing outside the gateway: no CDN, no
+// embedded in the binary, that reads the admin API (GET /locks, GET /semaphores, GET /elections,
+// GET /admin/top), follows a few events streams (GET /locks/{name}/events,
+// GET /semaphores/{name}/events, GET /elections/{name}/events) and force-releases on request
+// (DELETE …?force=true). It needs nothing outside the gateway: no CDN, no
 // framework.
 //
 // The files carry no data, not even the gateway's settings: everything the page shows comes from

@@ -3,6 +3,7 @@ package operations
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"image/png"
 	"net/http"
 	"os"
@@ -59,12 +60,14 @@ func (w *waiters) start(c *harness.Client, method, path string, h harness.Header
 // TestUIDashboardInHeadlessChromium holds locks and semaphores of each kind through the API (a
 // long exclusive hold whose owner looks like HTML, a shared lock of two readers, a lock with a
 // waiter, a watchdog lease, a semaphore with its permits used up and a waiter, a multi-lock and a
-// second one waiting for one of its members), opens GET /ui in headless chromium (driven over the
+// second one waiting for one of its members) and two elections (one whose leader's value looks
+// like HTML, with a candidate in line), opens GET /ui in headless chromium (driven over the
 // DevTools protocol, in real time, with its events streams) and checks the page: every holder of
 // each name, who waits and since when, the semaphores in their own table, the multi-locks'
-// groups, the long hold highlighted, the top lists with kinds. It then changes locks and checks the
-// Live events panel shows the changes, from a stream (a lock someone waits for) and from the
-// listings (a lock no stream follows). Its screenshot of the page goes to docs/ui-screenshot.png
+// groups, the long hold highlighted, the top lists with kinds, the elections' leaders with their
+// values as text. It then changes locks and elections and checks the Live events panel shows the
+// changes, from a stream (a lock someone waits for, an election with a candidate: a new value, a
+// resignation and the candidate's election) and from the listings (a lock no stream follows). Its screenshot of the page goes to docs/ui-screenshot.png
 // when LEASEGATE_UI_SCREENSHOT=1 (else into the test's temp dir).
 func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	t.Parallel()
@@ -122,13 +125,26 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	wait.start(c, http.MethodPost, "/multilocks", nil, testkit.MultiBody("hotfix", []string{"deploy.us", "deploy.zz"}, 120000, 60000, ""))
 	harness.Eventually(t, 10*time.Second, "the hotfix group queued on deploy.us", func() bool { return e.Waiters(t, "deploy.us") == 1 })
 
+	// Two elections: one whose leader's value looks like HTML, with a candidate in line (so the
+	// page follows its stream), and one without candidates.
+	const markupValue = `<b onmouseover="alert(1)">10.0.3.7:8080</b> & "co"`
+	sched := c.Do(http.MethodPost, "/elections/scheduler", nil, uiCampaignBody("sched-1", markupValue, 0))
+	require.Equal(t, http.StatusCreated, sched.Status, string(sched.Body))
+	schedWaiter := wait.start(c, http.MethodPost, "/elections/scheduler", nil, uiCampaignBody("sched-2", "10.0.3.8:8080", 60000))
+	harness.Eventually(t, 10*time.Second, "a candidate in line for scheduler", func() bool {
+		return c.Do(http.MethodGet, "/elections/scheduler", nil, "").Int("candidates") == 1
+	})
+	cache := c.Do(http.MethodPost, "/elections/cache.primary", nil, uiCampaignBody("cache-a", "10.0.9.1:6379", 0))
+	require.Equal(t, http.StatusCreated, cache.Status, string(cache.Body))
+
 	dir := t.TempDir()
 	b := newBrowser(t, chromium, dir)
 	b.open(e.Gateway.URL + "/ui")
-	dom := b.waitFor(uiTimeout, "the page listing everything, with a stream on orders.42", func(dom *html.Node) bool {
+	dom := b.waitFor(uiTimeout, "the page listing everything, with a stream on orders.42 and on scheduler", func(dom *html.Node) bool {
 		locks := uiEntries(dom, "lock")
 		return uiState(dom) == "ready" && len(locks) == 6 && len(uiEntries(dom, "semaphore")) == 1 &&
-			domAttr(locks["orders.42"], "data-live") == "true"
+			len(uiEntries(dom, "election")) == 2 && domAttr(locks["orders.42"], "data-live") == "true" &&
+			domAttr(uiEntries(dom, "election")["scheduler"], "data-live") == "true"
 	})
 	assert.Empty(t, domText(domFind(dom, domByID("status"))), "no API error in the status line")
 	assert.True(t, domFind(dom, domByID("auth")) != nil && domHasAttr(domFind(dom, domByID("auth")), "hidden"), "no key asked for")
@@ -259,6 +275,48 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 		assert.Nil(t, domFind(contended["orders.42"], uiByClass("span", "semaphore")))
 	}
 
+	// The elections: each leader with its value as text, fence, since, TTL left, and candidates.
+	elections := uiEntries(dom, "election")
+	leaders := uiHolders(elections["scheduler"])
+	require.Len(t, leaders, 1)
+	assert.Equal(t, "sched-1", uiCell(leaders[0], "owner"))
+	assert.Equal(t, markupValue, uiCell(leaders[0], "value"), "the value is text, not markup")
+	assert.Nil(t, domFind(dom, func(n *html.Node) bool { return domHasAttr(n, "onmouseover") }), "no element made of a value")
+	assert.Nil(t, domFind(elections["scheduler"], func(n *html.Node) bool { return n.Data == "b" }), "no element made of a value")
+	assert.Equal(t, strconv.FormatInt(sched.Int("fence"), 10), uiCell(leaders[0], "fence"))
+	if tm := domFind(leaders[0], func(n *html.Node) bool { return n.Data == "time" }); assert.NotNil(t, tm, "since") {
+		assert.Equal(t, sched.Str("since"), domAttr(tm, "datetime"))
+	}
+	assert.Regexp(t, `^(1m \d\ds|2m)$`, uiCell(leaders[0], "ttl"), "TTL left of a 120 s lease")
+	assert.Equal(t, "1 waiting", uiCell(leaders[0], "candidates"))
+	assert.Equal(t, "true", domAttr(elections["scheduler"], "data-led"))
+	cacheLeader := uiHolders(elections["cache.primary"])
+	require.Len(t, cacheLeader, 1)
+	assert.Equal(t, "cache-a", uiCell(cacheLeader[0], "owner"))
+	assert.Equal(t, "10.0.9.1:6379", uiCell(cacheLeader[0], "value"))
+	assert.Equal(t, "–", uiCell(cacheLeader[0], "candidates"))
+	if btn := domFind(elections["cache.primary"], uiByClass("button", "force-release")); assert.NotNil(t, btn) {
+		assert.Equal(t, "election", domAttr(btn, "data-kind"))
+	}
+
+	// A new value, from the election's stream: in the table and in the Live events panel, as text.
+	const markupValue2 = `<script>alert("x")</script>`
+	r = c.Do(http.MethodPut, "/elections/scheduler", testkit.TokenHeader(sched.Str("token")), uiValueBody(markupValue2))
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	dom = b.waitFor(uiTimeout, "scheduler's new value in the table and in the Live events panel", func(dom *html.Node) bool {
+		tb := uiEntries(dom, "election")["scheduler"]
+		return uiEvent(dom, "proclaimed", "scheduler", "") != nil && tb != nil && uiCell(uiHolders(tb)[0], "value") == markupValue2
+	})
+	proclaimed := uiEvent(dom, "proclaimed", "scheduler", strconv.FormatInt(sched.Int("fence"), 10))
+	if assert.NotNil(t, proclaimed) {
+		assert.Equal(t, "stream", domAttr(proclaimed, "data-source"))
+		assert.Equal(t, markupValue2, domAttr(proclaimed, "data-value"))
+		assert.Contains(t, domText(proclaimed), markupValue2)
+		assert.Equal(t, "election", domAttr(proclaimed, "data-kind"))
+	}
+	assert.Len(t, uiEvents(dom, "proclaimed", "scheduler", ""), 1, "the listing that shows the new value does not log it again")
+	assert.Nil(t, domFind(dom, func(n *html.Node) bool { return n.Data == "script" && strings.Contains(domText(n), "alert") }))
+
 	// Live events. A lock nobody waits for and newer than the rest has no stream (4 at most over
 	// HTTP/1.1, those with waiters first): its grant and its end come from comparing listings.
 	fresh := c.Do(http.MethodPost, "/locks/events.fresh", nil, testkit.AcquireBody("newcomer", 60000))
@@ -298,6 +356,24 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	}
 	assert.Equal(t, "orders-worker-1", domAttr(uiEvent(dom, "released", "orders.42", strconv.FormatInt(orders.Int("fence"), 10)), "data-owner"))
 	assert.Len(t, uiEvents(dom, "granted", "orders.42", handedFence), 1, "the listing that shows the new holder does not log its grant again")
+
+	// scheduler's leader resigns: its candidate is elected, and the panel shows both from the stream.
+	require.Equal(t, http.StatusOK, c.Do(http.MethodDelete, "/elections/scheduler", testkit.TokenHeader(sched.Str("token")), "").Status)
+	elected := testkit.Receive(t, schedWaiter, 10*time.Second, "sched-2's campaign")
+	require.Equal(t, http.StatusCreated, elected.Status, string(elected.Body))
+	electedFence := strconv.FormatInt(elected.Int("fence"), 10)
+	dom = b.waitFor(uiTimeout, "scheduler's new leader in the Live events panel and in the table", func(dom *html.Node) bool {
+		tb := uiEntries(dom, "election")["scheduler"]
+		return uiEvent(dom, "elected", "scheduler", electedFence) != nil && tb != nil &&
+			uiCell(uiHolders(tb)[0], "owner") == "sched-2"
+	})
+	for _, typ := range []string{"resigned", "elected"} {
+		if ev := uiEvent(dom, typ, "scheduler", ""); assert.NotNil(t, ev, typ) {
+			assert.Equal(t, "stream", domAttr(ev, "data-source"), "scheduler %s", typ)
+		}
+	}
+	assert.Equal(t, "10.0.3.8:8080", domAttr(uiEvent(dom, "elected", "scheduler", electedFence), "data-value"))
+	assert.Equal(t, "–", uiCell(uiHolders(uiEntries(dom, "election")["scheduler"])[0], "candidates"))
 
 	// A permit given back: the semaphore's waiter gets it, and the panel says so.
 	require.Equal(t, http.StatusOK, c.Do(http.MethodDelete, "/semaphores/pool.gpu", testkit.TokenHeader(permits[0].Str("token")), "").Status)
@@ -417,6 +493,18 @@ func TestUIDashboardWithAuthInHeadlessChromium(t *testing.T) {
 	b.eval(`sessionStorage.getItem("leasegate.api-key") ?? "(none)"`, &kept)
 	assert.Equal(t, "(none)", kept, "the key is forgotten")
 	assert.Empty(t, b.exceptionsSoFar(), "the page threw no exception")
+}
+
+// uiCampaignBody is a campaign's body with a 120 s lease, waiting up to waitMs.
+func uiCampaignBody(owner, value string, waitMs int64) string {
+	b, _ := json.Marshal(map[string]any{"owner": owner, "value": value, "ttl_ms": 120000, "wait_ms": waitMs})
+	return string(b)
+}
+
+// uiValueBody is a proclaim's body.
+func uiValueBody(value string) string {
+	b, _ := json.Marshal(map[string]any{"value": value})
+	return string(b)
 }
 
 // uiScreenshot takes a screenshot of the whole page, 1280 pixels wide, into docs/ when

@@ -1,5 +1,6 @@
 // leasegate dashboard: lists the held locks and semaphores (GET /locks, GET /semaphores, paged),
-// with every holder, who waits and since when, and the multi-locks among them; the top lists
+// with every holder, who waits and since when, and the multi-locks among them; the elections led
+// or with candidates (GET /elections), each leader with its value; the top lists
 // (GET /admin/top); a live events panel; force release (DELETE …?force=true). No dependencies.
 //
 // Live events come from two sources. The page follows the events streams of a few names at most
@@ -14,8 +15,8 @@
 // and sends it as Authorization: Bearer on every call; streams are read with fetch, since
 // EventSource cannot send that header.
 //
-// Names and owners are user input: they reach the DOM only as text nodes and attribute values,
-// never as HTML.
+// Names, owners and leaders' values are user input: they reach the DOM only as text nodes and
+// attribute values, never as HTML.
 "use strict";
 
 (() => {
@@ -33,6 +34,7 @@
   const KINDS = {
     lock: { list: "/locks", field: "locks", name: "lock", path: "/locks/", table: "locks", empty: "locks-empty" },
     semaphore: { list: "/semaphores", field: "semaphores", name: "name", path: "/semaphores/", table: "semaphores", empty: "semaphores-empty" },
+    election: { list: "/elections", field: "elections", name: "election", path: "/elections/", table: "elections", empty: "elections-empty" },
   };
   const GROUP_COLOURS = 6;
 
@@ -49,7 +51,7 @@
   const refused = new Map(); // "kind:name" -> time to try its stream again
   const flashUntil = new Map(); // "kind:name" -> time its rows stop flashing
   const seen = new Map(); // "kind:name|grant|fence" or "…|end|fence" -> {at, source} it was shown
-  const last = { lock: null, semaphore: null }; // the previous listing of each kind
+  const last = { lock: null, semaphore: null, election: null }; // the previous listing of each kind
   let longHoldMs = null; // from GET /admin/top
   let shown = []; // [{kind, name, waiters, age_ms}] on the page
   let groups = new Map(); // multi-lock id -> {index, owner, mode, holds: [], waitsFor: []}
@@ -192,7 +194,7 @@
   function restart() {
     keyGen++;
     needKey = false;
-    last.lock = last.semaphore = null; // a new key may see other names: no diff across it
+    last.lock = last.semaphore = last.election = null; // a new key may see other names: no diff across it
     body.dataset.state = "loading";
     refresh();
   }
@@ -414,9 +416,14 @@
     const now = Date.now();
     const table = $(k.table);
     for (const tb of [...table.tBodies]) tb.remove();
-    table.append(...list.entries.map((e) => entryBody(list.kind, e, now)));
+    table.append(...list.entries.map((e) => (list.kind === "election" ? electionBody(e, now) : entryBody(list.kind, e, now))));
     const empty = $(k.empty);
     empty.hidden = list.entries.length > 0;
+    if (list.kind === "election") {
+      const which = list.prefix ? `whose name starts with “${list.prefix}” ` : "";
+      empty.textContent = `No election ${which}is led or has candidates.`;
+      return;
+    }
     const what = list.kind === "lock" ? "lock" : "semaphore permit";
     empty.textContent = list.prefix ? `No ${what} whose name starts with “${list.prefix}” is held.` : `No ${what} is held.`;
   }
@@ -425,15 +432,74 @@
     const parts = [];
     let longCount = 0;
     for (const list of lists) {
+      if (list.kind === "election") continue;
       const n = list.entries.length;
       parts.push(`${n} ${list.kind}${n === 1 ? "" : "s"}` + (list.more ? ` (first ${MAX_PAGES} pages: narrow the prefix)` : ""));
       if (longHoldMs !== null) longCount += list.entries.filter((e) => e.age_ms > longHoldMs).length;
     }
-    $("count").textContent = `${parts.join(", ")} held` + (longCount ? `, ${longCount} long` : "");
+    let text = `${parts.join(", ")} held` + (longCount ? `, ${longCount} long` : "");
+    const elections = lists.find((l) => l.kind === "election");
+    if (elections) {
+      const n = elections.entries.length;
+      text += ` · ${n} election${n === 1 ? "" : "s"}` + (elections.more ? ` (first ${MAX_PAGES} pages)` : "");
+    }
+    $("count").textContent = text;
   }
 
   function kindBadge(kind) {
-    return kind === "semaphore" ? el("span", { class: "badge semaphore" }, "semaphore") : "";
+    return kind === "semaphore" || kind === "election" ? el("span", { class: `badge ${kind}` }, kind) : "";
+  }
+
+  // electionBody is one election's row: its leader (owner, value, fence, since, TTL left) or, for
+  // a vacant election whose candidates wait, "vacant"; its count of candidates.
+  function electionBody(e, now) {
+    const name = e.election;
+    const key = keyOf("election", name);
+    const l = e.leader;
+    const tb = el("tbody", {
+      class: classes("entry", e.candidates > 0 && "contended", (flashUntil.get(key) || 0) > now && "flash"),
+      "data-kind": "election",
+      "data-name": name,
+      "data-led": String(!!l),
+      "data-candidates": e.candidates ?? 0,
+      "data-live": String(!!streams.get(key)?.live),
+    });
+    const nameCell = el("td", { class: "name-cell" }, el("span", { class: "name" }, name));
+    const candidates = el(
+      "td",
+      { class: "candidates" },
+      e.candidates > 0 ? el("span", { class: "count" }, `${e.candidates} waiting`) : el("span", { class: "none" }, "–"),
+    );
+    const actions = el(
+      "td",
+      { class: "actions" },
+      el("button", { type: "button", class: "force-release", "data-kind": "election", "data-name": name, title: `Take the lead of election ${name} away` }, "Force release"),
+    );
+    if (!l) {
+      tb.append(el("tr", { class: "holder vacant" }, nameCell, el("td", { class: "owner" }, "vacant"), el("td", { colspan: 4, class: "none" }, "–"), candidates, actions));
+      return tb;
+    }
+    const since = new Date(l.since);
+    tb.append(
+      el(
+        "tr",
+        { class: "holder leader", "data-owner": l.owner ?? "", "data-fence": l.fence, "data-since": l.since },
+        nameCell,
+        el("td", { class: "owner", title: l.owner }, el("span", { class: "who" }, l.owner ?? "")),
+        el("td", { class: "value", title: l.value }, el("code", {}, l.value ?? "")),
+        el("td", { class: "fence num" }, l.fence ?? "–"),
+        el(
+          "td",
+          { class: "since" },
+          el("time", { datetime: l.since, title: l.since }, since.toLocaleTimeString()),
+          el("span", { class: "ago" }, `(${duration(now - since.getTime())})`),
+        ),
+        el("td", { class: "ttl num" }, duration(l.ttl_ms)),
+        candidates,
+        actions,
+      ),
+    );
+    return tb;
   }
 
   function renderTop(top) {
@@ -495,6 +561,53 @@
     }
   }
 
+  // electionSnapshot keeps what an elections listing says of each: its leader and candidates.
+  function electionSnapshot(list) {
+    const entries = new Map(list.entries.map((e) => [e.election, { leader: e.leader || null, candidates: e.candidates ?? 0 }]));
+    return { prefix: list.prefix, more: list.more, at: list.at, entries };
+  }
+
+  // compareElections logs the leaders that changed between two listings (an end may be a
+  // resignation, a lapse or a force release), but what a stream showed already.
+  function compareElections(prev, cur) {
+    if (!prev || prev.prefix !== cur.prefix) return;
+    const at = new Date(cur.at);
+    for (const [name, c] of cur.entries) {
+      const p = prev.entries.get(name);
+      const was = p ? p.leader : null;
+      const is = c.leader;
+      if (was && (!is || is.fence !== was.fence)) electionChange(name, "ended", was, at);
+      if (is && (!was || is.fence !== was.fence)) electionChange(name, "elected", is, at);
+      else if (is && was.value !== is.value) electionChange(name, "proclaimed", is, at);
+      if (c.candidates !== (p ? p.candidates : 0) && !streams.get(keyOf("election", name))?.live) {
+        logEvent("election", name, "candidates", { waiters: c.candidates, at: at.toISOString() }, "listing");
+      }
+    }
+    if (cur.more) return;
+    for (const [name, p] of prev.entries) {
+      if (!cur.entries.has(name) && p.leader) electionChange(name, "ended", p.leader, at);
+    }
+  }
+
+  // electionChangeID names a leader's change for the seen map: its election, its fence, and for a
+  // new value that value.
+  function electionChangeID(name, type, fence, value) {
+    const key = keyOf("election", name);
+    if (type === "elected") return `${key}|grant|${fence}`;
+    if (type === "proclaimed") return `${key}|value|${fence}|${value}`;
+    return `${key}|end|${fence}`;
+  }
+
+  function electionChange(name, type, l, at) {
+    const id = electionChangeID(name, type, l.fence, l.value);
+    if (seen.has(id)) return;
+    seen.set(id, { at: Date.now(), source: "listing" });
+    const d = { owner: l.owner, fence: l.fence, at: at.toISOString() };
+    if (type !== "ended") d.value = l.value;
+    logEvent("election", name, type, d, "listing");
+    flashUntil.set(keyOf("election", name), Date.now() + 1500);
+  }
+
   // change logs a grant or the end of a hold, unless it was shown already.
   function change(kind, name, type, h, at) {
     const id = `${keyOf(kind, name)}|${type === "granted" ? "grant" : "end"}|${h.fence}`;
@@ -524,12 +637,20 @@
     const gen = keyGen;
     try {
       const prefix = $("prefix").value.trim();
-      const [locks, sems, top] = await Promise.allSettled([listAll("lock", prefix), listAll("semaphore", prefix), call("GET", TOP_PATH)]);
+      const [locks, sems, top, elected] = await Promise.allSettled([
+        listAll("lock", prefix),
+        listAll("semaphore", prefix),
+        call("GET", TOP_PATH),
+        listAll("election", prefix),
+      ]);
       if (gen !== keyGen) {
         again = true; // asked with a key given up meanwhile
         return;
       }
-      const results = [locks, sems, top];
+      // A gateway without elections (RedLock: 501; an older build: 404) has no Elections section.
+      const noElections = elected.status === "rejected" && (elected.reason.status === 501 || elected.reason.status === 404);
+      $("elections-held").hidden = noElections;
+      const results = noElections ? [locks, sems, top] : [locks, sems, top, elected];
       const unauthenticated = results.find((r) => r.status === "rejected" && r.reason.status === 401);
       if (unauthenticated) {
         askForKey(unauthenticated.reason.message);
@@ -544,6 +665,7 @@
         $("threshold").textContent = longHoldMs === null ? "?" : duration(longHoldMs);
       }
       const lists = [locks, sems].filter((r) => r.status === "fulfilled").map((r) => r.value);
+      const elections = elected.status === "fulfilled" ? elected.value : null;
       groups = findGroups(lists);
       forget();
       for (const list of lists) {
@@ -551,11 +673,24 @@
         compare(list.kind, last[list.kind], snap);
         last[list.kind] = snap;
       }
-      for (const list of lists) renderEntries(list);
-      if (lists.length) renderCount(lists);
+      if (elections) {
+        const snap = electionSnapshot(elections);
+        compareElections(last.election, snap);
+        last.election = snap;
+      }
+      const all = elections ? [...lists, elections] : lists;
+      for (const list of all) renderEntries(list);
+      if (lists.length) renderCount(all);
       renderGroups();
       if (top.status === "fulfilled") renderTop(top.value);
-      shown = lists.flatMap((list) => list.entries.map((e) => ({ kind: list.kind, name: e[KINDS[list.kind].name], waiters: e.waiters || 0, age: e.age_ms || 0 })));
+      const nowMs = Date.now();
+      shown = all.flatMap((list) =>
+        list.entries.map((e) =>
+          list.kind === "election"
+            ? { kind: "election", name: e.election, waiters: e.candidates || 0, age: e.leader ? nowMs - new Date(e.leader.since).getTime() : 0 }
+            : { kind: list.kind, name: e[KINDS[list.kind].name], waiters: e.waiters || 0, age: e.age_ms || 0 },
+        ),
+      );
       syncStreams();
       if (errors.length) setStatus("error", errors.join(" · "), "refresh");
       else clearStatus("refresh");
@@ -695,6 +830,7 @@
     }
     const key = keyOf(kind, name);
     const ids = [];
+    if (kind === "election" && d.fence !== undefined) ids.push(electionChangeID(name, type, d.fence, d.value));
     if ((type === "granted" || type === "handed-off") && d.fence !== undefined) ids.push(`${key}|grant|${d.fence}`);
     if ((type === "released" || type === "expired") && d.fence !== undefined) ids.push(`${key}|end|${d.fence}`);
     if (type === "forced") for (const h of d.holds || []) ids.push(`${key}|end|${h.fence}`);
@@ -715,6 +851,7 @@
     if (d.owner !== undefined) parts.push(d.owner);
     if (Array.isArray(d.owners)) parts.push(d.owners.join(", "));
     if (d.mode) parts.push(d.mode);
+    if (typeof d.value === "string") parts.push(`value ${d.value}`);
     if (d.fence !== undefined) parts.push(`fence ${d.fence}`);
     if (d.holds_removed !== undefined) parts.push(`${d.holds_removed} hold(s) removed`);
     if (typeof d.waiters === "number") parts.push(`${d.waiters} waiting`);
@@ -729,6 +866,7 @@
         "data-source": source,
         "data-owner": d.owner,
         "data-fence": d.fence,
+        "data-value": d.value,
         title: source === "listing" ? "seen by comparing two listings (an end may be a release, an expiry or a force release)" : "from the events stream",
       },
       el("time", { datetime: at.toISOString() }, at.toLocaleTimeString()),
@@ -736,7 +874,7 @@
       el("span", { class: "type" }, type),
       " ",
       el("span", { class: "name" }, name),
-      kind === "semaphore" ? " " : "",
+      kind !== "lock" ? " " : "",
       kindBadge(kind),
       " ",
       el("span", { class: "detail" }, parts.join(" · ")),
@@ -752,7 +890,9 @@
   async function forceRelease(btn) {
     const { kind, name } = btn.dataset;
     const ok = window.confirm(
-      `Force-release ${kind} “${name}”?\n\nEvery holder loses it at once (their tokens answer 410 from now on) and the first waiter gets it.`,
+      kind === "election"
+        ? `Take the lead of election “${name}” away?\n\nThe leader loses it at once (its token answers 410 from now on) and the first candidate is elected.`
+        : `Force-release ${kind} “${name}”?\n\nEvery holder loses it at once (their tokens answer 410 from now on) and the first waiter gets it.`,
     );
     if (!ok) return;
     btn.disabled = true;
@@ -766,7 +906,7 @@
     soon();
   }
 
-  for (const id of ["locks", "semaphores"]) {
+  for (const id of ["locks", "semaphores", "elections"]) {
     $(id).addEventListener("click", (ev) => {
       const btn = ev.target.closest("button.force-release");
       if (btn) forceRelease(btn);
