@@ -3,6 +3,7 @@
 // A gateway built with -tags memdebug (by go run ./bench -only waitmem, never for a release)
 // serves, on LEASEGATE_DEBUG_LISTEN, net/http/pprof under /debug/pprof/ and GET /debug/memory:
 // after a forced GC, the Go heap's live objects, the goroutine stacks and the goroutines, as JSON.
+// LEASEGATE_DEBUG_MEMPROFILERATE sets runtime.MemProfileRate (1: exact heap profiles).
 // This file stands alone (the standard library only), so the bench can copy it into a tree of
 // an earlier commit and measure that build the same way.
 
@@ -16,6 +17,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
 )
 
 func init() {
@@ -26,6 +28,9 @@ func init() {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		panic("LEASEGATE_DEBUG_LISTEN: " + err.Error())
+	}
+	if rate, _ := strconv.Atoi(os.Getenv("LEASEGATE_DEBUG_MEMPROFILERATE")); rate > 0 {
+		runtime.MemProfileRate = rate
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +32,9 @@ import (
 // Gateways are built with -tags memdebug (debug_memory.go), which serves a forced-GC reading of
 // the Go heap and stacks; the floor serves the same reading.
 
+// redisPIDOf is the bench's redis-server's process ID, for its CPU time.
+var redisPIDOf int
+
 // memTarget is one server process the waitmem scenario measures.
 type memTarget struct {
 	name string
@@ -45,14 +50,22 @@ type memReading struct {
 	startStack float64 // the runtime's starting stack size for new goroutines
 }
 
-// memRun is one target's readings in one round: idle, and with the requests waiting.
+// memRun is one target's readings in one round: idle, and with the requests waiting; and the
+// CPU the server and redis-server spent while they waited (+3 s to +15 s), in cores.
 type memRun struct {
 	idle, wait3, wait15 memReading
+	cpu, redisCPU       float64
+	inLine              int // waiting requests live in their locks' queues after the readings (-1: not asked)
 }
 
 // waitmem measures the floor and each gateway build in alternating rounds.
 func waitmem(dir string, redis *harness.Redis) error {
-	if err := raiseFileLimit(2**waiters + 1000); err != nil {
+	var err error
+	if redisPIDOf, err = redisPID(redis); err != nil {
+		return err
+	}
+	// This process and the server each hold one end of every connection.
+	if err := raiseFileLimit(*waiters + 1000); err != nil {
 		return err
 	}
 	targets := []memTarget{{name: "net/http floor"}}
@@ -81,7 +94,13 @@ func waitmem(dir string, redis *harness.Redis) error {
 			rows = append(rows, row{t, 0})
 			continue
 		}
-		rows = append(rows, row{t, 1}, row{t, *waiters})
+		for _, s := range strings.Split(*memLocks, ",") {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				return fmt.Errorf("-waitmem-locks: %q is not a number of lock names", s)
+			}
+			rows = append(rows, row{t, n})
+		}
 	}
 	runs := make([][]memRun, len(rows))
 	for r := range *rounds {
@@ -89,7 +108,7 @@ func waitmem(dir string, redis *harness.Redis) error {
 			var m memRun
 			var err error
 			if rw.target.bin == "" {
-				m, err = measureFloor(dir)
+				m, err = measureFloor(dir, r == *rounds-1)
 			} else {
 				m, err = measureGateway(dir, redis, rw.target, rw.locks, r == *rounds-1)
 			}
@@ -97,27 +116,30 @@ func waitmem(dir string, redis *harness.Redis) error {
 				return fmt.Errorf("%s, %d lock names: %w", rw.target.name, rw.locks, err)
 			}
 			runs[i] = append(runs[i], m)
-			fmt.Printf("  round %d: %-14s %-12s RSS %.0f -> %.0f MB, %.1f KB per waiter; heap + stacks %.1f + %.1f KB per waiter; %.2f goroutines per waiter; starting stack %.0f KB\n",
+			fmt.Printf("  round %d: %-14s %-12s RSS %.0f -> %.0f MB, %.1f KB per waiter; heap + stacks %.1f + %.1f KB per waiter; %.2f goroutines per waiter; starting stack %.0f KB; CPU while waiting %.0f %% + redis-server %.0f %%; %d in line\n",
 				r+1, rw.target.name, lockNames(rw.locks), m.idle.rss/1e6, m.wait15.rss/1e6, perWaiter(m, func(x memReading) float64 { return x.rss }),
 				perWaiter(m, func(x memReading) float64 { return x.heap }), perWaiter(m, func(x memReading) float64 { return x.stacks }),
-				(m.wait15.goroutines-m.idle.goroutines)/float64(*waiters), m.wait15.startStack/1024)
+				(m.wait15.goroutines-m.idle.goroutines)/float64(*waiters), m.wait15.startStack/1024, 100*m.cpu, 100*m.redisCPU, m.inLine)
 		}
 	}
 
 	fmt.Printf("%d waiting requests, one connection each, from this process; one server process per row and round (%d rounds, ranges over rounds):\n", *waiters, *rounds)
-	fmt.Printf("  %-14s | %-12s | %-9s | %-18s | %-16s | %-14s | %-14s | %s\n", "server", "lock names", "RSS idle", "RSS waiting +3/+15s", "RSS per waiter", "heap per waiter", "stacks per waiter", "goroutines per waiter")
+	fmt.Printf("  %-14s | %-12s | %-9s | %-18s | %-16s | %-14s | %-14s | %-10s | %-24s | %s\n", "server", "lock names", "RSS idle", "RSS waiting +3/+15s", "RSS per waiter", "heap per waiter", "stacks per waiter", "goroutines per waiter", "CPU while waiting: server, redis-server", "in line at the end")
 	for i, rw := range rows {
 		ms := runs[i]
-		fmt.Printf("  %-14s | %-12s | %-9s | %-18s | %-16s | %-14s | %-14s | %s\n", rw.target.name, lockNames(rw.locks),
+		fmt.Printf("  %-14s | %-12s | %-9s | %-18s | %-16s | %-14s | %-14s | %-10s | %-24s | %s\n", rw.target.name, lockNames(rw.locks),
 			span(ms, func(m memRun) float64 { return m.idle.rss / 1e6 }, "%.0f MB"),
 			span(ms, func(m memRun) float64 { return m.wait3.rss / 1e6 }, "%.0f")+" / "+span(ms, func(m memRun) float64 { return m.wait15.rss / 1e6 }, "%.0f MB"),
 			span(ms, func(m memRun) float64 { return perWaiter(m, func(x memReading) float64 { return x.rss }) }, "%.1f KB"),
 			span(ms, func(m memRun) float64 { return perWaiter(m, func(x memReading) float64 { return x.heap }) }, "%.1f KB"),
 			span(ms, func(m memRun) float64 { return perWaiter(m, func(x memReading) float64 { return x.stacks }) }, "%.1f KB"),
-			span(ms, func(m memRun) float64 { return (m.wait15.goroutines - m.idle.goroutines) / float64(*waiters) }, "%.2f"))
+			span(ms, func(m memRun) float64 { return (m.wait15.goroutines - m.idle.goroutines) / float64(*waiters) }, "%.2f"),
+			span(ms, func(m memRun) float64 { return 100 * m.cpu }, "%.0f %%")+", "+span(ms, func(m memRun) float64 { return 100 * m.redisCPU }, "%.0f %%"),
+			span(ms, func(m memRun) float64 { return float64(m.inLine) }, "%.0f"))
 	}
 	fmt.Println("  (RSS per waiter: (RSS 15 s after the last request parked - RSS idle) / waiters, 1 KB = 1,024 B;" +
-		" heap and stacks: after a forced GC, following the +15 s reading)")
+		" heap and stacks: after a forced GC, following the +15 s reading; in line: live entries in the locks' queues" +
+		" (GET /locks/{name}: waiters) after the readings, -1 for the floor)")
 	return nil
 }
 
@@ -195,6 +217,7 @@ func measureGateway(dir string, redis *harness.Redis, t memTarget, locks int, pr
 	gw, err := harness.StartGateway(dir, harness.GatewayOptions{Redis: redis, Binary: t.bin, Env: map[string]string{
 		"LEASEGATE_LOG_LEVEL": "warn", "LEASEGATE_MAX_WAITERS": strconv.Itoa(*waiters + 100),
 		"LEASEGATE_MAX_WAIT": "5m", "LEASEGATE_DEBUG_LISTEN": "127.0.0.1:" + strconv.Itoa(debugPort),
+		"LEASEGATE_DEBUG_MEMPROFILERATE": strconv.Itoa(*memRate),
 	}})
 	if err != nil {
 		return memRun{}, err
@@ -209,23 +232,18 @@ func measureGateway(dir string, redis *harness.Redis, t memTarget, locks int, pr
 		return m, err
 	}
 	if profile && *memprofDir != "" {
-		base := filepath.Join(*memprofDir, strings.ReplaceAll(t.name, " ", "-")+"-"+strconv.Itoa(locks))
-		for _, p := range []string{"heap", "goroutine"} {
-			if err := saveURL(debugURL+"/debug/pprof/"+p, base+"-"+p+".pb.gz"); err != nil {
-				return m, err
-			}
+		if err := saveProfiles(debugURL, filepath.Join(*memprofDir, strings.ReplaceAll(t.name, " ", "-")+"-"+strconv.Itoa(locks))); err != nil {
+			return m, err
 		}
 	}
-	// After the readings (its requests make garbage): every request stood in its lock's queue.
-	if n, err := queued(gw.URL, locks); err != nil || n != *waiters {
-		return m, fmt.Errorf("%d of %d waiting requests in their locks' queues (%v)", n, *waiters, err)
-	}
-	return m, nil
+	// After the readings (its requests make garbage): how many stand in their locks' queues.
+	m.inLine, err = queued(gw.URL, locks)
+	return m, err
 }
 
 // measureFloor starts the net/http floor (this binary, -serve-floor) and parks -waiters
 // requests on it.
-func measureFloor(dir string) (memRun, error) {
+func measureFloor(dir string, profile bool) (memRun, error) {
 	port, err := harness.FreePort()
 	if err != nil {
 		return memRun{}, err
@@ -240,7 +258,7 @@ func measureFloor(dir string) (memRun, error) {
 		return memRun{}, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(self, "-serve-floor", "127.0.0.1:"+strconv.Itoa(port))
+	cmd := exec.Command(self, "-serve-floor", "127.0.0.1:"+strconv.Itoa(port), "-memprofile-rate", strconv.Itoa(*memRate))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return memRun{}, err
@@ -259,8 +277,23 @@ func measureFloor(dir string) (memRun, error) {
 		time.Sleep(50 * time.Millisecond) // a benchmark's start-up poll
 	}
 	m, stop, err := measureParked(url, url, cmd.Process.Pid, 1)
-	stop()
+	defer stop()
+	m.inLine = -1
+	if err == nil && profile && *memprofDir != "" {
+		err = saveProfiles(url, filepath.Join(*memprofDir, "floor"))
+	}
 	return m, err
+}
+
+// saveProfiles writes a server's heap and goroutine profiles to base-heap.pb.gz and
+// base-goroutine.pb.gz.
+func saveProfiles(debugURL, base string) error {
+	for _, p := range []string{"heap", "goroutine"} {
+		if err := saveURL(debugURL+"/debug/pprof/"+p, base+"-"+p+".pb.gz"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // measureParked reads a server's memory idle, then parks -waiters requests on it (over locks
@@ -293,8 +326,11 @@ func measureParked(url, debugURL string, pid, locks int) (m memRun, stop func(),
 	start := time.Now()
 	time.Sleep(3 * time.Second) // readings at fixed times after the last request parked
 	m.wait3.rss = rssBytes(pid)
+	cpu0, redis0, t0 := procCPU(pid), procCPU(redisPIDOf), time.Now()
 	time.Sleep(time.Until(start.Add(15 * time.Second)))
 	rss := rssBytes(pid)
+	m.cpu = (procCPU(pid) - cpu0) / time.Since(t0).Seconds()
+	m.redisCPU = (procCPU(redisPIDOf) - redis0) / time.Since(t0).Seconds()
 	if m.wait15, err = readMemory(debugURL, pid); err != nil {
 		return m, stop, err
 	}
@@ -425,7 +461,7 @@ func parkedCount(base string) (int, error) {
 func queued(base string, locks int) (int, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 16}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	client := &http.Client{Transport: tr, Timeout: time.Minute}
 	var next, total atomic.Int64
 	errs := make(chan error, 16)
 	for range 16 {
@@ -480,6 +516,7 @@ func saveURL(url, path string) error {
 // client leaves, on an http.Server with the gateway's timeouts; GET /metrics says how many
 // wait, GET /debug/memory reads memory as a memdebug gateway does.
 func serveWaitFloor(addr string) error {
+	runtime.MemProfileRate = cmp.Or(*memRate, runtime.MemProfileRate)
 	var parked atomic.Int64
 	never := make(chan struct{})
 	mux := http.NewServeMux()
@@ -500,6 +537,7 @@ func serveWaitFloor(addr string) error {
 		case <-r.Context().Done():
 		}
 	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "leasegate_parked_requests %d\n", parked.Load())
