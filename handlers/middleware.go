@@ -129,32 +129,44 @@ func accessLog(log *slog.Logger, policy AccessLog, m Metrics) func(http.Handler)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			id := r.Header.Get(requestIDHeader)
-			if !saneID(id) {
-				id = idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 10)
-			}
-			w.Header().Set(requestIDHeader, id)
-			info := &requestInfo{id: id, rec: &statusRecorder{ResponseWriter: w}}
+			info := newRequestInfo(w, r)
 			next.ServeHTTP(info.rec, r.WithContext(context.WithValue(r.Context(), requestKey{}, info)))
-			if m != nil {
-				m.ObserveRequest(chi.RouteContext(r.Context()).RoutePattern(), r.Method, info.rec.status, time.Since(start))
-			}
-			if !policy.logs(info.rec.status) || !log.Enabled(r.Context(), slog.LevelInfo) {
-				return
-			}
-			attrs := []slog.Attr{
-				slog.String("request_id", id),
-				slog.String("method", r.Method),
-				slog.String("path", r.URL.Path),
-				slog.Int("status", info.rec.status),
-				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-			}
-			if info.principal != nil {
-				attrs = append(attrs, slog.String("principal", info.principal.Name))
-			}
-			log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+			info.finish(log, policy, m, r, start)
 		})
 	}
+}
+
+// newRequestInfo gives a request its ID (X-Request-Id: the client's when sane, else ours, echoed in
+// the answer) and its status recorder. Apart from accessLog's closure, whose frame stays on the
+// stack of a waiting request.
+func newRequestInfo(w http.ResponseWriter, r *http.Request) *requestInfo {
+	id := r.Header.Get(requestIDHeader)
+	if !saneID(id) {
+		id = idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 10)
+	}
+	w.Header().Set(requestIDHeader, id)
+	return &requestInfo{id: id, rec: &statusRecorder{ResponseWriter: w}}
+}
+
+// finish counts and logs a request that started at start (see accessLog).
+func (info *requestInfo) finish(log *slog.Logger, policy AccessLog, m Metrics, r *http.Request, start time.Time) {
+	if m != nil {
+		m.ObserveRequest(chi.RouteContext(r.Context()).RoutePattern(), r.Method, info.rec.status, time.Since(start))
+	}
+	if !policy.logs(info.rec.status) || !log.Enabled(r.Context(), slog.LevelInfo) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("request_id", info.id),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", info.rec.status),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+	}
+	if info.principal != nil {
+		attrs = append(attrs, slog.String("principal", info.principal.Name))
+	}
+	log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 }
 
 // MaxHeaderBytes bounds a request's line and headers: a larger request is answered 431
