@@ -45,6 +45,7 @@ var (
 	baselineRev = flag.String("baseline-rev", "", "waitmem scenario: git revisions of this repository to build and measure side by side, as name=rev[,name=rev]")
 	memprofDir  = flag.String("memprofile-dir", "", "waitmem scenario: write each gateway's heap and goroutine profiles, taken while its requests wait (last round), into this directory")
 	memLocks    = flag.String("waitmem-locks", "1,10000", "waitmem scenario: the numbers of lock names the waiting requests spread over, one row each")
+	memEnv      = flag.String("waitmem-env", "", "waitmem scenario: extra environment for this tree's gateway in extra rows, e.g. GODEBUG=adaptivestackstart=0")
 	memRate     = flag.Int("memprofile-rate", 0, "waitmem scenario: runtime.MemProfileRate in the servers (1: every allocation, for exact heap profiles; slows them and adds to their RSS)")
 	floorAddr   = flag.String("serve-floor", "", "serve the waitmem scenario's net/http floor on this address (the scenario starts this binary so)")
 )

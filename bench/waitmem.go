@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/pprof"
@@ -38,7 +39,8 @@ var redisPIDOf int
 // memTarget is one server process the waitmem scenario measures.
 type memTarget struct {
 	name string
-	bin  string // a gateway binary built with -tags memdebug; "" for the floor
+	bin  string            // a gateway binary built with -tags memdebug; "" for the floor
+	env  map[string]string // extra environment for the gateway
 }
 
 // memReading is one process's memory, in bytes.
@@ -83,6 +85,15 @@ func waitmem(dir string, redis *harness.Redis) error {
 		return err
 	}
 	targets = append(targets, memTarget{name: "this tree", bin: bin})
+	if *memEnv != "" {
+		env := map[string]string{}
+		for _, kv := range strings.Split(*memEnv, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+		targets = append(targets, memTarget{name: "this tree, " + *memEnv, bin: bin, env: env})
+	}
 
 	type row struct {
 		target memTarget
@@ -116,7 +127,7 @@ func waitmem(dir string, redis *harness.Redis) error {
 				return fmt.Errorf("%s, %d lock names: %w", rw.target.name, rw.locks, err)
 			}
 			runs[i] = append(runs[i], m)
-			fmt.Printf("  round %d: %-14s %-12s RSS %.0f -> %.0f MB, %.1f KB per waiter; heap + stacks %.1f + %.1f KB per waiter; %.2f goroutines per waiter; starting stack %.0f KB; CPU while waiting %.0f %% + redis-server %.0f %%; %d in line\n",
+			fmt.Printf("  round %d: %-40s %-12s RSS %.0f -> %.0f MB, %.1f KB per waiter; heap + stacks %.1f + %.1f KB per waiter; %.2f goroutines per waiter; starting stack %.0f KB; CPU while waiting %.0f %% + redis-server %.0f %%; %d in line\n",
 				r+1, rw.target.name, lockNames(rw.locks), m.idle.rss/1e6, m.wait15.rss/1e6, perWaiter(m, func(x memReading) float64 { return x.rss }),
 				perWaiter(m, func(x memReading) float64 { return x.heap }), perWaiter(m, func(x memReading) float64 { return x.stacks }),
 				(m.wait15.goroutines-m.idle.goroutines)/float64(*waiters), m.wait15.startStack/1024, 100*m.cpu, 100*m.redisCPU, m.inLine)
@@ -124,10 +135,10 @@ func waitmem(dir string, redis *harness.Redis) error {
 	}
 
 	fmt.Printf("%d waiting requests, one connection each, from this process; one server process per row and round (%d rounds, ranges over rounds):\n", *waiters, *rounds)
-	fmt.Printf("  %-14s | %-12s | %-9s | %-18s | %-16s | %-14s | %-14s | %-10s | %-24s | %s\n", "server", "lock names", "RSS idle", "RSS waiting +3/+15s", "RSS per waiter", "heap per waiter", "stacks per waiter", "goroutines per waiter", "CPU while waiting: server, redis-server", "in line at the end")
+	fmt.Printf("  %-40s | %-12s | %-9s | %-18s | %-16s | %-14s | %-14s | %-10s | %-24s | %s\n", "server", "lock names", "RSS idle", "RSS waiting +3/+15s", "RSS per waiter", "heap per waiter", "stacks per waiter", "goroutines per waiter", "CPU while waiting: server, redis-server", "in line at the end")
 	for i, rw := range rows {
 		ms := runs[i]
-		fmt.Printf("  %-14s | %-12s | %-9s | %-18s | %-16s | %-14s | %-14s | %-10s | %-24s | %s\n", rw.target.name, lockNames(rw.locks),
+		fmt.Printf("  %-40s | %-12s | %-9s | %-18s | %-16s | %-14s | %-14s | %-10s | %-24s | %s\n", rw.target.name, lockNames(rw.locks),
 			span(ms, func(m memRun) float64 { return m.idle.rss / 1e6 }, "%.0f MB"),
 			span(ms, func(m memRun) float64 { return m.wait3.rss / 1e6 }, "%.0f")+" / "+span(ms, func(m memRun) float64 { return m.wait15.rss / 1e6 }, "%.0f MB"),
 			span(ms, func(m memRun) float64 { return perWaiter(m, func(x memReading) float64 { return x.rss }) }, "%.1f KB"),
@@ -214,11 +225,13 @@ func measureGateway(dir string, redis *harness.Redis, t memTarget, locks int, pr
 		return memRun{}, err
 	}
 	debugURL := "http://127.0.0.1:" + strconv.Itoa(debugPort)
-	gw, err := harness.StartGateway(dir, harness.GatewayOptions{Redis: redis, Binary: t.bin, Env: map[string]string{
+	env := map[string]string{
 		"LEASEGATE_LOG_LEVEL": "warn", "LEASEGATE_MAX_WAITERS": strconv.Itoa(*waiters + 100),
 		"LEASEGATE_MAX_WAIT": "5m", "LEASEGATE_DEBUG_LISTEN": "127.0.0.1:" + strconv.Itoa(debugPort),
 		"LEASEGATE_DEBUG_MEMPROFILERATE": strconv.Itoa(*memRate),
-	}})
+	}
+	maps.Copy(env, t.env)
+	gw, err := harness.StartGateway(dir, harness.GatewayOptions{Redis: redis, Binary: t.bin, Env: env})
 	if err != nil {
 		return memRun{}, err
 	}
@@ -232,7 +245,7 @@ func measureGateway(dir string, redis *harness.Redis, t memTarget, locks int, pr
 		return m, err
 	}
 	if profile && *memprofDir != "" {
-		if err := saveProfiles(debugURL, filepath.Join(*memprofDir, strings.ReplaceAll(t.name, " ", "-")+"-"+strconv.Itoa(locks))); err != nil {
+		if err := saveProfiles(debugURL, filepath.Join(*memprofDir, strings.NewReplacer(" ", "-", ",", "", "=", "-", "/", "-").Replace(t.name)+"-"+strconv.Itoa(locks))); err != nil {
 			return m, err
 		}
 	}

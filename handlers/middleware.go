@@ -24,7 +24,7 @@ type requestKey struct{}
 // context value holds both, so the middleware copies the request once (each WithContext copies it).
 type requestInfo struct {
 	id        string
-	rec       *statusRecorder
+	rec       statusRecorder // the request's ResponseWriter (&rec), in the same allocation
 	principal *auth.Principal // set by guard.need once the request is authorized
 	// reauthorize, set by guard.need, authenticates and authorizes the request again against the
 	// credentials in force now (an event stream does, while it lasts); nil without authentication.
@@ -125,13 +125,21 @@ func (a AccessLog) logs(status int) bool {
 // the answer), counts it in m (when set) by route pattern, method and status, and writes one line
 // per request that policy logs: ID, method, path, status, duration and the authenticated
 // principal, if any. It never logs headers, so lease tokens and API keys stay out of the logs.
-func accessLog(log *slog.Logger, policy AccessLog, m Metrics) func(http.Handler) http.Handler {
+//
+// It runs in front of chi's router routes, giving it the routing context.
+func accessLog(log *slog.Logger, policy AccessLog, m Metrics, routes chi.Routes) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			info := newRequestInfo(w, r)
-			next.ServeHTTP(info.rec, r.WithContext(context.WithValue(r.Context(), requestKey{}, info)))
-			info.finish(log, policy, m, r, start)
+			// One copy of the request carries the request's info and chi's routing context: chi
+			// takes a routing context it finds (as a mounted router does), so it makes no second copy.
+			// Both stay referenced while a request waits (about 350 bytes less per waiting request).
+			rctx := chi.NewRouteContext()
+			rctx.Routes = routes
+			ctx := context.WithValue(context.WithValue(r.Context(), requestKey{}, info), chi.RouteCtxKey, rctx)
+			next.ServeHTTP(&info.rec, r.WithContext(ctx))
+			info.finish(log, policy, m, r, rctx, start)
 		})
 	}
 }
@@ -145,13 +153,13 @@ func newRequestInfo(w http.ResponseWriter, r *http.Request) *requestInfo {
 		id = idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 10)
 	}
 	w.Header().Set(requestIDHeader, id)
-	return &requestInfo{id: id, rec: &statusRecorder{ResponseWriter: w}}
+	return &requestInfo{id: id, rec: statusRecorder{ResponseWriter: w}}
 }
 
 // finish counts and logs a request that started at start (see accessLog).
-func (info *requestInfo) finish(log *slog.Logger, policy AccessLog, m Metrics, r *http.Request, start time.Time) {
+func (info *requestInfo) finish(log *slog.Logger, policy AccessLog, m Metrics, r *http.Request, rctx *chi.Context, start time.Time) {
 	if m != nil {
-		m.ObserveRequest(chi.RouteContext(r.Context()).RoutePattern(), r.Method, info.rec.status, time.Since(start))
+		m.ObserveRequest(rctx.RoutePattern(), r.Method, info.rec.status, time.Since(start))
 	}
 	if !policy.logs(info.rec.status) || !log.Enabled(r.Context(), slog.LevelInfo) {
 		return

@@ -81,8 +81,7 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	)
 
 	r := chi.NewRouter()
-	r.Use(accessLog(opts.Logger, opts.AccessLog, opts.Metrics), recoverer(opts.Logger), limitHeaders(opts.Logger),
-		singleHeaders(opts.Logger, leaseTokenHeader, idempotencyKeyHeader))
+	r.Use(recoverer(opts.Logger), limitHeaders(opts.Logger), singleHeaders(opts.Logger, leaseTokenHeader, idempotencyKeyHeader))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string
@@ -134,5 +133,5 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	r.Post("/multilocks/renew", g.need(lock, scopeMulti, h.renewMulti))
 	r.Delete("/multilocks/{id}", g.need(lock, scopeMulti, h.releaseMulti))
 	r.Post("/multilocks/{id}/renew", g.need(lock, scopeMulti, h.renewMulti))
-	return r
+	return accessLog(opts.Logger, opts.AccessLog, opts.Metrics, r)(r)
 }
