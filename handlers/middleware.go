@@ -24,7 +24,7 @@ type requestKey struct{}
 // context value holds both, so the middleware copies the request once (each WithContext copies it).
 type requestInfo struct {
 	id        string
-	rec       statusRecorder // the request's ResponseWriter (&rec), in the same allocation
+	rec       statusRecorder  // the request's ResponseWriter (&rec), in the same allocation
 	principal *auth.Principal // set by guard.need once the request is authorized
 	// reauthorize, set by guard.need, authenticates and authorizes the request again against the
 	// credentials in force now (an event stream does, while it lasts); nil without authentication.
