@@ -3,6 +3,7 @@
 //
 //	go run ./bench                      # every scenario
 //	go run ./bench -only throughput     # one scenario
+//	go run ./bench -only waitmem -rounds 3 -baseline-rev base=COMMIT   # memory per waiting request
 package main
 
 import (
@@ -27,7 +28,7 @@ import (
 )
 
 var (
-	only      = flag.String("only", "", "run one scenario: throughput, handoff, rwsem, multilock, acks, waiting, outside, memory")
+	only      = flag.String("only", "", "run one scenario: throughput, handoff, rwsem, multilock, acks, waiting, waitmem, outside, memory")
 	duration  = flag.Duration("duration", 3*time.Second, "length of one measured round")
 	rounds    = flag.Int("rounds", 3, "rounds per side; the median is reported")
 	clients   = flag.Int("clients", 64, "keep-alive HTTP clients for throughput")
@@ -41,10 +42,21 @@ var (
 	noPipe    = flag.Bool("no-auto-pipelining", false, "rueidis DisableAutoPipelining for the in-process gateway")
 	holdsFlag = flag.Int("holds", 5000, "memory scenario: holds (locks, permits, waiters) measured per row")
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+
+	baselineRev = flag.String("baseline-rev", "", "waitmem scenario: git revisions of this repository to build and measure side by side, as name=rev[,name=rev]")
+	memprofDir  = flag.String("memprofile-dir", "", "waitmem scenario: write each gateway's heap and goroutine profiles, taken while its requests wait (last round), into this directory")
+	memLocks    = flag.String("waitmem-locks", "1,10000", "waitmem scenario: the numbers of lock names the waiting requests spread over, one row each")
+	memEnv      = flag.String("waitmem-env", "", "waitmem scenario: extra environment for this tree's gateway in extra rows, e.g. GODEBUG=adaptivestackstart=0")
+	memRate     = flag.Int("memprofile-rate", 0, "waitmem scenario: runtime.MemProfileRate in the servers (1: every allocation, for exact heap profiles; slows them and adds to their RSS)")
+	floorAddr   = flag.String("serve-floor", "", "serve the waitmem scenario's net/http floor on this address (the scenario starts this binary so)")
 )
 
 func main() {
 	flag.Parse()
+	if *floorAddr != "" {
+		fmt.Fprintln(os.Stderr, "bench: floor:", serveWaitFloor(*floorAddr))
+		os.Exit(1)
+	}
 	if *cpuprof != "" {
 		f, err := os.Create(*cpuprof)
 		if err == nil && pprof.StartCPUProfile(f) == nil {
@@ -115,6 +127,11 @@ func run() error {
 	}
 	if *only == "" || *only == "waiting" {
 		if err := waiting(dir, redis); err != nil {
+			return err
+		}
+	}
+	if *only == "waitmem" { // minutes of 10,000 connections per server: only when asked for
+		if err := waitmem(dir, redis); err != nil {
 			return err
 		}
 	}

@@ -139,7 +139,7 @@ func TestWriteError(t *testing.T) {
 			for k, v := range tc.header {
 				r.Header.Set(k, v)
 			}
-			r = r.WithContext(context.WithValue(r.Context(), requestKey{}, &requestInfo{id: "req-42", rec: &statusRecorder{}}))
+			r = r.WithContext(context.WithValue(r.Context(), requestKey{}, &requestInfo{id: "req-42"}))
 			w := httptest.NewRecorder()
 
 			writeError(w, r, log, tc.err)
@@ -178,8 +178,9 @@ func TestWriteError(t *testing.T) {
 func TestWriteErrorClientGone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	rec := &statusRecorder{ResponseWriter: httptest.NewRecorder()}
-	ctx = context.WithValue(ctx, requestKey{}, &requestInfo{rec: rec})
+	info := &requestInfo{rec: statusRecorder{ResponseWriter: httptest.NewRecorder()}}
+	rec := &info.rec
+	ctx = context.WithValue(ctx, requestKey{}, info)
 	r := httptest.NewRequest(http.MethodPost, "/locks/x", nil).WithContext(ctx)
 	w := rec.ResponseWriter.(*httptest.ResponseRecorder)
 

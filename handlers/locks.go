@@ -47,42 +47,51 @@ type lockHandlers struct {
 
 // acquire handles POST /locks/{name}: 201 for a new grant, 200 for a re-entry.
 func (h *lockHandlers) acquire(w http.ResponseWriter, r *http.Request) {
-	name, idem, req, ok := readAcquire[api.AcquireRequest](h, w, r)
+	req, ok := readAcquire[api.AcquireRequest](h, w, r, lockcore.KindLock)
 	if !ok {
 		return
 	}
-	mode := lockcore.Exclusive
-	if req.Shared {
-		mode = lockcore.Shared
-	}
-	h.grant(w, r, lockcore.AcquireRequest{
-		Lock: name, Mode: mode, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold,
-		Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket, IdempotencyKey: idem,
-	}, "/locks/"+name, func(g lockcore.Grant) any { return grantBody(g) })
+	h.grant(w, r, &req, "/locks/", func(g lockcore.Grant) any { return grantBody(g) })
 }
 
-// readAcquire reads what an acquire needs before lockcore: the name, the Idempotency-Key and the
-// validated body of type B (a lock's or a semaphore's). It answers the problem and reports !ok
-// when any is invalid.
-func readAcquire[B validating[api.Acquire]](h *lockHandlers, w http.ResponseWriter, r *http.Request) (name, idem string, req api.Acquire, ok bool) {
+// readAcquire reads what an acquire of a lock or a semaphore (kind) needs before lockcore: the
+// name, the Idempotency-Key and the validated body of type B. It answers the problem and reports
+// !ok when any is invalid.
+func readAcquire[B validating[api.Acquire]](h *lockHandlers, w http.ResponseWriter, r *http.Request, kind lockcore.Kind) (lockcore.AcquireRequest, bool) {
 	name, err := lockName(r)
+	var idem string
 	if err == nil {
 		idem, err = idempotencyKey(r)
 	}
+	var body api.Acquire
 	if err == nil {
-		req, err = readBody[api.Acquire, B](w, r, h.limits, false)
+		body, err = readBody[api.Acquire, B](w, r, h.limits, false)
 	}
 	if err != nil {
 		writeError(w, r, h.log, err)
-		return "", "", api.Acquire{}, false
+		return lockcore.AcquireRequest{}, false
 	}
-	return name, idem, req, true
+	req := lockcore.AcquireRequest{
+		Lock: name, Kind: kind, Owner: body.Owner, TTL: body.TTL, Wait: body.Wait, Watchdog: body.Watchdog, MaxHold: body.MaxHold,
+		Token: r.Header.Get(leaseTokenHeader), QueueTicket: body.QueueTicket, IdempotencyKey: idem,
+	}
+	switch {
+	case kind == lockcore.KindSemaphore:
+		req.Permits = body.Permits
+	case body.Shared:
+		req.Mode = lockcore.Shared
+	default:
+		req.Mode = lockcore.Exclusive
+	}
+	return req, true
 }
 
-// grant runs an acquire (a lock's or a semaphore's) and answers it: 201 with a Location for a new
-// grant, 200 for a re-entry. A waiting request runs on this goroutine until it is granted, its
-// wait runs out, or its client leaves (which ends r.Context()).
-func (h *lockHandlers) grant(w http.ResponseWriter, r *http.Request, req lockcore.AcquireRequest, location string, body func(lockcore.Grant) any) {
+// grant runs an acquire (a lock's or a semaphore's) and answers it: 201 with a Location (location
+// + the name) for a new grant, 200 for a re-entry. A waiting request runs on this goroutine until
+// it is granted, its wait runs out, or its client leaves (which ends r.Context()). Its frame, and
+// those of its callers, stay on the goroutine's stack while it waits: bulky work goes to callees
+// (see lockcore.Service.acquire).
+func (h *lockHandlers) grant(w http.ResponseWriter, r *http.Request, req *lockcore.AcquireRequest, location string, body func(lockcore.Grant) any) {
 	p := principalFrom(r.Context())
 	if p != nil {
 		req.Principal, req.HeldCap = p.Name, heldCap(p)
@@ -95,18 +104,23 @@ func (h *lockHandlers) grant(w http.ResponseWriter, r *http.Request, req lockcor
 		}
 		defer done()
 	}
-	g, err := h.locker.Acquire(r.Context(), req)
+	g, err := h.locker.Acquire(r.Context(), *req)
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return
 	}
+	h.deliver(w, r, req, &g, location, body)
+}
+
+// deliver answers grant g of req (see grant).
+func (h *lockHandlers) deliver(w http.ResponseWriter, r *http.Request, req *lockcore.AcquireRequest, g *lockcore.Grant, location string, body func(lockcore.Grant) any) {
 	status := http.StatusCreated
 	if g.Reentered {
 		status = http.StatusOK
 	} else {
-		w.Header().Set("Location", location)
+		w.Header().Set("Location", location+req.Lock)
 	}
-	writeJSON(w, status, body(g))
+	writeJSON(w, status, body(*g))
 	// A grant whose answer cannot reach its client would stay held for its whole TTL (or max hold,
 	// with the watchdog): push the answer out now, and give the hold back if it did not go. With an
 	// Idempotency-Key the client retries, and its retry collects the grant instead.

@@ -24,7 +24,7 @@ type requestKey struct{}
 // context value holds both, so the middleware copies the request once (each WithContext copies it).
 type requestInfo struct {
 	id        string
-	rec       *statusRecorder
+	rec       statusRecorder  // the request's ResponseWriter (&rec), in the same allocation
 	principal *auth.Principal // set by guard.need once the request is authorized
 	// reauthorize, set by guard.need, authenticates and authorizes the request again against the
 	// credentials in force now (an event stream does, while it lasts); nil without authentication.
@@ -125,36 +125,56 @@ func (a AccessLog) logs(status int) bool {
 // the answer), counts it in m (when set) by route pattern, method and status, and writes one line
 // per request that policy logs: ID, method, path, status, duration and the authenticated
 // principal, if any. It never logs headers, so lease tokens and API keys stay out of the logs.
-func accessLog(log *slog.Logger, policy AccessLog, m Metrics) func(http.Handler) http.Handler {
+//
+// It runs in front of chi's router routes, giving it the routing context.
+func accessLog(log *slog.Logger, policy AccessLog, m Metrics, routes chi.Routes) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			id := r.Header.Get(requestIDHeader)
-			if !saneID(id) {
-				id = idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 10)
-			}
-			w.Header().Set(requestIDHeader, id)
-			info := &requestInfo{id: id, rec: &statusRecorder{ResponseWriter: w}}
-			next.ServeHTTP(info.rec, r.WithContext(context.WithValue(r.Context(), requestKey{}, info)))
-			if m != nil {
-				m.ObserveRequest(chi.RouteContext(r.Context()).RoutePattern(), r.Method, info.rec.status, time.Since(start))
-			}
-			if !policy.logs(info.rec.status) || !log.Enabled(r.Context(), slog.LevelInfo) {
-				return
-			}
-			attrs := []slog.Attr{
-				slog.String("request_id", id),
-				slog.String("method", r.Method),
-				slog.String("path", r.URL.Path),
-				slog.Int("status", info.rec.status),
-				slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-			}
-			if info.principal != nil {
-				attrs = append(attrs, slog.String("principal", info.principal.Name))
-			}
-			log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+			info := newRequestInfo(w, r)
+			// One copy of the request carries the request's info and chi's routing context: chi
+			// takes a routing context it finds (as a mounted router does), so it makes no second copy.
+			// Both stay referenced while a request waits (about 350 bytes less per waiting request).
+			rctx := chi.NewRouteContext()
+			rctx.Routes = routes
+			ctx := context.WithValue(context.WithValue(r.Context(), requestKey{}, info), chi.RouteCtxKey, rctx)
+			next.ServeHTTP(&info.rec, r.WithContext(ctx))
+			info.finish(log, policy, m, r, rctx, start)
 		})
 	}
+}
+
+// newRequestInfo gives a request its ID (X-Request-Id: the client's when sane, else ours, echoed in
+// the answer) and its status recorder. Apart from accessLog's closure, whose frame stays on the
+// stack of a waiting request.
+func newRequestInfo(w http.ResponseWriter, r *http.Request) *requestInfo {
+	id := r.Header.Get(requestIDHeader)
+	if !saneID(id) {
+		id = idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 10)
+	}
+	w.Header().Set(requestIDHeader, id)
+	return &requestInfo{id: id, rec: statusRecorder{ResponseWriter: w}}
+}
+
+// finish counts and logs a request that started at start (see accessLog).
+func (info *requestInfo) finish(log *slog.Logger, policy AccessLog, m Metrics, r *http.Request, rctx *chi.Context, start time.Time) {
+	if m != nil {
+		m.ObserveRequest(rctx.RoutePattern(), r.Method, info.rec.status, time.Since(start))
+	}
+	if !policy.logs(info.rec.status) || !log.Enabled(r.Context(), slog.LevelInfo) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("request_id", info.id),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", info.rec.status),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+	}
+	if info.principal != nil {
+		attrs = append(attrs, slog.String("principal", info.principal.Name))
+	}
+	log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 }
 
 // MaxHeaderBytes bounds a request's line and headers: a larger request is answered 431

@@ -85,8 +85,7 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	)
 
 	r := chi.NewRouter()
-	r.Use(accessLog(opts.Logger, opts.AccessLog, opts.Metrics), recoverer(opts.Logger), limitHeaders(opts.Logger),
-		singleHeaders(opts.Logger, leaseTokenHeader, idempotencyKeyHeader))
+	r.Use(recoverer(opts.Logger), limitHeaders(opts.Logger), singleHeaders(opts.Logger, leaseTokenHeader, idempotencyKeyHeader))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { writeError(w, r, h.log, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string
@@ -152,5 +151,5 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 		r.Post("/elections/{name}/renew", g.need(lock, scopeName, e.renewElection))
 		r.Get("/elections/{name}/events", g.need(inspect, scopeName, e.electionEvents))
 	}
-	return r
+	return accessLog(opts.Logger, opts.AccessLog, opts.Metrics, r)(r)
 }

@@ -13,15 +13,11 @@ import (
 // acquireSemaphore handles POST /semaphores/{name}: 201 for a new permit, 200 for a re-entry.
 // Semaphore names follow the rules of lock names.
 func (h *lockHandlers) acquireSemaphore(w http.ResponseWriter, r *http.Request) {
-	name, idem, req, ok := readAcquire[api.SemaphoreAcquireRequest](h, w, r)
+	req, ok := readAcquire[api.SemaphoreAcquireRequest](h, w, r, lockcore.KindSemaphore)
 	if !ok {
 		return
 	}
-	h.grant(w, r, lockcore.AcquireRequest{
-		Lock: name, Kind: lockcore.KindSemaphore, Permits: req.Permits, Owner: req.Owner, TTL: req.TTL, Wait: req.Wait,
-		Watchdog: req.Watchdog, MaxHold: req.MaxHold, Token: r.Header.Get(leaseTokenHeader), QueueTicket: req.QueueTicket,
-		IdempotencyKey: idem,
-	}, "/semaphores/"+name, func(g lockcore.Grant) any { return semaphoreGrantBody(g) })
+	h.grant(w, r, &req, "/semaphores/", func(g lockcore.Grant) any { return semaphoreGrantBody(g) })
 }
 
 // releaseSemaphore handles DELETE /semaphores/{name}, and ?force=true (see force.go).

@@ -13,10 +13,17 @@ import (
 // retryPause is how long a waiter waits before retrying a Redis call that failed.
 const retryPause = 50 * time.Millisecond
 
-// waitAs queues for req.Lock as lease and waits up to req.Wait for it: a synchronous call bounded
-// by ctx, the wait and the Service's Close, running on the caller's goroutine. Its grant is not
-// settled (see Service.finishGrant): a multi-lock's member enrolls no watchdog of its own, and the group
-// gives back what it took when its caller leaves.
+// waitAs is waitInto for a caller that holds the request and the grant by value (a multi-lock's
+// members).
+func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) (g Grant, err error) {
+	err = s.waitInto(ctx, &req, lease, &g)
+	return g, err
+}
+
+// waitInto queues for req.Lock as lease and waits up to req.Wait for it, setting *g to the grant:
+// a synchronous call bounded by ctx, the wait and the Service's Close, running on the caller's
+// goroutine. Its grant is not settled (see Service.finishGrant): a multi-lock's member enrolls no
+// watchdog of its own, and the group gives back what it took when its caller leaves.
 //
 // The waiter registers with this process's waiters before it enqueues in Redis, so a grant
 // published right after the enqueue still finds it. Grants are direct hand-offs: the script that
@@ -29,91 +36,155 @@ const retryPause = 50 * time.Millisecond
 // when the Service closes, a *ShutdownError with a QueueTicket; when Redis is still failing as the
 // wait ends, ErrUnavailable. Whenever it returns without a grant the waiter has left the queue,
 // and a grant that reached it meanwhile has been passed on.
-func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) (g Grant, err error) {
-	start := time.Now()
-	queued := false // it stood in the queue: a wait the observer hears of
-	defer func() {
-		if queued {
-			s.obs.WaitEnded(req.Kind.String(), waitOutcome(ctx, err))
-			if err == nil {
-				g.Waited = max(time.Since(start), time.Nanosecond)
-			}
-		}
-	}()
-	var ticketID string
-	if req.QueueTicket != "" {
-		id, err := s.tokens.parseTicket(req.QueueTicket, req.Lock, req.Owner, req.Principal)
-		switch {
-		case errors.Is(err, errTicketIgnored):
-			s.log.Warn("queue ticket ignored: the waiter queues as a newcomer", "lock", req.Lock, "err", err)
-		case err != nil:
-			return Grant{}, err
-		}
-		ticketID = id
+//
+// It and await stay on the waiting goroutine's stack while it waits: see Service.acquire.
+func (s *Service) waitInto(ctx context.Context, req *AcquireRequest, lease string, g *Grant) (err error) {
+	wt, err := s.newWaitTurn(req, lease)
+	if err != nil {
+		return err
 	}
+	defer wt.ended(ctx, g, &err)
 	if err := ctx.Err(); err != nil {
-		return Grant{}, err
+		return err
 	}
 	w, err := s.waiters.join(req.ref(), lease)
 	if err != nil {
-		return Grant{}, err
+		return err
 	}
 	defer s.waiters.leave(w)
-	waitCtx, cancel := context.WithDeadline(ctx, start.Add(req.Wait))
-	defer cancel()
-	stop := context.AfterFunc(s.ctx, cancel) // Close ends every wait
-	defer stop()
-	awaitSubscription(waitCtx, w.ready)
+	wt.awaitSubscription(ctx, w.ready)
+	return wt.await(ctx, w, g)
+}
 
-	wt := &waitTurn{svc: s, asked: req, lease: lease, start: start, resumeID: ticketID}
+// await queues and waits for the lock to be handed to w, then confirms it into *g; it returns
+// when that is done or the wait ended (see waitInto). It waits on ctx, its own timer and the
+// Service's context rather than on a context made of the three: that would cost each waiting
+// request a context, a timer, a channel and a place in two contexts' children (about 430 bytes
+// more, measured with go run ./bench -only waitmem). The calls it makes to Redis take such a
+// context, made for the call (waitTurn.waitCtx).
+func (wt *waitTurn) await(ctx context.Context, w *waiter, g *Grant) error {
+	ranOut := time.NewTimer(time.Until(wt.deadline()))
+	defer ranOut.Stop()
+	closing := wt.svc.ctx.Done() // Close ends every wait
 	queue := true
 	var handed handOffTally // RedLock: the masters that handed it the lock since the last confirmation
 	defer handed.reset()
 	for {
 		if queue {
-			g, inLine, err := wt.enqueue(waitCtx)
+			inLine, err := wt.queue(ctx, g)
 			switch {
 			case err != nil:
-				return Grant{}, wt.end(ctx, err)
+				return wt.end(ctx, err)
 			case !inLine:
-				return g, nil
-			}
-			if !queued {
-				queued = true
-				s.obs.WaitStarted(req.Kind.String())
-				s.ledgers.contention.add(req.ref(), time.Now())
+				return nil
 			}
 			queue = false
 		}
 		var ev event
+		ended := false
 		select {
 		case ev = <-w.events:
 		case <-handed.timeout():
 			ev = event{fence: 1} // confirm what was handed over so far
-		case <-waitCtx.Done():
+		case <-ctx.Done():
+			ended = true
+		case <-ranOut.C:
+			ended = true
+		case <-closing:
+			ended = true
+		}
+		if ended {
 			select { // an event that is in wins: a lock that reached us as the wait ran out is ours
 			case ev = <-w.events:
 			default:
-				return Grant{}, wt.end(ctx, nil)
+				return wt.end(ctx, nil)
 			}
 		}
 		if ev.requeue {
 			queue = true
 			continue
 		}
-		if !handed.enough(ev.from, s.dep.handOffs()) {
+		if !handed.enough(ev.from, wt.svc.dep.handOffs()) {
 			continue
 		}
 		handed.reset()
-		g, lost, err := wt.confirm(waitCtx)
+		lost, err := wt.confirmFor(ctx, g)
 		switch {
 		case err != nil:
-			return Grant{}, wt.end(ctx, err)
+			return wt.end(ctx, err)
 		case lost: // the claim ran out before we confirmed it: queue again at our arrival
 			queue = true
 		default:
-			return g, nil
+			return nil
 		}
+	}
+}
+
+// deadline is when the wait runs out.
+func (wt *waitTurn) deadline() time.Time { return wt.start.Add(wt.asked.Wait) }
+
+// waitCtx returns a context that ends when ctx does, the wait runs out or the Service closes,
+// for a call the wait makes; release it once the call returned.
+func (wt *waitTurn) waitCtx(ctx context.Context) (waitCtx context.Context, release func()) {
+	waitCtx, cancel := context.WithDeadline(ctx, wt.deadline())
+	stop := context.AfterFunc(wt.svc.ctx, cancel)
+	return waitCtx, func() { stop(); cancel() }
+}
+
+// awaitSubscription waits until ready is closed (see the package's awaitSubscription), the wait
+// runs out or the Service closes.
+func (wt *waitTurn) awaitSubscription(ctx context.Context, ready <-chan struct{}) {
+	select {
+	case <-ready:
+		return
+	default:
+	}
+	waitCtx, release := wt.waitCtx(ctx)
+	defer release()
+	awaitSubscription(waitCtx, ready)
+}
+
+// confirmFor is confirm bounded by the wait (see waitCtx).
+func (wt *waitTurn) confirmFor(ctx context.Context, g *Grant) (lost bool, err error) {
+	waitCtx, release := wt.waitCtx(ctx)
+	defer release()
+	return wt.confirm(waitCtx, g)
+}
+
+// newWaitTurn starts the wait of req as lease, at the place in the queue its queue ticket keeps
+// if it has a good one.
+func (s *Service) newWaitTurn(req *AcquireRequest, lease string) (*waitTurn, error) {
+	wt := &waitTurn{svc: s, asked: *req, lease: lease, start: time.Now()}
+	if req.QueueTicket == "" {
+		return wt, nil
+	}
+	id, err := s.tokens.parseTicket(req.QueueTicket, req.Lock, req.Owner, req.Principal)
+	switch {
+	case errors.Is(err, errTicketIgnored):
+		s.log.Warn("queue ticket ignored: the waiter queues as a newcomer", "lock", req.Lock, "err", err)
+	case err != nil:
+		return nil, err
+	}
+	wt.resumeID = id
+	return wt, nil
+}
+
+// started tells the observer and the contention ledger of a wait that stood in the queue.
+func (wt *waitTurn) started() {
+	wt.queued = true
+	wt.svc.obs.WaitStarted(wt.asked.Kind.String())
+	wt.svc.ledgers.contention.add(wt.asked.ref(), time.Now())
+}
+
+// ended tells the observer how a wait that stood in the queue ended (err), and sets how long its
+// grant g waited.
+func (wt *waitTurn) ended(ctx context.Context, g *Grant, err *error) {
+	if !wt.queued {
+		return
+	}
+	wt.svc.obs.WaitEnded(wt.asked.Kind.String(), waitOutcome(ctx, *err))
+	if *err == nil {
+		g.Waited = max(time.Since(wt.start), time.Nanosecond)
 	}
 }
 
@@ -183,40 +254,66 @@ type waitTurn struct {
 	// kept when it queues again; until then resumeID names the place a queue ticket kept.
 	arrival  int64
 	resumeID string
+	queued   bool // it stood in the queue: a wait the observer hears of
+}
+
+// queue runs enqueue, bounded by the wait (see waitCtx), on a goroutine of its own (see
+// onFreshStack), telling the observer of the wait the first time it stands in the queue, and sets
+// *g to the grant enqueue got.
+func (wt *waitTurn) queue(ctx context.Context, g *Grant) (inLine bool, err error) {
+	type queued struct {
+		g      Grant
+		inLine bool
+	}
+	q, err := onFreshStack(func() (q queued, err error) {
+		waitCtx, release := wt.waitCtx(ctx)
+		defer release()
+		q.inLine, err = wt.enqueue(waitCtx, &q.g)
+		if q.inLine && !wt.queued {
+			wt.started()
+		}
+		return q, err
+	})
+	if err == nil && !q.inLine {
+		*g = q.g
+	}
+	return q.inLine, err
 }
 
 // enqueue tries for the lock and joins its queue when it is held, retrying Redis errors until
 // waitCtx ends (even a failed enqueue may have landed, its reply lost: queueing again keeps the
-// arrival). It reports the grant, or queued, or the Redis error that outlasted the wait.
-func (wt *waitTurn) enqueue(waitCtx context.Context) (g Grant, queued bool, err error) {
+// arrival). It sets *g to the grant, or reports queued, or the Redis error that outlasted the wait.
+func (wt *waitTurn) enqueue(waitCtx context.Context, g *Grant) (queued bool, err error) {
 	for {
 		callStart := time.Now()
-		r, err := onFreshStack(func() (acquireReply, error) {
-			return wt.svc.runAcquire(waitCtx, wt.asked, wt.lease, true, wt.arrival, wt.resumeID)
-		})
+		r, err := wt.svc.runAcquire(waitCtx, wt.asked, wt.lease, true, wt.arrival, wt.resumeID)
 		switch {
 		case err == nil && r.status == acquireGranted:
-			return wt.svc.newGrant(wt.asked, wt.lease, r, callStart), false, nil
+			*g = wt.svc.newGrant(wt.asked, wt.lease, r, callStart)
+			return false, nil
 		case err == nil && r.status == acquireReplayed: // a retry of a request that was granted
 			req := wt.asked
 			req.TTL = r.pttl // what the first request's lease has left
-			return wt.svc.newGrant(req, r.lease, r, callStart), false, nil
+			*g = wt.svc.newGrant(req, r.lease, r, callStart)
+			return false, nil
 		case err == nil && r.status == acquireReplayedLost:
-			return Grant{}, false, fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, wt.asked.Kind, wt.asked.Lock)
+			return false, fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, wt.asked.Kind, wt.asked.Lock)
 		case err == nil:
 			wt.arrival = r.arrival
 			wt.svc.waiters.checkBy(wt.svc.keys(wt.asked.ref()).lock, time.Now().Add(r.pttl+time.Millisecond))
-			return Grant{}, true, nil
+			return true, nil
 		case !errors.Is(err, ErrUnavailable) || !pause(waitCtx):
-			return Grant{}, false, err
+			return false, err
 		}
 	}
 }
 
 // onFreshStack runs f on a short-lived goroutine and returns what it returns. A waiter then blocks
-// (up to LEASEGATE_MAX_WAIT) on a goroutine whose stack never held the Redis client's call chain:
-// Go keeps a goroutine's stack at the size of its deepest call until a GC shrinks it. Measured with
-// 10,000 waiting requests (go run ./bench -only waiting): 6 KB less RSS per waiter.
+// (up to LEASEGATE_MAX_WAIT) on a goroutine whose stack never held the calls f makes (the Redis
+// client's call chain, the observer's): Go keeps a goroutine's stack at the size of its deepest
+// call until a GC shrinks it, which it does only while less than a quarter of it is in use.
+// Measured with 10,000 waiting requests (go run ./bench -only waiting): 6 KB less RSS per waiter
+// when the Redis call moved here.
 func onFreshStack[T any](f func() (T, error)) (T, error) {
 	type result struct {
 		v   T
@@ -231,31 +328,32 @@ func onFreshStack[T any](f func() (T, error)) (T, error) {
 	return r.v, r.err
 }
 
-// confirm turns the lock handed to this waiter into its grant, retrying Redis errors until waitCtx
-// ends (confirming is idempotent). It reports lost when the claim ran out first.
-func (wt *waitTurn) confirm(waitCtx context.Context) (g Grant, lost bool, err error) {
+// confirm turns the lock handed to this waiter into its grant *g, retrying Redis errors until
+// waitCtx ends (confirming is idempotent). It reports lost when the claim ran out first.
+func (wt *waitTurn) confirm(waitCtx context.Context, g *Grant) (lost bool, err error) {
 	for {
 		start := time.Now()
 		l := Lease{Lock: wt.asked.Lock, Kind: wt.asked.Kind, Owner: wt.asked.Owner, ID: wt.lease}
-		g, err := wt.svc.renewLease(waitCtx, l, wt.asked.TTL, start, true)
+		renewed, err := wt.svc.renewLease(waitCtx, l, wt.asked.TTL, start, true)
 		switch {
 		case err == nil:
-			g.Principal = wt.asked.Principal
-			g.Token = wt.svc.tokens.Mint(g.Lease)
+			renewed.Principal = wt.asked.Principal
+			renewed.Token = wt.svc.tokens.Mint(renewed.Lease)
 			if wt.asked.Kind == KindSemaphore {
-				g.Permits = wt.asked.Permits
+				renewed.Permits = wt.asked.Permits
 			}
-			wt.svc.rememberGrant(waitCtx, wt.asked, g)
-			return g, false, nil
+			wt.svc.rememberGrant(waitCtx, wt.asked, renewed)
+			*g = renewed
+			return false, nil
 		case errors.Is(err, ErrLeaseLost):
-			return Grant{}, true, nil
+			return true, nil
 		case errors.Is(err, errNotConfirmed):
 			// RedLock: fewer than a majority confirmed (the others hold it for someone else, or
 			// do not answer). Queue again: that keeps what the majority-to-be handed over, and
 			// gives back holds that an earlier waiter should have (see redlock_quorum.go).
-			return Grant{}, true, nil
+			return true, nil
 		case !errors.Is(err, ErrUnavailable) || !pause(waitCtx):
-			return Grant{}, false, err
+			return false, err
 		}
 	}
 }

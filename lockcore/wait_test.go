@@ -310,23 +310,125 @@ func TestWaitEndingAsItIsGrantedStrandsNothing(t *testing.T) {
 				"iteration %d: %v", i, r.err)
 		}
 
-		var st lockcore.State
-		settled := func() bool {
-			var err error
-			st, err = w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
-			return err == nil && !st.Held() && st.Waiters == 0
-		}
-		deadline := time.Now().Add(2 * time.Second)
-		for !settled() && time.Now().Before(deadline) {
-			<-time.After(5 * time.Millisecond)
-		}
-		if !settled() {
-			// Count it, then clear it by hand so the remaining iterations still run and the
-			// outcome tally covers all of them.
+		if !w.settles(t, lock) {
 			outcomes["lock stranded"]++
-			assert.Fail(t, "after the race the lock is free and nobody waits",
-				"iteration %d: lock stranded: %+v", i, st)
-			w.redis.MustDo(t, "DEL", w.key(lock, ""), w.key(lock, ":q"), w.key(lock, ":qd"), w.key(lock, ":qm"))
+		}
+	}
+}
+
+// settles polls until lock is free with nobody queued, for up to 2 s (shorter than a 10 s claim: a
+// grant stranded on a waiter that left shows), and reports whether it got there; if not, it fails
+// t and clears the lock by hand, so that the iterations after it still run.
+func (w *waitWorld) settles(t *testing.T, lock string) bool {
+	t.Helper()
+	var st lockcore.State
+	settled := func() bool {
+		var err error
+		st, err = w.svc.Inspect(context.Background(), lockcore.LockRef(lock), "")
+		return err == nil && !st.Held() && st.Waiters == 0
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !settled() && time.Now().Before(deadline) {
+		<-time.After(5 * time.Millisecond)
+	}
+	if settled() {
+		return true
+	}
+	assert.Fail(t, "after the race the lock is free and nobody waits", "lock stranded: %+v", st)
+	w.redis.MustDo(t, "DEL", w.key(lock, ""), w.key(lock, ":q"), w.key(lock, ":qd"), w.key(lock, ":qm"))
+	return false
+}
+
+// TestWaitRunningOutAsItIsGrantedStrandsNothing races the end of a wait (its Wait running out)
+// against the release that hands the lock to it: the waiter gets the lock (and then holds it), or a
+// 409 with the lock passed on; never both, never neither.
+func TestWaitRunningOutAsItIsGrantedStrandsNothing(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{ClaimTTL: 10 * time.Second})
+	ctx := context.Background()
+	const lock, wait = "running-out", 300 * time.Millisecond
+	outcomes := map[string]int{}
+	defer func() { t.Logf("outcomes of the race: %v", outcomes) }()
+	for i := range 40 {
+		holder := w.hold(t, w.svc, lock, "holder", time.Minute)
+		start := time.Now()
+		res := acquireAsync(ctx, w.svc, lockcore.AcquireRequest{Lock: lock, Owner: "waiter", TTL: time.Minute, Wait: wait})
+		w.awaitWaiters(t, lock, 1)
+		// Releasing from 5 ms before the wait runs out to 1 ms after it (a hand-off takes about a
+		// millisecond), varying with the iteration, spreads the race over the wait's end. The
+		// timing shifts the interleaving; it synchronises nothing.
+		<-time.After(time.Until(start.Add(wait - 5*time.Millisecond + time.Duration(i%20)*300*time.Microsecond)))
+		_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: holder.Token})
+		require.NoError(t, err, "iteration %d: the holder's release", i)
+		r := receive(t, res, 10*time.Second, fmt.Sprintf("iteration %d: the waiter's Acquire", i))
+
+		var held *lockcore.HeldError
+		switch {
+		case r.err == nil:
+			outcomes["granted"]++
+			rel, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: r.grant.Token})
+			assert.NoError(t, err, "iteration %d: a waiter that returned a grant holds the lock", i)
+			assert.True(t, rel.Released, "iteration %d", i)
+		case errors.As(r.err, &held):
+			outcomes["ran out"]++
+		default:
+			outcomes["error: "+r.err.Error()]++
+			assert.Fail(t, "a wait that runs out returns a grant or a *HeldError", "iteration %d: %v", i, r.err)
+		}
+		if !w.settles(t, lock) {
+			outcomes["lock stranded"]++
+		}
+	}
+}
+
+// TestCloseAsAWaiterIsGrantedStrandsNothing races a Service's Close, which ends its waits, against
+// the release (on another replica) that hands the lock to its waiter: the waiter gets the lock (and
+// holds it), or a *ShutdownError with the lock passed on.
+func TestCloseAsAWaiterIsGrantedStrandsNothing(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{ClaimTTL: 10 * time.Second})
+	ctx := context.Background()
+	const lock = "closing-race"
+	outcomes := map[string]int{}
+	defer func() { t.Logf("outcomes of the race: %v", outcomes) }()
+	for i := range 20 {
+		closing := w.replica(t, lockcore.Options{ClaimTTL: 10 * time.Second})
+		holder := w.hold(t, w.svc, lock, "holder", time.Minute)
+		res := acquireAsync(ctx, closing, lockcore.AcquireRequest{Lock: lock, Owner: "waiter", TTL: time.Minute, Wait: time.Minute})
+		w.awaitWaiters(t, lock, 1)
+
+		start := make(chan struct{})
+		released := make(chan error, 1)
+		jitter := time.Duration(i%10) * 100 * time.Microsecond // shifts the interleaving; synchronises nothing
+		go func() {
+			<-start
+			time.Sleep(jitter)
+			closing.Close()
+		}()
+		go func() {
+			<-start
+			_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: holder.Token})
+			released <- err
+		}()
+		close(start)
+		r := receive(t, res, 10*time.Second, fmt.Sprintf("iteration %d: the waiter's Acquire", i))
+		require.NoError(t, receive(t, released, 10*time.Second, "the holder's Release"), "iteration %d", i)
+
+		var shutdown *lockcore.ShutdownError
+		switch {
+		case r.err == nil:
+			outcomes["granted"]++
+			rel, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: r.grant.Token})
+			assert.NoError(t, err, "iteration %d: a waiter that returned a grant holds the lock", i)
+			assert.True(t, rel.Released, "iteration %d", i)
+		case errors.As(r.err, &shutdown):
+			outcomes["closed"]++
+		default:
+			outcomes["error: "+r.err.Error()]++
+			assert.Fail(t, "a wait its Service's Close ends returns a grant or a *ShutdownError", "iteration %d: %v", i, r.err)
+		}
+		if !w.settles(t, lock) {
+			outcomes["lock stranded"]++
 		}
 	}
 }
