@@ -51,6 +51,7 @@ type watchTarget struct {
 	token     string // "" for a multi-lock's member
 	fence     int64
 	multilock string // the group's id, for a member
+	election  bool   // an election's lead: its stream (without token) is the observers'
 	// confirm, for a member, renews the group: a stream that finds the member's fence gone tells
 	// only that something happened in a gap, and the group's renewal says for sure (a 410 naming
 	// the lost members, which also frees the others).
@@ -211,6 +212,9 @@ func (w *watcher) handle(ev sseEvent) bool {
 			Fence int64 `json:"fence"`
 		} `json:"holds"`
 	}
+	if t.election {
+		return w.handleElection(ev)
+	}
 	switch {
 	case ev.typ == "lost" && t.token != "":
 		_ = json.Unmarshal(ev.data, &body)
@@ -244,6 +248,36 @@ func (w *watcher) handle(ev sseEvent) bool {
 				w.lost(EndForced, body.At, nil)
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// handleElection acts on one event of an election's stream, for the lead of fence t.fence, and
+// reports whether it ended the lease. A state that shows another lead (or none) is confirmed by a
+// renewal, as for a multi-lock's member; a vacant naming the lead's fence is the gateway finding
+// its lease gone (run out or forced); a resigned naming it may be a resignation through another
+// replica, and waits for a release in flight.
+func (w *watcher) handleElection(ev sseEvent) bool {
+	t := w.target
+	var body struct {
+		Fence  int64           `json:"fence"`
+		At     time.Time       `json:"at"`
+		Led    bool            `json:"led"`
+		Leader *ElectionLeader `json:"leader"`
+	}
+	if json.Unmarshal(ev.data, &body) != nil {
+		return false
+	}
+	switch ev.typ {
+	case "state":
+		if !body.Led || body.Leader == nil || body.Leader.Fence != t.fence {
+			return w.life.confirmGone(t.confirm) // if the renewal succeeds, the lead still holds
+		}
+	case "vacant", "resigned":
+		if body.Fence == t.fence {
+			w.lost(EndGone, body.At, nil)
+			return true
 		}
 	}
 	return false
@@ -295,13 +329,15 @@ func (a activity) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// sseEvent is one Server-Sent Event: its type and its data lines, joined by newlines.
+// sseEvent is one Server-Sent Event: its type, its data lines joined by newlines, and its id
+// ("" when it has none).
 type sseEvent struct {
 	typ  string
 	data []byte
+	id   string
 }
 
-// sseReader reads the events of a text/event-stream, skipping comments and ids.
+// sseReader reads the events of a text/event-stream, skipping comments.
 type sseReader struct {
 	r *bufio.Reader
 }
@@ -334,6 +370,8 @@ func (s sseReader) next() (sseEvent, error) {
 		switch field {
 		case "event":
 			ev.typ, seen = value, true
+		case "id":
+			ev.id = value
 		case "data":
 			if ev.data != nil {
 				ev.data = append(ev.data, '\n')
