@@ -306,8 +306,8 @@ func holdsFence(st *LockState, f int64) bool {
 // lost ends the lease with a *LostError. A loss the gateway names (expired, forced) ends it at
 // once; one it does not (gone) waits for a release in flight, which may be what freed the lock.
 func (w *watcher) lost(reason EndReason, at time.Time, err error) {
-	cause := &LostError{Lock: w.target.name, MultiLock: w.target.multilock, Fence: w.target.fence,
-		Reason: reason, At: at, Err: err}
+	cause := &LostError{Lock: w.target.name, MultiLock: w.target.multilock, Election: w.target.election,
+		Fence: w.target.fence, Reason: reason, At: at, Err: err}
 	if reason == EndGone {
 		w.life.endUnlessReleased(cause)
 		return
@@ -386,6 +386,7 @@ func (s sseReader) next() (sseEvent, error) {
 type LostError struct {
 	Lock      string    // the lock's name (a permit's semaphore; a multi-lock's member that was lost)
 	MultiLock string    // the group's id, for a multi-lock; "" otherwise
+	Election  bool      // the lease was an election's lead (Lock is the election's name)
 	Fence     int64     // the lost hold's fence
 	Reason    EndReason // EndExpired, EndForced, or EndGone (found gone: expired, forced or released elsewhere)
 	At        time.Time // when, by the gateway's clock; zero when it did not say
@@ -394,6 +395,9 @@ type LostError struct {
 
 func (e *LostError) Error() string {
 	what := "lease on " + strconv.Quote(e.Lock)
+	if e.Election {
+		what = "lead of election " + strconv.Quote(e.Lock)
+	}
 	if e.MultiLock != "" {
 		what = "multi-lock " + strconv.Quote(e.MultiLock) + ": member " + strconv.Quote(e.Lock)
 	}

@@ -41,6 +41,15 @@ func TestCLIElectRunsTheCommandWhileLeader(t *testing.T) {
 	// NAME after the flags works too.
 	r = e.cli(t, "elect", "--value", "", "sched", "--", "true")
 	assert.Equal(t, 0, r.code, r.stderr)
+
+	// A command that outlives several TTLs keeps the lead (renewed, and by the watchdog too).
+	for _, extra := range [][]string{nil, {"--watchdog"}} {
+		args := append(append([]string{"elect", "long", "--value", "v", "--ttl", "500ms"}, extra...), "--", "sleep", "1.6")
+		r = e.cli(t, args...)
+		assert.Equal(t, 0, r.code, "%v: %s", extra, r.stderr)
+		assert.NotContains(t, r.stderr, "lost", "%v", extra)
+	}
+	assert.False(t, e.led(t, "long"), "resigned at exit")
 }
 
 func TestCLIElectExitCodes(t *testing.T) {

@@ -145,6 +145,8 @@ func TestGoSDKLeadLostWithin100msOfForce(t *testing.T) {
 	require.ErrorAs(t, err, &lost)
 	assert.Equal(t, "forced", lost.Lock)
 	assert.Equal(t, lead.Fence, lost.Fence)
+	assert.True(t, lost.Election)
+	assert.Contains(t, err.Error(), `lead of election "forced" lost`)
 	assert.False(t, lead.Watching())
 	assert.ErrorIs(t, lead.Proclaim(ctx, "w"), leasegate.ErrLeaseGone)
 	assert.ErrorIs(t, lead.Resign(ctx), leasegate.ErrLeaseGone)
