@@ -3,7 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -23,7 +26,8 @@ const againWait = time.Hour
 // With --again, elect campaigns again whenever the command has exited, whatever its code and
 // whether the lead was lost or not, and when a campaign's wait runs out; it ends only on
 // SIGINT or SIGTERM (passed on to a running command, whose code it then exits with), or on an
-// error, whose code it exits with.
+// error, whose code it exits with. With or without --again, SIGINT or SIGTERM while campaigning
+// exits 128 + the signal's number, as shells report it.
 func (c *command) elect(ctx context.Context, args []string) int {
 	o, again, code, ok := c.parseElect(args)
 	if !ok {
@@ -32,11 +36,23 @@ func (c *command) elect(ctx context.Context, args []string) int {
 	if code, ok := c.runnable(o.argv[0]); !ok {
 		return code
 	}
+	// The signal that ends a campaign (ctx is cancelled by it) is the exit code's.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
 	for {
 		lead, err := c.holdOnAny(ctx, o)
 		if err != nil {
 			if again && notAcquired(err) && ctx.Err() == nil {
 				continue // the wait ran out: campaign again, at the back of the line
+			}
+			if ctx.Err() != nil {
+				select {
+				case sig := <-signals:
+					fmt.Fprintf(c.stderr, "leasegate: %v while campaigning in %s\n", sig, o.t)
+					return 128 + int(sig.(syscall.Signal))
+				default:
+				}
 			}
 			return c.fail(err)
 		}

@@ -80,6 +80,22 @@ func TestCLIElectExitCodes(t *testing.T) {
 	other = e.cli(t, "elect", "busy", "--value", "v", "--wait", "300ms", "--", "true")
 	assert.Equal(t, 75, other.code, other.stderr)
 
+	// SIGTERM while waiting in line (--again) exits 143, as shells report it.
+	bin, err := harness.GatewayBinary()
+	require.NoError(t, err)
+	waiting := exec.Command(bin, "elect", "busy", "--value", "v", "--again", "--server", e.Gateway.URL, "--", "true")
+	var waitingErr bytes.Buffer
+	waiting.Stderr = &waitingErr
+	require.NoError(t, waiting.Start())
+	harness.Eventually(t, 10*time.Second, "the candidate in line", func() bool {
+		r := e.Client.Do(http.MethodGet, "/elections/busy", nil, "")
+		return strings.Contains(string(r.Body), `"candidates":1`)
+	})
+	require.NoError(t, waiting.Process.Signal(syscall.SIGTERM))
+	_ = waiting.Wait()
+	assert.Equal(t, 143, waiting.ProcessState.ExitCode(), waitingErr.String())
+	assert.Contains(t, waitingErr.String(), "while campaigning")
+
 	// A lead taken away (force) stops the command: 76.
 	dir := t.TempDir()
 	started, termFile := filepath.Join(dir, "started"), filepath.Join(dir, "terminated")
@@ -90,7 +106,7 @@ func TestCLIElectExitCodes(t *testing.T) {
 	lost := <-done
 	assert.Equal(t, 76, lost.code, lost.stderr)
 	assert.Contains(t, lost.stderr, "lost the lease")
-	_, err := os.Stat(termFile)
+	_, err = os.Stat(termFile)
 	assert.NoError(t, err, "the command got SIGTERM")
 }
 
