@@ -3,6 +3,7 @@ package sdks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -233,4 +234,40 @@ func TestGoSDKCampaignWaitRunsOut(t *testing.T) {
 	require.True(t, errors.As(err, &p), "%v", err)
 	assert.EqualValues(t, http.StatusConflict, p.Status)
 	assert.ErrorIs(t, err, leasegate.ErrLed)
+}
+
+// TestGoSDKObserverGoesOnAfterAClosedStream: a stream the gateway ends (its maximum lifetime:
+// a closed event, without id) is reopened after the last event received, so the observer sees
+// nothing twice and misses nothing, and a lead watched through it stays watched.
+func TestGoSDKObserverGoesOnAfterAClosedStream(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, map[string]string{"LEASEGATE_MAX_STREAM_LIFETIME": "1s"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sdk, err := leasegate.New(e.Gateway.URL)
+	require.NoError(t, err)
+
+	events := sdk.Observe(ctx, "closing", "")
+	require.Equal(t, "state", nextEvent(t, events, 5*time.Second).Type)
+	lead, err := sdk.Campaign(ctx, "closing", "v1", leasegate.CampaignOptions{Owner: "l", TTL: 30 * time.Second, WatchLoss: leasegate.WatchAlways})
+	require.NoError(t, err)
+	require.Equal(t, "elected", nextEvent(t, events, 5*time.Second).Type)
+
+	// Past two of the streams' lifetimes, each proclaim is seen once, in order.
+	for i := 2; i <= 4; i++ {
+		<-time.After(700 * time.Millisecond) // not a synchronisation: the streams' lifetime must pass
+		v := fmt.Sprint("v", i)
+		require.NoError(t, lead.Proclaim(ctx, v))
+		ev := nextEvent(t, events, 5*time.Second)
+		assert.Equal(t, "proclaimed", ev.Type)
+		assert.Equal(t, v, ev.Value)
+	}
+	select {
+	case <-lead.Done():
+		require.FailNow(t, "the lead ended", "%v", lead.Err())
+	default:
+	}
+	harness.Eventually(t, 5*time.Second, "the lead's stream open again", lead.Watching)
+	require.NoError(t, lead.Resign(ctx))
+	assert.Equal(t, "resigned", nextEvent(t, events, 5*time.Second).Type)
 }
