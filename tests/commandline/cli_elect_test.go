@@ -329,3 +329,51 @@ func parentPID(pid int) int {
 	ppid, _ := strconv.Atoi(fields[1])
 	return ppid
 }
+
+// TestCLIElectStopsAPausedLeadersCommandOnWaking: a leader paused with its command (a host
+// stopped) past its TTL loses the lead to the next candidate; on waking, elect stops the command
+// at once and exits 76. What the command did in between is what fences are for: the next
+// leader's fence is greater.
+func TestCLIElectStopsAPausedLeadersCommandOnWaking(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	bin, err := harness.GatewayBinary()
+	require.NoError(t, err)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	leader := exec.Command(bin, "elect", "paused", "--value", "a", "--ttl", "1s", "--grace", "200ms", "--server", e.Gateway.URL,
+		"--", "sh", "-c", `echo "$$ $LEASEGATE_FENCE" > "$0.tmp" && mv "$0.tmp" "$0"; while true; do sleep 0.05; done`, pidFile)
+	var stderr bytes.Buffer
+	leader.Stderr = &stderr
+	require.NoError(t, leader.Start())
+	exited := make(chan struct{})
+	go func() { _ = leader.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = leader.Process.Kill(); <-exited })
+
+	var pid int
+	var fence int64
+	harness.Eventually(t, 10*time.Second, "the command to start", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		_, err = fmt.Sscan(string(b), &pid, &fence)
+		return err == nil
+	})
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	require.NoError(t, syscall.Kill(-pid, syscall.SIGSTOP))
+	require.NoError(t, leader.Process.Signal(syscall.SIGSTOP))
+
+	r := e.Client.Do(http.MethodPost, "/elections/paused", nil, `{"owner":"next","value":"b","ttl_ms":30000,"wait_ms":20000}`)
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	assert.Greater(t, r.Int("fence"), fence, "the next leader's fence is greater")
+
+	require.NoError(t, leader.Process.Signal(syscall.SIGCONT))
+	require.NoError(t, syscall.Kill(-pid, syscall.SIGCONT))
+	woke := time.Now()
+	harness.Eventually(t, 5*time.Second, "the command to be gone", func() bool { return syscall.Kill(pid, 0) != nil })
+	took := time.Since(woke)
+	t.Logf("the paused leader's command was gone %v after waking", took)
+	<-exited
+	assert.Equal(t, 76, leader.ProcessState.ExitCode(), stderr.String())
+	assert.Less(t, took, time.Second, "stopped at once on waking, not after a grace")
+}
