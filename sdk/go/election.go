@@ -31,8 +31,8 @@ type CampaignOptions struct {
 // that the lead is gone, on Resign, or a safety margin before the lease can lapse with no renewal
 // having pushed that back; a watched lead (see WatchLoss) also follows the election's events
 // stream, so that a force release or an expiry closes Done within milliseconds (Err then matches
-// ErrLeaseGone, as a *LostError). Reenter and ReleaseMode do not apply to a lead (they return an
-// error matching ErrNotLeadable... see below); Release is Resign. Safe for concurrent use.
+// ErrLeaseGone, as a *LostError). A lead is held once: Reenter and ReenterMode return an error,
+// and Release and ReleaseMode (whatever the mode) resign. Safe for concurrent use.
 type Lead struct {
 	*Lease
 	Since time.Time // when the leader was announced, by Redis's clock
