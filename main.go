@@ -63,6 +63,9 @@ Usage:
                              run a command while holding a lock (several --lock: all of them, as
                              one multi-lock; or a semaphore's permit); it is stopped before the
                              lease can lapse
+  leasegate elect NAME --value V [flags] -- COMMAND [ARGS...]
+                             campaign in an election and run a command only while leader; it is
+                             stopped before the lead can lapse (--again: campaign again after)
   leasegate acquire|release|renew|inspect (--lock NAME | --semaphore NAME | --multilock ID) [flags]
                              one call, printing the gateway's JSON answer
   leasegate auth-key         print a new random API key, and the hash line to put in the auth

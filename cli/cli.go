@@ -1,6 +1,6 @@
 // Package cli is leasegate's command line for scripts and cron: "run" runs a command under a lock
 // (held exclusively or shared), several locks at once (a multi-lock: --lock repeated) or a
-// semaphore's permit, and "acquire", "release", "renew" and "inspect" print the gateway's JSON
+// semaphore's permit, "elect" runs one while leader of an election, and "acquire", "release", "renew" and "inspect" print the gateway's JSON
 // answer. It talks to the gateway through the generated Go client (sdk/go), with an API key and a
 // CA file to trust when given (access.go).
 package cli
@@ -22,14 +22,14 @@ import (
 const (
 	ExitUsage       = 2   // bad flags or arguments
 	ExitFailed      = 3   // the gateway answered an error, or could not be reached
-	ExitNotAcquired = 75  // the lock stayed held (or the semaphore full) for the whole --wait (EX_TEMPFAIL)
-	ExitLeaseLost   = 76  // run: the lease was lost while the command ran; it was stopped
-	ExitCannotRun   = 126 // run: the command exists but cannot be run (as shells do)
-	ExitNotFound    = 127 // run: the command was not found (as shells do)
+	ExitNotAcquired = 75  // the lock stayed held (or the semaphore full, or the election led) for the whole --wait (EX_TEMPFAIL)
+	ExitLeaseLost   = 76  // run, elect: the lease (the lead) was lost while the command ran; it was stopped
+	ExitCannotRun   = 126 // run, elect: the command exists but cannot be run (as shells do)
+	ExitNotFound    = 127 // run, elect: the command was not found (as shells do)
 )
 
 // Commands lists the subcommands Run handles.
-var Commands = []string{"run", "acquire", "release", "renew", "inspect"}
+var Commands = []string{"run", "elect", "acquire", "release", "renew", "inspect"}
 
 // Env is what the CLI reads from the environment.
 type Env struct {
@@ -46,6 +46,8 @@ func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 	switch args[0] {
 	case "run":
 		return c.run(ctx, args[1:])
+	case "elect":
+		return c.elect(ctx, args[1:])
 	case "acquire":
 		return c.acquire(ctx, args[1:])
 	case "release":
@@ -116,15 +118,18 @@ func (c *command) flags(name, usage string) common {
 		server = "http://127.0.0.1:8080"
 	}
 	f := common{
-		fs:        fs,
-		name:      name,
-		synopsis:  usage,
-		stderr:    c.stderr,
-		locks:     &lockNames{},
-		semaphore: fs.String("semaphore", "", "semaphore name, in place of --lock: one of its permits"),
-		server:    fs.String("server", server, "gateway URL, or several replicas' URLs separated by commas (default from LEASEGATE_SERVER)"),
-		access:    c.accessFlags(fs),
+		fs:       fs,
+		name:     name,
+		synopsis: usage,
+		stderr:   c.stderr,
+		server:   fs.String("server", server, "gateway URL, or several replicas' URLs separated by commas (default from LEASEGATE_SERVER)"),
+		access:   c.accessFlags(fs),
 	}
+	if name == "elect" {
+		return f // an election is named by an argument; elect adds its own flags
+	}
+	f.locks = &lockNames{}
+	f.semaphore = fs.String("semaphore", "", "semaphore name, in place of --lock: one of its permits")
 	switch name {
 	case "run", "acquire":
 		f.takes = true
@@ -171,10 +176,12 @@ func (c *command) parse(f common, args []string) (t target, code int, ok bool) {
 		f.usage(false)
 		return t, ExitUsage, false
 	}
-	if err := f.target(&t); err != nil {
-		fmt.Fprintln(c.stderr, "leasegate:", err)
-		f.usage(false)
-		return t, ExitUsage, false
+	if f.locks != nil { // elect has no --lock
+		if err := f.target(&t); err != nil {
+			fmt.Fprintln(c.stderr, "leasegate:", err)
+			f.usage(false)
+			return t, ExitUsage, false
+		}
 	}
 	opts, err := c.clientOptions(f)
 	if err != nil {

@@ -38,19 +38,32 @@ func (c *command) run(ctx context.Context, args []string) int {
 	if !ok {
 		return code
 	}
-	// As shells do: 127 for a command that is not found, 126 for one that cannot be run; checked
-	// before the lock is taken.
-	if _, err := exec.LookPath(o.argv[0]); err != nil {
-		fmt.Fprintf(c.stderr, "leasegate: %v\n", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return ExitNotFound
-		}
-		return ExitCannotRun
+	if code, ok := c.runnable(o.argv[0]); !ok {
+		return code
 	}
 	lease, err := c.holdOnAny(ctx, o)
 	if err != nil {
 		return c.fail(err)
 	}
+	return c.runHolding(ctx, o, lease)
+}
+
+// runnable checks, before anything is taken, that name can be run; as shells do, it returns 127
+// for a command that is not found, 126 for one that cannot be run.
+func (c *command) runnable(name string) (code int, ok bool) {
+	if _, err := exec.LookPath(name); err != nil {
+		fmt.Fprintf(c.stderr, "leasegate: %v\n", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return ExitNotFound, false
+		}
+		return ExitCannotRun, false
+	}
+	return 0, true
+}
+
+// runHolding runs o.argv while lease is held, as run describes, gives the hold back when the
+// command exits, and returns run's exit code.
+func (c *command) runHolding(ctx context.Context, o runOptions, lease heldLease) int {
 	// Learn of a loss (force release, expiry) the moment the gateway does; the stream closes when
 	// the lease is released.
 	lease.Watch(c.gateways...)
@@ -96,15 +109,24 @@ func (c *command) parseRun(args []string) (o runOptions, code int, ok bool) {
 		f.usage(false)
 		return runOptions{}, ExitUsage, false
 	}
-	if o.ttl < 300*time.Millisecond {
-		fmt.Fprintln(c.stderr, "leasegate: --ttl must be at least 300ms")
+	if !c.fitTimes(&o, isSet(f.fs, "grace")) {
 		return runOptions{}, ExitUsage, false
 	}
+	return o, 0, true
+}
+
+// fitTimes checks o.ttl and o.grace (graceSet: given on the command line) and sets o.margin; it
+// clips a grace that leaves renewals too little time, saying so when it was given. It reports
+// false after printing why the flags cannot do.
+func (c *command) fitTimes(o *runOptions, graceSet bool) bool {
+	if o.ttl < 300*time.Millisecond {
+		fmt.Fprintln(c.stderr, "leasegate: --ttl must be at least 300ms")
+		return false
+	}
 	o.margin = safetyMargin(o.ttl)
-	graceSet := isSet(f.fs, "grace")
 	if graceSet && o.grace+o.margin >= o.ttl {
 		fmt.Fprintf(c.stderr, "leasegate: --grace %v does not fit in --ttl %v: the command must be gone %v before the lease can lapse\n", o.grace, o.ttl, o.margin)
-		return runOptions{}, ExitUsage, false
+		return false
 	}
 	// Stopping starts grace + margin before the lease can lapse; a grace of at most a third of the
 	// TTL leaves the renewal due at ttl/3 and its retries a third of the TTL to succeed first.
@@ -114,7 +136,7 @@ func (c *command) parseRun(args []string) (o runOptions, code int, ok bool) {
 		}
 		o.grace = o.ttl / 3
 	}
-	return o, 0, true
+	return true
 }
 
 // holdOnAny takes the hold: the first replica that answers grants it; any replica can renew or
@@ -238,8 +260,13 @@ func (c *command) supervise(ctx context.Context, o runOptions, lease heldLease, 
 // leaseEnv is what the command learns of its lease: LEASEGATE_LOCK and LEASEGATE_MODE, or
 // LEASEGATE_SEMAPHORE; and LEASEGATE_TOKEN and LEASEGATE_FENCE. For a multi-lock:
 // LEASEGATE_MULTILOCK (its id), LEASEGATE_LOCKS (its members in name order, separated by spaces),
-// LEASEGATE_FENCES (NAME=FENCE for each, likewise), LEASEGATE_MODE and LEASEGATE_TOKEN.
+// LEASEGATE_FENCES (NAME=FENCE for each, likewise), LEASEGATE_MODE and LEASEGATE_TOKEN. For an
+// election's lead (elect): LEASEGATE_ELECTION, LEASEGATE_VALUE, LEASEGATE_TOKEN and LEASEGATE_FENCE.
 func leaseEnv(t target, lease heldLease) []string {
+	if l, ok := lease.(*leasegate.Lead); ok {
+		return []string{"LEASEGATE_ELECTION=" + l.Lock, "LEASEGATE_VALUE=" + l.Value(),
+			"LEASEGATE_TOKEN=" + l.Token, "LEASEGATE_FENCE=" + strconv.FormatInt(l.Fence, 10)}
+	}
 	if m, ok := lease.(*leasegate.MultiLease); ok {
 		locks := make([]string, len(m.Members))
 		fences := make([]string, len(m.Members))

@@ -28,6 +28,11 @@ type target struct {
 	// (release, where "" lets the gateway choose). Semaphores have none.
 	mode    leasegate.Mode
 	permits int64 // the semaphore's size (run, acquire)
+	// election is the election elect campaigns in (and nothing else is set), with the value it
+	// announces and whether the gateway renews the lead too (--watchdog).
+	election string
+	value    string
+	watchdog bool
 }
 
 // String names the target for messages: `lock "a"`, `shared lock "a"`, `multi-lock ["a" "b"]`,
@@ -38,6 +43,8 @@ func (t target) String() string {
 		shared = "shared "
 	}
 	switch {
+	case t.election != "":
+		return fmt.Sprintf("election %q", t.election)
 	case t.semaphore != "":
 		return fmt.Sprintf("semaphore %q", t.semaphore)
 	case t.multilock != "":
@@ -52,7 +59,7 @@ func (t target) String() string {
 func (t target) keyed() bool { return t.locks == nil && t.multilock == "" }
 
 // heldLease is a hold run keeps alive, watches and gives back: a lock's or a permit's
-// *leasegate.Lease, or a multi-lock's *leasegate.MultiLease.
+// *leasegate.Lease, a multi-lock's *leasegate.MultiLease, or (elect) an election's *leasegate.Lead.
 type heldLease interface {
 	RenewVia(ctx context.Context, gw *leasegate.Gateway, ttl time.Duration) error
 	ReleaseVia(ctx context.Context, gw *leasegate.Gateway) (released bool, err error)
@@ -62,10 +69,10 @@ type heldLease interface {
 	Err() error
 }
 
-// hold takes t through gw for run, waiting up to wait, with the SDK's Lock, LockAll or
-// AcquireSemaphore (which split a long wait into long-polls, and retry a 503 within it; a lock's
-// and a permit's keep their place in line). key is the Idempotency-Key of the acquire, whichever
-// replica answers; a multi-lock's acquire has none.
+// hold takes t through gw for run and elect, waiting up to wait, with the SDK's Lock, LockAll,
+// AcquireSemaphore or Campaign (which split a long wait into long-polls, and retry a 503 within
+// it; a lock's, a permit's and a candidate's keep their place in line). key is the
+// Idempotency-Key of the acquire, whichever replica answers; a multi-lock's acquire has none.
 func (t target) hold(ctx context.Context, gw *leasegate.Gateway, owner string, ttl, wait time.Duration, key string) (heldLease, error) {
 	var (
 		lease heldLease
@@ -73,6 +80,11 @@ func (t target) hold(ctx context.Context, gw *leasegate.Gateway, owner string, t
 	)
 	// Each branch assigns a non-nil lease only with a nil err: a nil *Lease in heldLease is not nil.
 	switch {
+	case t.election != "":
+		var l *leasegate.Lead
+		if l, err = gw.Campaign(ctx, t.election, t.value, leasegate.CampaignOptions{Owner: owner, TTL: ttl, Wait: wait, Watchdog: t.watchdog, IdempotencyKey: key}); err == nil {
+			lease = l
+		}
 	case t.semaphore != "":
 		var l *leasegate.Lease
 		if l, err = gw.AcquireSemaphore(ctx, t.semaphore, leasegate.SemaphoreOptions{Owner: owner, Permits: t.permits, TTL: ttl, Wait: wait, IdempotencyKey: key}); err == nil {
@@ -112,7 +124,7 @@ func newAnswer(resp *http.Response, body []byte) *answer {
 
 // notAcquired reports whether err says that the lock stayed held, or every permit taken.
 func notAcquired(err error) bool {
-	return errors.Is(err, leasegate.ErrHeld) || errors.Is(err, leasegate.ErrSemaphoreFull)
+	return errors.Is(err, leasegate.ErrHeld) || errors.Is(err, leasegate.ErrSemaphoreFull) || errors.Is(err, leasegate.ErrLed)
 }
 
 // acquireOptions are one acquire request's fields.

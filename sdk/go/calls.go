@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// calls are the gateway endpoints behind a Lease: a lock's (lockCalls) or a semaphore's
-// (semaphoreCalls). Each method sends one request; an answer other than the expected 2xx is
+// calls are the gateway endpoints behind a Lease: a lock's (lockCalls), a semaphore's
+// (semaphoreCalls) or an election's (*electionCalls). Each method sends one request; an answer other than the expected 2xx is
 // returned as a *ProblemError, a transport failure as it is.
 type calls interface {
 	// acquire asks for a new lease on name, long-polling up to poll (0: try once) with ticket
@@ -101,7 +101,7 @@ func (c *Gateway) acquire(ctx context.Context, kind calls, name string, r acquis
 			return nil, err
 		}
 		switch {
-		case errors.Is(p, ErrHeld), errors.Is(p, ErrSemaphoreFull):
+		case errors.Is(p, ErrHeld), errors.Is(p, ErrSemaphoreFull), errors.Is(p, ErrLed):
 			ticket = p.QueueTicket
 		case p.Status == http.StatusServiceUnavailable:
 			if p.QueueTicket != nil {

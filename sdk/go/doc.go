@@ -1,6 +1,6 @@
 // Package leasegate is the Go client of the leasegate lock gateway: take a lock (exclusive or
-// shared), several locks at once, or a semaphore's permit, keep its lease alive, and stop work
-// before the lease can lapse.
+// shared), several locks at once, a semaphore's permit or an election's lead, keep its lease
+// alive, and stop work before the lease can lapse.
 //
 //	gw, _ := leasegate.New("http://127.0.0.1:8080")
 //	lease, err := gw.Lock(ctx, "nightly-report", leasegate.LockOptions{Owner: "cron-7", TTL: 30 * time.Second, Wait: 10 * time.Minute})
@@ -79,6 +79,23 @@
 //	defer group.Release(context.Background())
 //	group.KeepAlive()
 //	err = transfer(group.Context(), group.Fence("account.17"), group.Fence("account.42"))
+//
+// # Elections
+//
+// Campaign campaigns in an election (a name space apart from locks), waiting in line as Lock
+// does (ErrLed when the wait runs out), and returns a *Lead: a *Lease of the election (KeepAlive,
+// Renew, Done, Context, Err, ValidUntil, with a lease's lapse rule) that announces a value, with
+// Proclaim and Resign. A watched lead (see WatchLoss) follows the election's events stream, which
+// takes no token: it looks for its own fence, so a force release or an expiry (vacant) closes Done
+// within milliseconds, and a state showing another lead is confirmed by a renewal. Observe returns
+// a channel of the election's events (ElectionEvent), reconnecting through several replicas with
+// Last-Event-ID so that none is missed or repeated; a state event with Gap says when the log no
+// longer held what was missed.
+//
+//	lead, err := gw.Campaign(ctx, "scheduler", "10.0.3.7:8080", leasegate.CampaignOptions{Owner: "sched-1", Wait: time.Hour})
+//	lead.KeepAlive()
+//	defer lead.Resign(context.Background())
+//	for ev := range gw.Observe(ctx, "scheduler", "") { ... } // elsewhere: state, elected, proclaimed, resigned, vacant
 //
 // # Authentication and HTTPS
 //

@@ -32,6 +32,9 @@ var (
 	// ErrLeaseForced: an operator force-released the lock (DELETE /locks/{name}?force=true), as
 	// the lease's events stream told (Lease.Err: a *LostError, which matches ErrLeaseGone too).
 	ErrLeaseForced = errors.New("lease force-released")
+	// ErrLed: another candidate leads the election, or others wait in line before this one (409
+	// election-led); the election's ErrHeld.
+	ErrLed = errors.New("another candidate leads the election")
 	// ErrUnauthenticated: the gateway authenticates (an auth file) and the request carried no API
 	// key, or one it does not know (401 unauthenticated): see WithAPIKey.
 	ErrUnauthenticated = errors.New("not authenticated: no API key, or one the gateway does not know")
@@ -61,7 +64,7 @@ func (e *ProblemError) Error() string {
 	return b.String()
 }
 
-// Is matches ErrHeld, ErrLeaseGone, ErrUpgradeRefused, ErrSemaphoreFull, ErrPermitsMismatch,
+// Is matches ErrHeld, ErrLeaseGone, ErrUpgradeRefused, ErrSemaphoreFull, ErrPermitsMismatch, ErrLed,
 // ErrUnauthenticated and ErrForbidden by problem type.
 func (e *ProblemError) Is(target error) bool {
 	switch target {
@@ -75,6 +78,8 @@ func (e *ProblemError) Is(target error) bool {
 		return e.Type == "urn:leasegate:problem:semaphore-full"
 	case ErrPermitsMismatch:
 		return e.Type == "urn:leasegate:problem:permits-mismatch"
+	case ErrLed:
+		return e.Type == "urn:leasegate:problem:election-led"
 	case ErrUnauthenticated:
 		return e.Type == "urn:leasegate:problem:unauthenticated"
 	case ErrForbidden:

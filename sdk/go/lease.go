@@ -301,5 +301,12 @@ func (l *Lease) Watch(via ...*Gateway) {
 	if len(via) == 0 {
 		via = []*Gateway{l.client}
 	}
-	l.watch([]watchTarget{{calls: l.calls, name: l.Lock, token: l.Token, fence: l.Fence}}, via)
+	t := watchTarget{calls: l.calls, name: l.Lock, token: l.Token, fence: l.Fence}
+	if _, ok := l.calls.(*electionCalls); ok {
+		// An election's stream takes no token: the watcher looks for the lead's fence, and a
+		// renewal confirms a loss its state only suggests.
+		t.token, t.election = "", true
+		t.confirm = func(ctx context.Context) error { return l.Renew(ctx, 0) }
+	}
+	l.watch([]watchTarget{t}, via)
 }

@@ -51,6 +51,7 @@ type watchTarget struct {
 	token     string // "" for a multi-lock's member
 	fence     int64
 	multilock string // the group's id, for a member
+	election  bool   // an election's lead: its stream (without token) is the observers'
 	// confirm, for a member, renews the group: a stream that finds the member's fence gone tells
 	// only that something happened in a gap, and the group's renewal says for sure (a 410 naming
 	// the lost members, which also frees the others).
@@ -211,6 +212,9 @@ func (w *watcher) handle(ev sseEvent) bool {
 			Fence int64 `json:"fence"`
 		} `json:"holds"`
 	}
+	if t.election {
+		return w.handleElection(ev)
+	}
 	switch {
 	case ev.typ == "lost" && t.token != "":
 		_ = json.Unmarshal(ev.data, &body)
@@ -249,6 +253,36 @@ func (w *watcher) handle(ev sseEvent) bool {
 	return false
 }
 
+// handleElection acts on one event of an election's stream, for the lead of fence t.fence, and
+// reports whether it ended the lease. A state that shows another lead (or none) is confirmed by a
+// renewal, as for a multi-lock's member; a vacant naming the lead's fence is the gateway finding
+// its lease gone (run out or forced); a resigned naming it may be a resignation through another
+// replica, and waits for a release in flight.
+func (w *watcher) handleElection(ev sseEvent) bool {
+	t := w.target
+	var body struct {
+		Fence  int64           `json:"fence"`
+		At     time.Time       `json:"at"`
+		Led    bool            `json:"led"`
+		Leader *ElectionLeader `json:"leader"`
+	}
+	if json.Unmarshal(ev.data, &body) != nil {
+		return false
+	}
+	switch ev.typ {
+	case "state":
+		if !body.Led || body.Leader == nil || body.Leader.Fence != t.fence {
+			return w.life.confirmGone(t.confirm) // if the renewal succeeds, the lead still holds
+		}
+	case "vacant", "resigned":
+		if body.Fence == t.fence {
+			w.lost(EndGone, body.At, nil)
+			return true
+		}
+	}
+	return false
+}
+
 // holdsFence reports whether st shows a hold with fence f, or may (it lists only the first
 // shared holders).
 func holdsFence(st *LockState, f int64) bool {
@@ -272,8 +306,8 @@ func holdsFence(st *LockState, f int64) bool {
 // lost ends the lease with a *LostError. A loss the gateway names (expired, forced) ends it at
 // once; one it does not (gone) waits for a release in flight, which may be what freed the lock.
 func (w *watcher) lost(reason EndReason, at time.Time, err error) {
-	cause := &LostError{Lock: w.target.name, MultiLock: w.target.multilock, Fence: w.target.fence,
-		Reason: reason, At: at, Err: err}
+	cause := &LostError{Lock: w.target.name, MultiLock: w.target.multilock, Election: w.target.election,
+		Fence: w.target.fence, Reason: reason, At: at, Err: err}
 	if reason == EndGone {
 		w.life.endUnlessReleased(cause)
 		return
@@ -295,13 +329,15 @@ func (a activity) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// sseEvent is one Server-Sent Event: its type and its data lines, joined by newlines.
+// sseEvent is one Server-Sent Event: its type, its data lines joined by newlines, and its id
+// ("" when it has none).
 type sseEvent struct {
 	typ  string
 	data []byte
+	id   string
 }
 
-// sseReader reads the events of a text/event-stream, skipping comments and ids.
+// sseReader reads the events of a text/event-stream, skipping comments.
 type sseReader struct {
 	r *bufio.Reader
 }
@@ -334,6 +370,8 @@ func (s sseReader) next() (sseEvent, error) {
 		switch field {
 		case "event":
 			ev.typ, seen = value, true
+		case "id":
+			ev.id = value
 		case "data":
 			if ev.data != nil {
 				ev.data = append(ev.data, '\n')
@@ -348,6 +386,7 @@ func (s sseReader) next() (sseEvent, error) {
 type LostError struct {
 	Lock      string    // the lock's name (a permit's semaphore; a multi-lock's member that was lost)
 	MultiLock string    // the group's id, for a multi-lock; "" otherwise
+	Election  bool      // the lease was an election's lead (Lock is the election's name)
 	Fence     int64     // the lost hold's fence
 	Reason    EndReason // EndExpired, EndForced, or EndGone (found gone: expired, forced or released elsewhere)
 	At        time.Time // when, by the gateway's clock; zero when it did not say
@@ -356,6 +395,9 @@ type LostError struct {
 
 func (e *LostError) Error() string {
 	what := "lease on " + strconv.Quote(e.Lock)
+	if e.Election {
+		what = "lead of election " + strconv.Quote(e.Lock)
+	}
 	if e.MultiLock != "" {
 		what = "multi-lock " + strconv.Quote(e.MultiLock) + ": member " + strconv.Quote(e.Lock)
 	}

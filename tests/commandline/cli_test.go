@@ -255,7 +255,7 @@ func TestCLIManners(t *testing.T) {
 		assert.Equal(t, 0, r.code, "%v", args)
 		assert.True(t, strings.HasPrefix(r.stdout, "leasegate "), "%v: %q", args, r.stdout)
 	}
-	for _, sub := range []string{"run", "acquire", "release", "renew", "inspect"} {
+	for _, sub := range []string{"run", "elect", "acquire", "release", "renew", "inspect"} {
 		r := e.cli(t, sub, "--help")
 		assert.Equal(t, 0, r.code, "%s --help", sub)
 		assert.Contains(t, r.stderr, "usage: leasegate "+sub)
