@@ -47,11 +47,12 @@ func (c *command) elect(ctx context.Context, args []string) int {
 				continue // the wait ran out: campaign again, at the back of the line
 			}
 			if ctx.Err() != nil {
+				// The signal that cancelled ctx reaches signals too, but not necessarily first.
 				select {
 				case sig := <-signals:
 					fmt.Fprintf(c.stderr, "leasegate: %v while campaigning in %s\n", sig, o.t)
 					return 128 + int(sig.(syscall.Signal))
-				default:
+				case <-time.After(time.Second): // ctx ended otherwise
 				}
 			}
 			return c.fail(err)
