@@ -96,6 +96,11 @@ func (h *lockHandlers) serveEvents(w http.ResponseWriter, r *http.Request, src e
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
 	w.WriteHeader(http.StatusOK)
+	// The headers go out at once: a stream resumed with nothing new to send would otherwise keep
+	// its client waiting for them until its first event or keep-alive.
+	if err := rc.Flush(); err != nil {
+		return
+	}
 	reauthorize := reauthorizer(r.Context())
 	var endOfLife time.Time
 	if h.streams.Lifetime > 0 {

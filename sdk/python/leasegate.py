@@ -97,20 +97,28 @@ __all__ = [
     "TransportError",
     "LeaseLostError",
     "LostSignal",
+    "ElectionLedError",
+    "LeaderGrant",
+    "ElectionLeader",
+    "ElectionState",
+    "ElectionEvent",
+    "Leadership",
 ]
 
-__version__: Final = "1.3.0"
+__version__: Final = "1.4.0"
 
 #: How a lock is held: ``"exclusive"`` (one holder, the default) or ``"shared"`` (any number of
 #: shared holders and no exclusive one). A semaphore's permit counts as a shared hold.
 Mode = Literal["exclusive", "shared"]
 _MODES: Final[tuple[Mode, ...]] = ("exclusive", "shared")
 
-#: What a lease holds: a lock, one permit of a semaphore, or the members of a multi-lock.
-Kind = Literal["lock", "semaphore", "multilock"]
+#: What a lease holds: a lock, one permit of a semaphore, the members of a multi-lock, or the
+#: lead of an election.
+Kind = Literal["lock", "semaphore", "multilock", "election"]
 
 PROBLEM_PREFIX: Final = "urn:leasegate:problem:"
 LOCK_HELD: Final = PROBLEM_PREFIX + "lock-held"
+ELECTION_LED: Final = PROBLEM_PREFIX + "election-led"
 SEMAPHORE_FULL: Final = PROBLEM_PREFIX + "semaphore-full"
 UPGRADE_REFUSED: Final = PROBLEM_PREFIX + "upgrade-refused"
 PERMITS_MISMATCH: Final = PROBLEM_PREFIX + "permits-mismatch"
@@ -296,6 +304,11 @@ class LockHeldError(HeldError):
     (:meth:`Client.lock_all`), ``locks`` lists the members that were held (or had waiters)."""
 
 
+class ElectionLedError(HeldError):
+    """409 election-led: another candidate leads the election (or others wait in line before
+    this one)."""
+
+
 class SemaphoreFullError(HeldError):
     """409 ``semaphore-full``: every permit of the semaphore is taken (or others wait for one)."""
 
@@ -364,6 +377,7 @@ class TransportError(LeasegateError):
 
 _PROBLEM_CLASSES: Final[dict[str, type[LeasegateError]]] = {
     LOCK_HELD: LockHeldError,
+    ELECTION_LED: ElectionLedError,
     SEMAPHORE_FULL: SemaphoreFullError,
     UPGRADE_REFUSED: UpgradeRefusedError,
     PERMITS_MISMATCH: PermitsMismatchError,
@@ -786,6 +800,7 @@ _L = TypeVar("_L", bound="RenewableLease[Any]")
 _LOCKS: Final = "/locks/"
 _SEMAPHORES: Final = "/semaphores/"
 _MULTILOCKS: Final = "/multilocks"
+_ELECTIONS: Final = "/elections/"
 
 
 class Client:
@@ -1103,6 +1118,136 @@ class Client:
         )
         with lease._for_block(watch):
             yield lease
+
+    # -- elections -------------------------------------------------------------------------
+
+    def elect(
+        self,
+        name: str,
+        value: str,
+        *,
+        owner: str,
+        ttl_ms: int | None = None,
+        wait_ms: int = 0,
+        watchdog: bool = False,
+        max_hold_ms: int | None = None,
+        max_wait_per_request_ms: int = 30000,
+    ) -> Leadership:
+        """Campaign to lead election ``name`` with ``value`` (any text up to 4096 bytes, say the
+        leader's address) for ``owner``, and return the :class:`Leadership` once elected (the
+        gateway announced it in the election's log first). Waiting (FIFO, long-polls keeping
+        their place with queue tickets), retries and Idempotency-Keys work as for
+        :meth:`acquire`, and so do the other options. Nothing keeps the lead alive: renew it,
+        use ``watchdog``, or use :meth:`campaign`.
+
+        Raises :class:`ElectionLedError` (with ``retry_after_ms``) when another candidate still
+        leads when the wait runs out, or any other :class:`LeasegateError`.
+        """
+        body = _acquire_body(owner, ttl_ms, watchdog, max_hold_ms)
+        body["value"] = value
+        return self._acquire(
+            self._path(_ELECTIONS, name),
+            body,
+            wait_ms=wait_ms,
+            max_wait_per_request_ms=max_wait_per_request_ms,
+            make=lambda d, sent: Leadership(self, d, sent=sent),
+        )
+
+    @contextlib.contextmanager
+    def campaign(
+        self,
+        name: str,
+        value: str,
+        *,
+        owner: str,
+        ttl_ms: int | None = None,
+        wait_ms: int = 0,
+        watchdog: bool = False,
+        max_hold_ms: int | None = None,
+        max_wait_per_request_ms: int = 30000,
+        watch: bool = True,
+    ) -> Generator[Leadership, None, None]:
+        """Lead election ``name`` for the ``with`` block; the options are :meth:`elect`'s.
+
+        As :meth:`lock` does for a lease: a daemon thread renews the lead every TTL/3 (a
+        watchdog lead: checks it), and ``lead.lost`` (the same :class:`LostSignal`) turns true
+        when a renewal answers 410, when ``valid_until - margin`` comes without a renewal, or,
+        with ``watch`` (the default), within milliseconds of the lead's end announced in the
+        election's events (a force release or an expiry: ``vacant``), which
+        :meth:`Leadership.watch` follows. The block must look at it (``if lead.lost:``,
+        ``lead.check()``) and stop acting as the leader once it is true. On exit the leader
+        resigns (a 410 is ignored), and the first candidate in line is elected at once.
+        """
+        lead = self.elect(
+            name,
+            value,
+            owner=owner,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            watchdog=watchdog,
+            max_hold_ms=max_hold_ms,
+            max_wait_per_request_ms=max_wait_per_request_ms,
+        )
+        with lead._for_block(watch):
+            yield lead
+
+    def inspect_election(self, name: str) -> ElectionState:
+        """``GET /elections/{name}``: the leader (if ``led``), the candidates waiting in line,
+        and the id of the election's last event."""
+        return self._state(self._path(_ELECTIONS, name), None, ElectionState.from_json, tries=_TRIES, deadline=None)
+
+    def observe(self, name: str, last_event_id: str | None = None) -> Generator[ElectionEvent, None, None]:
+        """Observe election ``name`` (``GET /elections/{name}/events``): a generator of its
+        :class:`ElectionEvent`, in the log's order, from after ``last_event_id`` (without it, a
+        ``state`` first).
+
+        A stream that ends (a gateway restart, ``LEASEGATE_MAX_STREAM_LIFETIME``, a network
+        error, 45 s without a byte) is reopened with ``Last-Event-ID``, the id of the last event
+        yielded, so that nothing is missed or repeated while the election's log still holds it;
+        otherwise a ``state`` with ``gap`` true says so. Reopening pauses 0.1 s, doubling up to
+        5 s while it fails. It runs until the consumer stops: ``break`` out of the loop, or
+        ``close()`` the generator, from the thread that iterates it. A resumed stream with
+        nothing new may stay silent until the next event.
+
+        Raises :class:`LeasegateError` for an answer that reopening cannot mend (400, 401, 403,
+        404, 501).
+        """
+        path = self._path(_ELECTIONS, name) + "/events"
+        pause = _WATCH_PAUSE_MIN_S
+        while True:
+            headers = {} if last_event_id is None else {"Last-Event-ID": last_event_id}
+            delivered = False
+            try:
+                conn, resp = self._stream(path, headers)
+            except TransportError as e:
+                if _hopeless(e):
+                    raise
+            else:
+                try:
+                    if resp.status != 200:
+                        err = LeasegateError.from_answer(
+                            resp.status, resp.reason, {k.lower(): v for k, v in resp.getheaders()}, resp.read(64 << 10)
+                        )
+                        if resp.status in (400, 401, 403, 404, 405, 501):
+                            raise err
+                    else:
+                        for typ, data, id_ in _sse_events(resp):
+                            if id_ is None or typ not in _ELECTION_EVENT_TYPES:
+                                continue  # "closed" (no id), or kinds newer than this module
+                            body = _json_object(data.encode())
+                            if body is None:
+                                continue
+                            last_event_id, delivered = id_, True
+                            yield ElectionEvent.from_json(typ, id_, body)
+                except (OSError, http.client.HTTPException):
+                    pass  # cut off, or silent for _WATCH_IDLE_S: reopen
+                finally:
+                    conn.close()
+            if delivered:
+                pause = _WATCH_PAUSE_MIN_S
+            time.sleep(pause / 2 + random.uniform(0, pause / 2))
+            if not delivered:
+                pause = min(2 * pause, _WATCH_PAUSE_MAX_S)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -1594,7 +1739,7 @@ class RenewableLease(abc.ABC, Generic[_K]):
         try:
             self._renew(None, tries=1, deadline=time.monotonic() + _CONFIRM_TIMEOUT_S)
         except LeaseGoneError as e:
-            self._set_lost(f"a member's events stream found it gone, and the renewal answered 410: {e.detail}")
+            self._set_lost(f"its events stream found it gone, and the renewal answered 410: {e.detail}")
             return True
         except LeasegateError:
             pass  # unknown: the stream goes on, and renewals will tell
@@ -1706,8 +1851,9 @@ class _WatchTarget:
 
     path: str  # the stream's path, e.g. /locks/orders.42/events
     name: str  # the lock's or the semaphore's name
-    token: str | None  # the lease's token; None for a multi-lock's member
+    token: str | None  # the lease's token; None for a multi-lock's member and a leadership
     fence: int
+    election: bool = False  # a leadership's: its election's events, looking for its fence's end
 
 
 class _Watcher:
@@ -1783,7 +1929,7 @@ class _Watcher:
                     return "done"
                 # A gateway without events streams, or a token they refuse: nothing to watch with.
                 return "done" if resp.status in (400, 404, 405, 501) else "failed"
-            for typ, data in _sse_events(resp):
+            for typ, data, _ in _sse_events(resp):
                 if self._stopped.is_set():
                     return "done"
                 if not opened:
@@ -1811,6 +1957,8 @@ class _Watcher:
         body = _json_object(data.encode()) or {}
         at = body.get("at")
         when = f" at {at}" if isinstance(at, str) else ""
+        if t.election:
+            return self._handle_election(typ, body, when)
         if t.token is not None:
             # A stream with the token says "lost" (its last event) after the expired or forced one.
             if typ != "lost":
@@ -1844,13 +1992,41 @@ class _Watcher:
                 return True
         return False
 
+    def _handle_election(self, typ: str, body: Mapping[str, Any], when: str) -> bool:
+        """Act on one event of a leadership's election; return whether it told of the loss. The
+        log holds every leader's end before the next leader's election, so this fence's end, or
+        a later leader, is the loss; a ``state`` (the stream's first event) not showing this
+        fence leading is checked with a renewal, whose 410 sets lost."""
+        fence = self._target.fence
+        if typ == "state":
+            leader = body.get("leader")
+            leads = (
+                body.get("led") is True
+                and isinstance(leader, dict)
+                and _int_or_none(cast(dict[str, object], leader).get("fence")) == fence
+            )
+            return not leads and self._lease._confirm_gone()
+        if typ in ("vacant", "resigned") and _int_or_none(body.get("fence")) == fence:
+            if typ == "vacant":
+                why = f"the election was announced vacant{when}: the lead ran out or was force-released"
+            else:
+                why = f"the leader resigned{when}, with this lead's token, from elsewhere"
+            self._lease._watch_lost(True, f"{why} (its events stream told)")
+            return True
+        elected = _int_or_none(body.get("fence"))
+        if typ == "elected" and elected is not None and elected > fence:
+            self._lease._watch_lost(True, f"another leader was elected{when} (its events stream told)")
+            return True
+        return False
 
-def _sse_events(resp: http.client.HTTPResponse) -> Generator[tuple[str, str], None, None]:
-    """The events of a text/event-stream answer, as (type, data lines joined by newlines);
-    comments and ids skipped. An event cut short by the end of the stream is dropped, as the
-    format wants."""
+
+def _sse_events(resp: http.client.HTTPResponse) -> Generator[tuple[str, str, str | None], None, None]:
+    """The events of a text/event-stream answer, as (type, data lines joined by newlines, the
+    event's own id field or None); comments skipped. An event cut short by the end of the stream
+    is dropped, as the format wants."""
     typ, seen = "", False
     data: list[str] = []
+    id_: str | None = None
     while True:
         raw = resp.readline(1 << 20)
         if not raw:
@@ -1858,8 +2034,8 @@ def _sse_events(resp: http.client.HTTPResponse) -> Generator[tuple[str, str], No
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if line == "":
             if seen:
-                yield typ or "message", "\n".join(data)
-            typ, data, seen = "", [], False
+                yield typ or "message", "\n".join(data), id_
+            typ, data, seen, id_ = "", [], False, None
             continue
         if line.startswith(":"):
             continue  # a comment: the keep-alive
@@ -1870,6 +2046,8 @@ def _sse_events(resp: http.client.HTTPResponse) -> Generator[tuple[str, str], No
         elif field_ == "data":
             data.append(value)
             seen = True
+        elif field_ == "id" and "\0" not in value:
+            id_ = value
 
 
 def _holds_fence(st: LockState, fence: int) -> bool:
@@ -2429,3 +2607,255 @@ class MultiLease(RenewableLease[MultiLockGrant]):
             self.release()
         except LeaseGoneError:
             pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Elections
+
+_ELECTION_EVENT_TYPES: Final = frozenset({"state", "elected", "proclaimed", "resigned", "vacant"})
+
+#: The type of an :class:`ElectionEvent`.
+ElectionEventType = Literal["state", "elected", "proclaimed", "resigned", "vacant"]
+
+
+@dataclass(frozen=True)
+class LeaderGrant:
+    """A leader's lease as its campaign or latest renewal described it."""
+
+    election: str
+    owner: str
+    token: str = field(repr=False)  # a bearer credential: kept out of reprs and logs
+    fence: int
+    ttl_ms: int
+    expires_at: str
+    watchdog: bool
+
+    @property
+    def name(self) -> str:
+        """The election's name (``election``)."""
+        return self.election
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> LeaderGrant:
+        """Build a LeaderGrant from a campaign's or a renewal's answer."""
+        return LeaderGrant(
+            election=str(d["election"]),
+            owner=str(d["owner"]),
+            token=str(d["token"]),
+            fence=int(d["fence"]),
+            ttl_ms=int(d["ttl_ms"]),
+            expires_at=str(d.get("expires_at", "")),
+            watchdog=bool(d.get("watchdog", False)),
+        )
+
+
+@dataclass(frozen=True)
+class ElectionLeader:
+    """An election's leader, as ``GET /elections/{name}`` and a ``state`` event tell it."""
+
+    owner: str
+    value: str
+    fence: int
+    since: str
+    ttl_ms: int
+    event_id: str
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> ElectionLeader:
+        return ElectionLeader(
+            owner=str(d["owner"]),
+            value=str(d["value"]),
+            fence=int(d["fence"]),
+            since=str(d.get("since", "")),
+            ttl_ms=int(d.get("ttl_ms", 0)),
+            event_id=str(d.get("event_id", "")),
+        )
+
+
+@dataclass(frozen=True)
+class ElectionState:
+    """``GET /elections/{name}``: the leader (if ``led``), the candidates waiting in line, and
+    the id of the election's last event (``0-0`` for an empty log)."""
+
+    election: str
+    led: bool
+    leader: ElectionLeader | None
+    candidates: int
+    last_event_id: str
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> ElectionState:
+        leader = d.get("leader")
+        return ElectionState(
+            election=str(d["election"]),
+            led=bool(d["led"]),
+            leader=ElectionLeader.from_json(cast(Mapping[str, Any], leader)) if isinstance(leader, dict) else None,
+            candidates=int(d.get("candidates", 0)),
+            last_event_id=str(d["last_event_id"]),
+        )
+
+
+@dataclass(frozen=True)
+class ElectionEvent:
+    """One event of an election (:meth:`Client.observe`), told apart by ``type``:
+
+    - ``state``: the election as it stands (``state``), first without ``last_event_id``, or
+      with ``gap`` true when the events after it are no longer in the log;
+    - ``elected`` and ``proclaimed``: ``owner``, ``value`` and ``fence`` of the leader elected
+      (before its campaign was answered), or of its new value;
+    - ``resigned`` and ``vacant``: ``owner`` and ``fence`` of the leader whose lead ended (it
+      resigned; its lease ran out or was forced).
+
+    ``id`` is the event's id in the election's log (a ``state``'s: the last event's), to give
+    back as ``last_event_id``; ``at`` when it happened (Redis time, RFC 3339).
+    """
+
+    type: ElectionEventType
+    id: str
+    election: str
+    at: str
+    owner: str | None = None
+    value: str | None = None
+    fence: int | None = None
+    state: ElectionState | None = None
+    gap: bool = False
+
+    @staticmethod
+    def from_json(typ: str, id_: str, d: Mapping[str, Any]) -> ElectionEvent:
+        if typ == "state":
+            return ElectionEvent(
+                type="state",
+                id=id_,
+                election=str(d.get("election", "")),
+                at=str(d.get("at", "")),
+                state=ElectionState.from_json(d),
+                gap=d.get("gap") is True,
+            )
+        value = d.get("value")
+        return ElectionEvent(
+            type=cast(ElectionEventType, typ),
+            id=id_,
+            election=str(d.get("election", "")),
+            at=str(d.get("at", "")),
+            owner=_str_or_none(d.get("owner")),
+            value=value if isinstance(value, str) else None,
+            fence=_int_or_none(d.get("fence")),
+        )
+
+
+class Leadership(RenewableLease[LeaderGrant]):
+    """The lead of an election, won by :meth:`Client.elect` or :meth:`Client.campaign`: a
+    lease (``renew``, ``lost``, ``check``, ``watch``) that also proclaims values and resigns.
+    ``fence`` grows with every leader: send it with what the leader writes. Safe to use from
+    several threads.
+
+    Watched (:meth:`watch`, which :meth:`Client.campaign` does), it follows the election's
+    events, so that ``lost`` turns true within milliseconds of the lead's end announced by
+    anyone else: ``vacant`` (a force release, an expiry), ``resigned`` with its token from
+    elsewhere, or, after a gap, a renewal's 410.
+    """
+
+    kind: ClassVar[Kind] = "election"
+
+    def __init__(self, client: Client, d: Mapping[str, Any], *, sent: float) -> None:
+        """``d`` is the campaign's answer; ``sent`` the monotonic time before it was sent."""
+        grant = LeaderGrant.from_json(d)
+        super().__init__(client, grant, sent=sent, path=client._path(_ELECTIONS, grant.election))
+        self._value = str(d["value"])
+        self._event_id = str(d.get("event_id", ""))
+        #: When this leader was announced (Redis time, RFC 3339).
+        self.since = str(d.get("since", ""))
+
+    @property
+    def fence(self) -> int:
+        """The lead's fence: greater than every earlier leader's of this election."""
+        return self.grant.fence
+
+    @property
+    def value(self) -> str:
+        """The value last announced: the campaign's, then each :meth:`proclaim`'s."""
+        with self._cond:
+            return self._value
+
+    @property
+    def event_id(self) -> str:
+        """The id of the lead's latest event in the election's log (``elected``, ``proclaimed``)."""
+        with self._cond:
+            return self._event_id
+
+    def proclaim(self, value: str) -> dict[str, Any]:
+        """Announce ``value`` as the leader's (``PUT /elections/{name}``): a ``proclaimed``
+        event, unless it is the value already announced. Returns the answer (``value``,
+        ``fence``, ``event_id``, ...). Retried (same Idempotency-Key) on connection errors and
+        503s, up to 3 tries. A 410 sets :attr:`lost` and raises :class:`LeaseGoneError`."""
+        headers = {"Lease-Token": self.token, "Idempotency-Key": _new_key()}
+        ans, _ = self._client._retrying("PUT", self._url_path, {"value": value}, headers, tries=_TRIES, deadline=None)
+        if not ans.ok:
+            err = ans.error()
+            if isinstance(err, LeaseGoneError):
+                self._set_lost(f"proclaim answered 410: {err.detail}")
+            raise err
+        d = ans.json()
+        with self._cond:
+            self._value = str(d.get("value", value))
+            self._event_id = str(d.get("event_id", self._event_id))
+        return d
+
+    def resign(self) -> dict[str, Any]:
+        """Give up the lead (``DELETE /elections/{name}``): the first candidate in line is
+        elected at once. Closes the events stream first; does not set :attr:`lost` (the lead
+        counts as released: :meth:`check` raises). Returns the answer (``resigned``, ``fence``,
+        ``event_id``). Retried on connection errors and 503s, up to 3 tries. A 410 sets
+        :attr:`lost` and raises :class:`LeaseGoneError`."""
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+        self.stop_watching()
+        headers = {"Lease-Token": self.token, "Idempotency-Key": _new_key()}
+        ans, _ = self._client._retrying("DELETE", self._url_path, None, headers, tries=_TRIES, deadline=None)
+        if not ans.ok:
+            err = ans.error()
+            if isinstance(err, LeaseGoneError):
+                with self._cond:
+                    self._released = False
+                self._set_lost(f"resignation answered 410: {err.detail}")
+            raise err
+        return ans.json()
+
+    def _renew(self, ttl_ms: int | None, *, tries: int, deadline: float | None) -> LeaderGrant:
+        body: dict[str, Any] = {} if ttl_ms is None else {"ttl_ms": ttl_ms}
+        headers = {"Lease-Token": self.token, "Idempotency-Key": _new_key()}
+        ans, sent = self._client._retrying("POST", self._url_path + "/renew", body, headers, tries=tries, deadline=deadline)
+        if not ans.ok:
+            raise ans.error()
+        new = ans.parse(LeaderGrant.from_json)
+        with self._cond:
+            if sent >= self._applied_sent:
+                self._applied_sent, self._grant = sent, new
+                self._valid_until = sent + new.ttl_ms / 1000.0
+            self._cond.notify_all()
+        return new
+
+    def _observe(self, deadline: float) -> None:
+        """Check a watchdog lead: not leading with this fence -> LeaseGoneError."""
+        sent = time.monotonic()
+        st = self._client._state(self._url_path, None, ElectionState.from_json, tries=1, deadline=deadline)
+        if not st.led or st.leader is None or st.leader.fence != self.fence:
+            raise LeaseGoneError(
+                title="Lease gone", status=410, type=LEASE_GONE,
+                detail=f"election {self.name!r} is not led with fence {self.fence}",
+            )
+        with self._cond:
+            self._valid_until = max(self._valid_until, sent + st.leader.ttl_ms / 1000.0)
+            self._cond.notify_all()
+
+    def _finish(self) -> None:
+        """Resign unless the block did (a 410 is fine: the lead is gone either way)."""
+        with self._cond:
+            if self._released:
+                return
+        with contextlib.suppress(LeaseGoneError):
+            self.resign()
+
+    def _watch_targets(self) -> list[_WatchTarget]:
+        return [_WatchTarget(path=self._url_path + "/events", name=self.name, token=None, fence=self.fence, election=True)]

@@ -38,7 +38,7 @@ for (const f of files) {
 
 try {
   const sdk = await import(pathToFileURL(join(root, strip(pkg.main))).href);
-  for (const name of ["createLeasegateClient", "lock", "Lease", "acquireSemaphore", "SemaphoreLease", "lockAll", "MultiLockLease", "LeaseLostError", "LeasegateProblemError"]) {
+  for (const name of ["createLeasegateClient", "lock", "Lease", "acquireSemaphore", "SemaphoreLease", "lockAll", "MultiLockLease", "campaign", "Leadership", "observe", "LeaseLostError", "LeasegateProblemError"]) {
     if (sdk[name] === undefined) problems.push(`${pkg.main} does not export ${name}`);
   }
 } catch (e) {

@@ -8,6 +8,7 @@ export const ProblemType = {
   BodyTooLarge: "urn:leasegate:problem:body-too-large",
   HeadersTooLarge: "urn:leasegate:problem:headers-too-large",
   LockHeld: "urn:leasegate:problem:lock-held",
+  ElectionLed: "urn:leasegate:problem:election-led",
   UpgradeRefused: "urn:leasegate:problem:upgrade-refused",
   SemaphoreFull: "urn:leasegate:problem:semaphore-full",
   PermitsMismatch: "urn:leasegate:problem:permits-mismatch",
@@ -78,6 +79,12 @@ export class HeldError extends LeasegateProblemError {
     this.queueTicket = problem.queue_ticket;
   }
 }
+
+/**
+ * 409 `election-led`: another candidate leads the election (or others wait in line before this
+ * one). `problem.election` names it.
+ */
+export class ElectionLedError extends HeldError {}
 
 /** 409 `lock-held`: another lease holds the lock (or others wait for it). */
 export class LockHeldError extends HeldError {
@@ -152,11 +159,11 @@ export class ForbiddenError extends LeasegateProblemError {
   }
 }
 
-/** What a lease holds: a lock, a permit of a semaphore, or the members of a multi-lock. */
-export type LeaseResource = "lock" | "semaphore" | "multilock";
+/** What a lease holds: a lock, a permit of a semaphore, the members of a multi-lock, or the lead of an election. */
+export type LeaseResource = "lock" | "semaphore" | "multilock" | "election";
 
 /** Why a lease was lost (`LeaseLostError.kind`). */
-export type LeaseLostKind = "gone" | "lapsing" | "expired" | "forced";
+export type LeaseLostKind = "gone" | "lapsing" | "expired" | "forced" | "vacant" | "resigned";
 
 /**
  * The reason `lease.signal` is aborted with: the lease is lost, or may be lost before another
@@ -169,6 +176,8 @@ export class LeaseLostError extends Error {
   readonly semaphore: string | undefined;
   /** The multi-lock's id; undefined for a lock and a semaphore's permit. */
   readonly multilock: string | undefined;
+  /** The election's name, for a leadership (`campaign()`); undefined for every other lease. */
+  readonly election: string | undefined;
   /**
    * A multi-lock's members, all of them (a 410's `cause.locks` tells which were lost); undefined
    * for a lock and a semaphore's permit.
@@ -183,7 +192,9 @@ export class LeaseLostError extends Error {
    * `"lapsing"`: keep-alive had no successful renewal and the lease's `validUntil` is less than
    * the safety margin away (`cause` is the last renewal's error, if any). `"forced"` and
    * `"expired"`: the events stream (`lease.watch()`) told that the lease was force-released, or
-   * ran out on the gateway (for a multi-lock, one member did: the message names it).
+   * ran out on the gateway (for a multi-lock, one member did: the message names it). A
+   * leadership's events stream tells `"vacant"` (its lease ran out or was forced: the election's
+   * log does not say which) or `"resigned"` (a resignation with its token, from elsewhere).
    */
   readonly kind: LeaseLostKind;
 
@@ -206,6 +217,7 @@ export class LeaseLostError extends Error {
     this.lock = resource === "lock" ? name : undefined;
     this.semaphore = resource === "semaphore" ? name : undefined;
     this.multilock = resource === "multilock" ? name : undefined;
+    this.election = resource === "election" ? name : undefined;
     this.locks = resource === "multilock" ? [...(locks ?? [])] : undefined;
     this.fence = fence;
     this.kind = kind;
@@ -235,6 +247,8 @@ export function toLeasegateError(error: unknown, response: Response): LeasegateP
   switch (problem.type) {
     case ProblemType.LockHeld:
       return new LockHeldError(problem, response.headers.get("Retry-After"));
+    case ProblemType.ElectionLed:
+      return new ElectionLedError(problem, response.headers.get("Retry-After"));
     case ProblemType.SemaphoreFull:
       return new SemaphoreFullError(problem, response.headers.get("Retry-After"));
     case ProblemType.UpgradeRefused:

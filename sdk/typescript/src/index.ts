@@ -7,7 +7,9 @@
  * exclusive or shared), `acquireSemaphore()` (a permit of a counting semaphore) and `lockAll()`
  * (several locks at once, all or nothing) turn the acquire call (including the `wait_ms`
  * long-poll) into a lease that carries its token, renews (by hand or with `keepAlive()`),
- * re-enters and releases itself, and problem+json answers become typed errors.
+ * re-enters and releases itself, and problem+json answers become typed errors. `campaign()` wins
+ * an election's lead (a lease that proclaims and resigns) and `observe()` follows an election's
+ * events as an async iterator that resumes with `Last-Event-ID`.
  */
 export type { components, operations, paths } from "./schema.js";
 export {
@@ -32,6 +34,7 @@ export {
   createLeasegateClient,
 } from "./client.js";
 export {
+  ElectionLedError,
   ForbiddenError,
   HeldError,
   LeaseGoneError,
@@ -62,3 +65,24 @@ export {
 export { Lease, type LockOptions, type ReleaseOptions, inspectLock, lock } from "./lock.js";
 export { SemaphoreLease, type SemaphoreOptions, acquireSemaphore, inspectSemaphore } from "./semaphore.js";
 export { MultiLockLease, type MultiLockOptions, lockAll } from "./multilock.js";
+export {
+  type CampaignOptions,
+  type CampaignRequest,
+  type ElectionLeader,
+  type ElectionRenewal,
+  type ElectionState,
+  Leadership,
+  type LeadershipGrant,
+  type Proclamation,
+  type Resignation,
+  campaign,
+  inspectElection,
+} from "./election.js";
+export {
+  type ElectionEvent,
+  type ElectionStateEvent,
+  type LeaderEndEvent,
+  type LeaderValueEvent,
+  type ObserveOptions,
+  observe,
+} from "./observe.js";

@@ -5,18 +5,22 @@ import { delay } from "./retry.js";
 /**
  * One events stream a lease follows: its lock's (or semaphore's), with its token; or, for a
  * multi-lock (whose token the events endpoints refuse), each member's, without a token, looking
- * for the member's fence in the events.
+ * for the member's fence in the events; or, for a leadership, its election's events, from the
+ * `state` (which shows who leads now), looking for its fence's end.
  */
 export interface WatchTarget {
-  resource: "lock" | "semaphore";
+  resource: "lock" | "semaphore" | "election";
   name: string;
-  /** The lease's token; undefined for a multi-lock's member. */
+  /** The lease's token; undefined for a multi-lock's member and a leadership. */
   token: string | undefined;
   fence: number;
 }
 
-/** How a watched lease was lost: the gateway said `expired` or `forced`, or found it `gone`. */
-export type LossKind = "expired" | "forced" | "gone";
+/**
+ * How a watched lease was lost: the gateway said `expired` or `forced`, or found it `gone`; an
+ * election's log told its leader's end, `vacant` or `resigned`.
+ */
+export type LossKind = "expired" | "forced" | "gone" | "vacant" | "resigned";
 
 /** What a Watcher tells its lease. */
 export interface WatchHooks {
@@ -38,10 +42,11 @@ const PAUSE_MAX_MS = 5_000;
 /** A stream silent this long is taken for dead and reopened (the gateway sends a comment after 15 s). */
 const IDLE_MS = 45_000;
 
-/** One Server-Sent Event: its type and its data lines, joined by newlines. */
-interface SseEvent {
+/** One Server-Sent Event: its type, its data lines joined by newlines, and its id (if it has one). */
+export interface SseEvent {
   type: string;
   data: string;
+  id: string | undefined;
 }
 
 /**
@@ -121,7 +126,11 @@ export class Watcher {
       const { data, error, response } =
         t.resource === "lock"
           ? await this.client.GET("/locks/{name}/events", options)
-          : await this.client.GET("/semaphores/{name}/events", options);
+          : t.resource === "semaphore"
+            ? await this.client.GET("/semaphores/{name}/events", options)
+            : // Without Last-Event-ID: the `state` first tells at once whether the lead survived a gap
+              // (and a resumed stream with nothing new would answer nothing until its first event).
+              await this.client.GET("/elections/{name}/events", { ...options, params: { path: { name: t.name } } });
       if (this.stopped) return "done";
       if (error !== undefined || !response.ok || !data) {
         const err = toLeasegateError(error, response);
@@ -158,6 +167,7 @@ export class Watcher {
   /** Acts on one event; resolves with whether it told of the loss. */
   private async handle(ev: SseEvent): Promise<boolean> {
     const t = this.target;
+    if (t.resource === "election") return this.handleElection(ev);
     if (t.token !== undefined) {
       // A stream with the token says `lost` (its last event) after the expired or forced one.
       if (ev.type !== "lost") return false;
@@ -189,6 +199,32 @@ export class Watcher {
     return false;
   }
 
+  /**
+   * Acts on one event of a leadership's election; resolves with whether it told of the loss. The
+   * log holds every leader's end before the next leader, so the end of this fence, or a later
+   * leader, is the loss; a `state` (the stream's first event) not showing this fence leading is
+   * checked with a renewal, whose 410 loses the lead.
+   */
+  private async handleElection(ev: SseEvent): Promise<boolean> {
+    const t = this.target;
+    const body = parse<{ fence?: number; at?: string; led?: boolean; leader?: { fence?: number } }>(ev.data);
+    switch (ev.type) {
+      case "state":
+        if (body?.led === true && body.leader?.fence === t.fence) return false;
+        return this.hooks.confirmGone();
+      case "vacant":
+      case "resigned":
+        if (body?.fence !== t.fence) return false;
+        this.lose(ev.type, lossMessage(ev.type, body.at));
+        return true;
+      case "elected":
+        if (body?.fence === undefined || body.fence <= t.fence) return false;
+        this.lose("gone", `another leader was elected${body.at === undefined ? "" : ` at ${body.at}`}`);
+        return true;
+    }
+    return false;
+  }
+
   private lose(kind: LossKind, message: string, cause?: unknown): void {
     if (this.stopped) return;
     this.stop();
@@ -203,6 +239,10 @@ function lossMessage(kind: LossKind, at: string | undefined): string {
       return `it expired on the gateway${when}`;
     case "forced":
       return `it was force-released${when}`;
+    case "vacant":
+      return `the election was announced vacant${when} (the lead ran out or was forced)`;
+    case "resigned":
+      return `the leader resigned${when} (with this lead's token, from elsewhere)`;
     default:
       return `the gateway found it gone${when}`;
   }
@@ -225,15 +265,17 @@ function parse<T>(data: string): T | undefined {
 }
 
 /**
- * The events of a text/event-stream body, comments and ids skipped; `activity` is called on each
+ * The events of a text/event-stream body, comments skipped, each with its own `id` field (not
+ * the last one seen before it, as EventSource keeps); `activity` is called on each
  * chunk read. An event cut short by the end of the stream is dropped, as the format wants.
  */
-async function* sseEvents(body: ReadableStream<Uint8Array>, activity: () => void): AsyncGenerator<SseEvent> {
+export async function* sseEvents(body: ReadableStream<Uint8Array>, activity: () => void): AsyncGenerator<SseEvent> {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
   let type = "";
   let data: string[] | undefined;
+  let id: string | undefined;
   try {
     for (;;) {
       const { value, done } = await reader.read();
@@ -245,9 +287,10 @@ async function* sseEvents(body: ReadableStream<Uint8Array>, activity: () => void
         buffer = buffer.slice(nl + 1);
         if (line.endsWith("\r")) line = line.slice(0, -1);
         if (line === "") {
-          if (type !== "" || data !== undefined) yield { type: type || "message", data: (data ?? []).join("\n") };
+          if (type !== "" || data !== undefined) yield { type: type || "message", data: (data ?? []).join("\n"), id };
           type = "";
           data = undefined;
+          id = undefined;
           continue;
         }
         if (line.startsWith(":")) continue; // a comment: the keep-alive
@@ -257,6 +300,7 @@ async function* sseEvents(body: ReadableStream<Uint8Array>, activity: () => void
         if (value.startsWith(" ")) value = value.slice(1);
         if (field === "event") type = value;
         else if (field === "data") (data ??= []).push(value);
+        else if (field === "id" && !value.includes("\0")) id = value;
       }
     }
   } finally {
