@@ -147,3 +147,16 @@ func checkLog(t *testing.T, events []testkit.SSEEvent, leads []leadRecord) {
 		require.Equal(t, l.owner, owner)
 	}
 }
+
+// TestAResumedStreamWithNothingNewAnswersAtOnce: a stream resumed with the id of the latest event
+// has nothing to send, yet its 200 and headers reach the client at once (they once waited for
+// the first event or the 15 s keep-alive, so a client could not tell it was connected).
+func TestAResumedStreamWithNothingNewAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, nil)
+	g := elect(t, e.Client, "quiet", "a", "v", 60000)
+	start := time.Now()
+	s := observe(t, e.Gateway.URL, "quiet", g.Str("event_id"))
+	assert.Equal(t, "text/event-stream", s.Header.Get("Content-Type"))
+	assert.Less(t, time.Since(start), 5*time.Second, "the headers came before any event")
+}
