@@ -78,8 +78,7 @@ func (g *guard) need(perm auth.Permission, sc scope, next http.HandlerFunc) http
 			return
 		}
 		if info, ok := r.Context().Value(requestKey{}).(*requestInfo); ok {
-			info.principal = p
-			info.reauthorize = func() error { _, err := g.authorize(r, perm, sc); return err }
+			info.principal, info.authorizedBy, info.perm, info.scope = p, g, perm, sc
 		}
 		next(w, r)
 	}
@@ -170,12 +169,16 @@ func principalFrom(ctx context.Context) *auth.Principal {
 	return nil
 }
 
-// reauthorizer returns the request's reauthorize (see requestInfo), nil without authentication.
-func reauthorizer(ctx context.Context) func() error {
-	if info, ok := ctx.Value(requestKey{}).(*requestInfo); ok {
-		return info.reauthorize
+// reauthorizer returns a check of r against the credentials in force now, as guard.need
+// authorized it (an API key removed from the auth file, a JWT past its exp, a permission or prefix
+// taken away all fail it), nil without authentication.
+func reauthorizer(r *http.Request) func() error {
+	info, ok := r.Context().Value(requestKey{}).(*requestInfo)
+	if !ok || info.authorizedBy == nil {
+		return nil
 	}
-	return nil
+	g, perm, sc := info.authorizedBy, info.perm, info.scope
+	return func() error { _, err := g.authorize(r, perm, sc); return err }
 }
 
 // principalName is principalFrom's name, "" without authentication.

@@ -101,7 +101,7 @@ func (h *lockHandlers) serveEvents(w http.ResponseWriter, r *http.Request, src e
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	reauthorize := reauthorizer(r.Context())
+	reauthorize := reauthorizer(r)
 	var endOfLife time.Time
 	if h.streams.Lifetime > 0 {
 		endOfLife = time.Now().Add(h.streams.Lifetime)

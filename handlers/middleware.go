@@ -26,9 +26,12 @@ type requestInfo struct {
 	id        string
 	rec       statusRecorder  // the request's ResponseWriter (&rec), in the same allocation
 	principal *auth.Principal // set by guard.need once the request is authorized
-	// reauthorize, set by guard.need, authenticates and authorizes the request again against the
-	// credentials in force now (an event stream does, while it lasts); nil without authentication.
-	reauthorize func() error
+	// authorizedBy is the guard that authorized the request, for what and which names (set by
+	// guard.need; nil without authentication): an event stream authorizes it again while it lasts
+	// (see reauthorizer).
+	authorizedBy *guard
+	perm         auth.Permission
+	scope        scope
 }
 
 // requestIDHeader carries the request ID: the client's when it sends a sane one, else ours.

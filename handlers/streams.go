@@ -28,7 +28,7 @@ type Streams struct {
 // stream outlives its credentials by about this long, plus the auth file's own reload interval.
 const reauthorizeEvery = time.Second
 
-// errTooManyStreams: this replica already has Streams.Max open streams.
+// tooManyStreamsError: this replica already has Streams.Max open streams.
 type tooManyStreamsError struct{ max int }
 
 func (e *tooManyStreamsError) Error() string {
