@@ -144,14 +144,7 @@ func TestCLIElectStopsTheCommandBeforeTheLeadCanLapse(t *testing.T) {
 	})
 	require.NoError(t, e.Gateway.Kill())
 
-	var gone time.Time
-	harness.Eventually(t, 15*time.Second, "the command to be gone", func() bool {
-		if syscall.Kill(pid, 0) == nil {
-			return false
-		}
-		gone = time.Now()
-		return true
-	})
+	gone := awaitGone(t, pid)
 	next, ok := <-elected
 	require.True(t, ok, "the next candidate was elected")
 	assert.True(t, gone.Before(next), "the command was gone (%v) before the next leader's 201 (%v)", gone.Format("15:04:05.000"), next.Format("15:04:05.000"))

@@ -225,14 +225,7 @@ func TestCLIRunStopsTheCommandBeforeTheLeaseCanLapse(t *testing.T) {
 	harness.Eventually(t, 10*time.Second, "the next holder in line", func() bool { return e.Waiters(t, "lapse") == 1 })
 	require.NoError(t, e.Gateway.Kill())
 
-	var gone time.Time
-	harness.Eventually(t, 15*time.Second, "the command to be gone", func() bool {
-		if syscall.Kill(pid, 0) == nil {
-			return false
-		}
-		gone = time.Now()
-		return true
-	})
+	gone := awaitGone(t, pid)
 	next, ok := <-granted
 	require.True(t, ok, "the next holder was granted the lock")
 	assert.True(t, gone.Before(next), "the command was gone (%v) before the next holder's 201 (%v)", gone.Format("15:04:05.000"), next.Format("15:04:05.000"))
@@ -358,4 +351,18 @@ func TestCLIRunAfterALongWaitKeepsTheCommand(t *testing.T) {
 	e.Hold(t, e.Client, "long-wait", "holder", 2500) // expires in 2.5 s
 	r := e.cli(t, "run", "--lock", "long-wait", "--wait", "10s", "--ttl", "2s", "--", "sh", "-c", "sleep 1; exit 4")
 	assert.Equal(t, 4, r.code, r.stderr)
+}
+
+// awaitGone waits for process pid to be gone and returns about when it went.
+func awaitGone(t *testing.T, pid int) time.Time {
+	t.Helper()
+	var gone time.Time
+	harness.Eventually(t, 15*time.Second, "the command to be gone", func() bool {
+		if syscall.Kill(pid, 0) == nil {
+			return false
+		}
+		gone = time.Now()
+		return true
+	})
+	return gone
 }
