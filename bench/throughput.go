@@ -149,8 +149,8 @@ func (floorLocker) ReleaseAll(context.Context, string, string) (lockcore.MultiRe
 func (floorLocker) RenewAll(context.Context, string, string, time.Duration) (lockcore.MultiGrant, error) {
 	return lockcore.MultiGrant{}, errors.ErrUnsupported
 }
-func (floorLocker) ForceRelease(context.Context, lockcore.Ref) (lockcore.Forced, error) {
-	return lockcore.Forced{}, errors.ErrUnsupported
+func (floorLocker) ForceRelease(context.Context, lockcore.Ref) (lockcore.ForceResult, error) {
+	return lockcore.ForceResult{}, errors.ErrUnsupported
 }
 func (floorLocker) Watch(context.Context, lockcore.Ref, string) (*lockcore.Stream, error) {
 	return nil, errors.ErrUnsupported

@@ -15,7 +15,7 @@ import (
 type Admin interface {
 	List(ctx context.Context, kind lockcore.Kind, prefix, cursor string, limit int) ([]lockcore.State, string, error)
 	ListElections(ctx context.Context, prefix, cursor string, limit int) ([]lockcore.ElectionState, string, error)
-	LongestHeld(ctx context.Context, limit int) ([]lockcore.LongHold, error)
+	LongestHeld(ctx context.Context, limit int) ([]lockcore.OldHold, error)
 	MostContended(n int) []lockcore.Contended
 }
 

@@ -52,8 +52,8 @@ func (instantLocker) ReleaseAll(context.Context, string, string) (lockcore.Multi
 func (instantLocker) RenewAll(context.Context, string, string, time.Duration) (lockcore.MultiGrant, error) {
 	return lockcore.MultiGrant{}, errors.ErrUnsupported
 }
-func (instantLocker) ForceRelease(context.Context, lockcore.Ref) (lockcore.Forced, error) {
-	return lockcore.Forced{}, nil
+func (instantLocker) ForceRelease(context.Context, lockcore.Ref) (lockcore.ForceResult, error) {
+	return lockcore.ForceResult{}, nil
 }
 func (instantLocker) Watch(context.Context, lockcore.Ref, string) (*lockcore.Stream, error) {
 	return nil, errors.ErrUnsupported

@@ -27,7 +27,7 @@ type Locker interface {
 	AcquireAll(ctx context.Context, req lockcore.MultiRequest) (lockcore.MultiGrant, error)
 	ReleaseAll(ctx context.Context, token, id string) (lockcore.MultiReleased, error)
 	RenewAll(ctx context.Context, token, id string, ttl time.Duration) (lockcore.MultiGrant, error)
-	ForceRelease(ctx context.Context, ref lockcore.Ref) (lockcore.Forced, error)
+	ForceRelease(ctx context.Context, ref lockcore.Ref) (lockcore.ForceResult, error)
 	Watch(ctx context.Context, ref lockcore.Ref, token string) (*lockcore.Stream, error)
 }
 

@@ -14,14 +14,14 @@ import (
 // decoder of its reply into named outcomes. A call also says, in words, what it is about (see
 // about), for RedLock to make its masters' replies one.
 
-// idempotency is a request's Idempotency-Key and how long its record is kept ("" key: none).
-type idempotency struct {
+// idemKey is a request's Idempotency-Key and how long its record is kept ("" key: none).
+type idemKey struct {
 	key    string
 	window time.Duration
 }
 
 // ms is the record's window argument: "0" without a key.
-func (i idempotency) ms() string {
+func (i idemKey) ms() string {
 	if i.key == "" {
 		return "0"
 	}
@@ -40,7 +40,7 @@ type acquireArgs struct {
 	arrival  int64
 	ticketID string
 	maxHold  time.Duration
-	idem     idempotency
+	idem     idemKey
 	mode     Mode
 	permits  int64 // a semaphore's size; 0 for a lock
 }
@@ -117,7 +117,7 @@ func decodeAcquire(lock string, reply []rueidis.RedisMessage) (acquireReply, err
 type reenterArgs struct {
 	lease   string
 	ttl     time.Duration
-	idem    idempotency
+	idem    idemKey
 	mode    Mode
 	permits int64
 }
@@ -174,7 +174,7 @@ func decodeReenter(lock string, reply []rueidis.RedisMessage) (reenterReply, err
 // releaseArgs is release.lua's call: a lease gives back one hold.
 type releaseArgs struct {
 	lease string
-	idem  idempotency
+	idem  idemKey
 	which string // "" (its exclusive hold if any, else its shared one), "x" or "s"
 }
 

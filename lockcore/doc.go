@@ -15,22 +15,28 @@
 //     redlock_quorum.go: their replies made one). Nothing else asks which one it runs on;
 //   - waiters (waiters.go: this process's waiting acquires and the heartbeat of each lock they wait
 //     on; subscriptions.go: the grant channels they listen to);
-//   - the watchdog (watchdog.go), which renews watchdog leases on a schedule every replica sweeps;
+//   - the watchdog (watchdog.go: its renewer), which renews watchdog leases on a schedule every
+//     replica sweeps;
 //   - the ledgers: the held quota (held_quota.go), the long-hold report (long_holds.go) and the most
 //     contended names (contention.go). One that is off is not on any request's path;
 //   - the event hub (event_hub.go) behind live event streams (events.go, stream_holds.go).
 //
-// The Service's operations sit on top, a file each: acquire.go (try once, re-entry; grant.go holds
-// what a grant is and acquire.lua's contract), wait.go (a waiting acquire), release.go, renew.go,
-// inspect.go (and state.go: a lock's state as read), force.go, list.go, watch.go,
-// multilock.go (multilock_group.go, multilock_wait.go, multilock_token.go), election.go
-// (campaign, proclaim, resign, read; election_log.go: the log's scripts and entries;
+// The Service's operations sit on top, a file each: acquire.go (an acquire's way, one step after
+// the other: the checks, then reenter.go or a new lease's grant through grant.go, tried once, or
+// wait.go, waiting in line; grant.go then finishes either grant), release.go, renew.go, inspect.go
+// (and state.go: a lock's state as read), force.go, list.go, watch.go, multilock.go
+// (multilock_group.go, multilock_wait.go, multilock_token.go), election.go (campaign, proclaim,
+// resign, read, observe; election_log.go: the log's scripts, entries and events;
 // election_stream.go: observers, and one follower of each observed election's log).
 //
-// Below everything: keys.go (Kind, Ref, Mode and a lock's keys), scripts.go (the table of Lua
-// scripts and the calls made of them), wire.go (the private string formats written into Redis),
-// token.go and ticket.go (signed lease tokens and queue tickets), idempotency_claims.go (the
-// request each Idempotency-Key was first sent with), observer.go, options.go.
+// Below everything: lease.go (what a lease is, what asks for one and what it is granted), keys.go
+// (Kind, Ref, Mode and a lock's keys), scripts.go (the table of Lua scripts and the calls made of
+// them), contracts.go (each lock script's arguments and reply), wire.go (the private string
+// formats written into Redis), token.go and ticket.go (signed lease tokens and queue tickets),
+// idempotency_claims.go (the request each Idempotency-Key was first sent with), observer.go,
+// options.go.
+//
+// Read it from the top down: but for a handful of ties, a file uses only files named after it.
 //
 // # Words
 //

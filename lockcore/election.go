@@ -48,17 +48,6 @@ func (req CampaignRequest) acquire() AcquireRequest {
 		Principal: req.Principal, HeldCap: req.HeldCap}
 }
 
-// Leader is an election's announced leader as read.
-type Leader struct {
-	Owner string
-	Value string
-	Fence int64
-	Since time.Time     // when it was announced (Redis time)
-	TTL   time.Duration // what its lease had left when read
-	// EventID is the id of the log entry that announced its value (`elected` or `proclaimed`).
-	EventID string
-}
-
 // Leadership is a lease on an election, as its leader should see it.
 type Leadership struct {
 	Grant // the lease: token, fence, TTL, watchdog, how long the campaign waited
@@ -66,18 +55,6 @@ type Leadership struct {
 	Since time.Time
 	// EventID is the id of the log entry that announced Value.
 	EventID string
-}
-
-// ElectionState is an election as read: its announced leader, its candidates and its log's end.
-type ElectionState struct {
-	Election string
-	Leader   *Leader // nil: nobody leads
-	// Candidates are the live waiters in the election's line (the leader not counted).
-	Candidates int64
-	// LastEventID is the id of the log's last entry ("0-0" when the log is empty): a stream that
-	// starts from this state goes on after it.
-	LastEventID string
-	lastN       int64 // that entry's number
 }
 
 // Campaign asks to lead req.Election, waiting up to req.Wait in its FIFO line of candidates, and
@@ -101,15 +78,15 @@ func (s *Service) Campaign(ctx context.Context, req CampaignRequest) (Leadership
 		return Leadership{}, err
 	}
 	var (
-		g   Grant
-		err error
+		g Grant
+		l Leadership
 	)
+	var err error
 	if areq.Wait > 0 {
 		g, err = s.waitAs(ctx, areq, lease)
 	} else {
-		g, err = s.acquireNew(ctx, areq, lease)
+		g, err = s.tryOnce(ctx, areq, lease)
 	}
-	var l Leadership
 	if err == nil {
 		l, err = s.takeOffice(ctx, areq, g, req.Value)
 	}
@@ -132,20 +109,20 @@ func (s *Service) Campaign(ctx context.Context, req CampaignRequest) (Leadership
 // then settles it as finishGrant does (a watchdog lease's duty starts only now).
 func (s *Service) takeOffice(ctx context.Context, req AcquireRequest, g Grant, value string) (Leadership, error) {
 	if ctx.Err() != nil && req.IdempotencyKey == "" { // gone before it could be told: nothing to announce
-		s.undo(ctx, g)
+		s.resignBack(ctx, g)
 		return Leadership{}, ctx.Err()
 	}
 	r, err := s.announce(ctx, g.Ref(), electionArgs{op: "elect", lease: g.ID, fence: g.Fence, owner: g.Owner, value: value})
 	switch {
 	case err != nil:
 		if req.IdempotencyKey == "" { // its retry would announce it; without one, nobody would
-			s.undo(ctx, g)
+			s.resignBack(ctx, g)
 		}
 		return Leadership{}, err
 	case !r.ok: // its lease ran out between the grant and the announcement
 		return Leadership{}, s.leaseLost(ctx, g.Lease, "")
 	}
-	if g, err = s.finishGrant(ctx, req, g); err != nil {
+	if g, err = s.finishGrant(ctx, req, g, s.resignBack); err != nil {
 		return Leadership{}, err
 	}
 	leader := r.state.Leader
@@ -236,6 +213,12 @@ func (s *Service) Resign(ctx context.Context, req ResignRequest) (Resigned, erro
 	return Resigned{Fence: l.Fence, EventID: r.resigned}, nil
 }
 
+// resignBack gives back g, a leader's grant it cannot keep, as Resign does (its `resigned` entry,
+// if it was announced, with the release), on a context of its own: the caller's may have ended.
+func (s *Service) resignBack(ctx context.Context, g Grant) {
+	_, _ = s.resignLease(context.WithoutCancel(ctx), g.Lease, "")
+}
+
 // resignLease runs election_resign.lua for l: its `resigned` entry if it was the announced
 // leader, and its release.
 func (s *Service) resignLease(ctx context.Context, l Lease, idempotencyKey string) (resignReply, error) {
@@ -286,7 +269,7 @@ func (e *engine) announce(ctx context.Context, ref Ref, a electionArgs) (electio
 // announced tells the observer about the log entries a script appended.
 func (e *engine) announced(entries []string) {
 	for _, typ := range entries {
-		e.obs.ElectionEvent(typ)
+		e.obs.ElectionLogged(typ)
 	}
 }
 
@@ -303,4 +286,45 @@ func (e *engine) keepElection(ctx context.Context, ref Ref) {
 // the announcement, releasing it the resignation.
 func errCampaignOnly(ref Ref, use string) error {
 	return fmt.Errorf("%w: election %q: %s", ErrInvalid, ref.Name, use)
+}
+
+// Observe opens a stream of election name's announcements (see ElectionStream). Without
+// lastEventID its first event is a state; with the id of an event a stream sent it goes on after
+// that event ("0-0": after a state of an empty log), or with a state (Gap set) when the log no
+// longer holds it. It returns ErrInvalid for a lastEventID that is no entry id, ErrShuttingDown
+// once the Service closes and ErrUnavailable when Redis does not answer. Close the stream when
+// done.
+func (s *Service) Observe(ctx context.Context, name, lastEventID string) (*ElectionStream, error) {
+	ref := ElectionRef(name)
+	if err := s.offered(ref); err != nil {
+		return nil, err
+	}
+	var from entryID
+	if lastEventID != "" {
+		id, ok := parseEntryID(lastEventID)
+		if !ok {
+			return nil, fmt.Errorf("%w: election %q: the event id to resume after, %q, is not one an election stream sends (<ms>-<seq>)",
+				ErrInvalid, name, lastEventID)
+		}
+		from = id
+	}
+	st := &ElectionStream{svc: s, ref: ref, wake: make(chan struct{}, 1), dirty: true}
+	// Joined before the first read: an entry appended after that read wakes the stream.
+	if err := s.elections.join(st); err != nil {
+		return nil, err
+	}
+	var err error
+	switch {
+	case lastEventID == "":
+		err = st.restate(ctx, false)
+	case from == entryID{}:
+		st.last = from.String()
+	default:
+		err = st.resume(ctx, from.String())
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
 }

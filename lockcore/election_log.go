@@ -20,7 +20,7 @@ type electionArgs struct {
 	fence int64
 	owner string
 	value string
-	idem  idempotency // a proclaim's
+	idem  idemKey // a proclaim's
 }
 
 func (e *engine) electionCall(ref Ref, a electionArgs) call {
@@ -79,7 +79,7 @@ func decodeElection(name string, reply []rueidis.RedisMessage) (electionReply, e
 // resignArgs is election_resign.lua's call: release.lua's, then the log's keys and bounds.
 type resignArgs struct {
 	lease string
-	idem  idempotency
+	idem  idemKey
 }
 
 func (e *engine) resignCall(l Lease, a resignArgs) call {
@@ -168,4 +168,57 @@ func readEntries(name string, entries []rueidis.XRangeEntry) ([]logEntry, error)
 // event is the entry as a stream reports it.
 func (x logEntry) event() ElectionEvent {
 	return ElectionEvent{Type: x.typ, ID: x.id, At: x.at, Owner: x.owner, Value: x.value, Fence: x.fence}
+}
+
+// Leader is an election's announced leader as read.
+type Leader struct {
+	Owner string
+	Value string
+	Fence int64
+	Since time.Time     // when it was announced (Redis time)
+	TTL   time.Duration // what its lease had left when read
+	// EventID is the id of the log entry that announced its value (`elected` or `proclaimed`).
+	EventID string
+}
+
+// ElectionState is an election as read: its announced leader, its candidates and its log's end.
+type ElectionState struct {
+	Election string
+	Leader   *Leader // nil: nobody leads
+	// Candidates are the live waiters in the election's line (the leader not counted).
+	Candidates int64
+	// LastEventID is the id of the log's last entry ("0-0" when the log is empty): a stream that
+	// starts from this state goes on after it.
+	LastEventID string
+	lastN       int64 // that entry's number
+}
+
+// ElectionEventType names what an ElectionStream reports: a state, or one of the log's entries.
+type ElectionEventType string
+
+const (
+	ElectionStateEvent ElectionEventType = "state"      // the election as it is: first, and after a gap
+	ElectionElected    ElectionEventType = "elected"    // a leader, announced with its value
+	ElectionProclaimed ElectionEventType = "proclaimed" // the leader's new value
+	ElectionResigned   ElectionEventType = "resigned"   // the leader gave up the lead
+	ElectionVacant     ElectionEventType = "vacant"     // the leader's lease was found gone (ran out, force-released)
+)
+
+// ElectionEvent is one event of an ElectionStream.
+type ElectionEvent struct {
+	Type ElectionEventType
+	// ID is the log entry's id; a state's is the id of the last entry it reflects ("0-0": none).
+	// A stream resumed after ID (Observe's lastEventID) goes on with the entry that follows it.
+	ID string
+	At time.Time // Redis time of the entry; the gateway's for a state
+	// Owner, Value and Fence are the leader the entry is about (Value: elected, proclaimed).
+	Owner string
+	Value string
+	Fence int64
+	// State is a state's.
+	State ElectionState
+	// Gap is set on a state sent because the entries after the stream's last event are no longer
+	// in the log (older than its last Options.ElectionLog entries, or lost by Redis): what happened
+	// in between is not known, only where the election is now.
+	Gap bool
 }

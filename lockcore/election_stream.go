@@ -3,43 +3,12 @@ package lockcore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
 )
-
-// ElectionEventType names what an ElectionStream reports: a state, or one of the log's entries.
-type ElectionEventType string
-
-const (
-	ElectionStateEvent ElectionEventType = "state"      // the election as it is: first, and after a gap
-	ElectionElected    ElectionEventType = "elected"    // a leader, announced with its value
-	ElectionProclaimed ElectionEventType = "proclaimed" // the leader's new value
-	ElectionResigned   ElectionEventType = "resigned"   // the leader gave up the lead
-	ElectionVacant     ElectionEventType = "vacant"     // the leader's lease was found gone (ran out, force-released)
-)
-
-// ElectionEvent is one event of an ElectionStream.
-type ElectionEvent struct {
-	Type ElectionEventType
-	// ID is the log entry's id; a state's is the id of the last entry it reflects ("0-0": none).
-	// A stream resumed after ID (Observe's lastEventID) goes on with the entry that follows it.
-	ID string
-	At time.Time // Redis time of the entry; the gateway's for a state
-	// Owner, Value and Fence are the leader the entry is about (Value: elected, proclaimed).
-	Owner string
-	Value string
-	Fence int64
-	// State is a state's.
-	State ElectionState
-	// Gap is set on a state sent because the entries after the stream's last event are no longer
-	// in the log (older than its last Options.ElectionLog entries, or lost by Redis): what happened
-	// in between is not known, only where the election is now.
-	Gap bool
-}
 
 // ElectionStream is one observer of an election, opened by Observe.
 //
@@ -68,47 +37,6 @@ type ElectionStream struct {
 	dirty bool   // the log may hold entries after last
 	out   []ElectionEvent
 	retry *time.Timer // a read that failed on Redis is retried when it fires
-}
-
-// Observe opens a stream of election name's announcements (see ElectionStream). Without
-// lastEventID its first event is a state; with the id of an event a stream sent it goes on after
-// that event ("0-0": after a state of an empty log), or with a state (Gap set) when the log no
-// longer holds it. It returns ErrInvalid for a lastEventID that is no entry id, ErrShuttingDown
-// once the Service closes and ErrUnavailable when Redis does not answer. Close the stream when
-// done.
-func (s *Service) Observe(ctx context.Context, name, lastEventID string) (*ElectionStream, error) {
-	ref := ElectionRef(name)
-	if err := s.offered(ref); err != nil {
-		return nil, err
-	}
-	var from entryID
-	if lastEventID != "" {
-		id, ok := parseEntryID(lastEventID)
-		if !ok {
-			return nil, fmt.Errorf("%w: election %q: the event id to resume after, %q, is not one an election stream sends (<ms>-<seq>)",
-				ErrInvalid, name, lastEventID)
-		}
-		from = id
-	}
-	st := &ElectionStream{svc: s, ref: ref, wake: make(chan struct{}, 1), dirty: true}
-	// Joined before the first read: an entry appended after that read wakes the stream.
-	if err := s.elections.join(st); err != nil {
-		return nil, err
-	}
-	var err error
-	switch {
-	case lastEventID == "":
-		err = st.restate(ctx, false)
-	case from == entryID{}:
-		st.last = from.String()
-	default:
-		err = st.resume(ctx, from.String())
-	}
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	return st, nil
 }
 
 // Close ends the stream; Next returns ErrStreamEnded after it.

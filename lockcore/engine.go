@@ -32,3 +32,15 @@ func (e *engine) keys(r Ref) keys {
 func (e *engine) do(ctx context.Context, sc *script, keys, args []string) rueidis.RedisResult {
 	return runner{obs: e.obs}.run(ctx, e.dep.copies()[0], sc, keys, args)
 }
+
+// offered returns the deployment's ErrNotSupported for a kind of lock it lacks (semaphores,
+// elections).
+func (e *engine) offered(ref Ref) error {
+	switch ref.Kind {
+	case KindSemaphore:
+		return e.dep.offers(featureSemaphores)
+	case KindElection:
+		return e.dep.offers(featureElections)
+	}
+	return nil
+}

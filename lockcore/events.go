@@ -162,7 +162,7 @@ func (st *Stream) Next(ctx context.Context) (Event, error) {
 		if !st.stale && len(st.held) > 0 {
 			m := st.held[0]
 			st.held = st.held[1:]
-			st.apply(m)
+			st.applyMsg(m)
 			continue
 		}
 		msgs := st.msgs
@@ -171,14 +171,14 @@ func (st *Stream) Next(ctx context.Context) (Event, error) {
 		}
 		select {
 		case m := <-msgs:
-			st.apply(m)
+			st.applyMsg(m)
 		case <-st.wake:
 		case <-st.timerC():
 			st.due = time.Time{}
 			if st.stale {
 				st.retrying = false
 			} else {
-				st.check()
+				st.recheck()
 			}
 		case <-ctx.Done():
 			return Event{}, ctx.Err()

@@ -18,8 +18,8 @@ type ForcedHold struct {
 	Watchdog bool
 }
 
-// Forced reports what a force release did.
-type Forced struct {
+// ForceResult reports what a force release did.
+type ForceResult struct {
 	Holds []ForcedHold // every hold removed; none when nothing held it
 	// Granted counts the waiters at the head of the line that were handed a hold (with a fence of
 	// their own), as a release would have.
@@ -36,17 +36,17 @@ type Forced struct {
 // unknown). Do not simply retry it: if the first call did run, the waiter it let in now holds ref,
 // and a second force release removes that new holder's hold too. Inspect ref first and force again
 // only if the holds to break are still there.
-func (s *Service) ForceRelease(ctx context.Context, ref Ref) (Forced, error) {
+func (s *Service) ForceRelease(ctx context.Context, ref Ref) (ForceResult, error) {
 	if err := s.offered(ref); err != nil {
-		return Forced{}, err
+		return ForceResult{}, err
 	}
 	reply, err := s.dep.run(ctx, s.lockCall(ref).call(scripts.force, nil))
 	if err != nil {
-		return Forced{}, err
+		return ForceResult{}, err
 	}
 	f, err := readForced(reply)
 	if err != nil {
-		return Forced{}, unexpectedReply("force", ref.Name, reply, err)
+		return ForceResult{}, unexpectedReply("force", ref.Name, reply, err)
 	}
 	s.obs.ForceReleased(ref.Kind.String())
 	for _, h := range f.Holds {
@@ -113,19 +113,19 @@ func readForcedMark(reply []rueidis.RedisMessage) (forced bool, at time.Time, er
 }
 
 // readForced reads force.lua's reply: {granted, n, [lease, owner, fence, mode, watchdog] * n}.
-func readForced(reply []rueidis.RedisMessage) (Forced, error) {
+func readForced(reply []rueidis.RedisMessage) (ForceResult, error) {
 	if len(reply) < 2 {
-		return Forced{}, fmt.Errorf("%d elements", len(reply))
+		return ForceResult{}, fmt.Errorf("%d elements", len(reply))
 	}
 	granted, err := reply[0].AsInt64()
 	if err != nil {
-		return Forced{}, err
+		return ForceResult{}, err
 	}
 	n, err := reply[1].AsInt64()
 	if err != nil || n < 0 || int64(len(reply)) != 2+5*n {
-		return Forced{}, fmt.Errorf("%d holds in %d elements: %v", n, len(reply), err)
+		return ForceResult{}, fmt.Errorf("%d holds in %d elements: %v", n, len(reply), err)
 	}
-	f := Forced{Granted: granted, Holds: make([]ForcedHold, 0, n)}
+	f := ForceResult{Granted: granted, Holds: make([]ForcedHold, 0, n)}
 	for r := reply[2:]; len(r) >= 5; r = r[5:] {
 		lease, err1 := r[0].ToString()
 		owner, err2 := r[1].ToString()
@@ -134,7 +134,7 @@ func readForced(reply []rueidis.RedisMessage) (Forced, error) {
 		wd, err5 := r[4].AsInt64()
 		for _, err := range []error{err1, err2, err3, err4, err5} {
 			if err != nil {
-				return Forced{}, err
+				return ForceResult{}, err
 			}
 		}
 		h := ForcedHold{Lease: lease, Owner: owner, Fence: fence, Mode: Exclusive, Watchdog: wd == 1}

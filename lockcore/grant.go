@@ -3,67 +3,73 @@ package lockcore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
-// AcquireRequest asks for a lock, or a semaphore's permit. Validation of its ranges is the
-// caller's; lockcore checks only what needs the token or the ticket.
-type AcquireRequest struct {
-	Lock  string // the lock's (or the semaphore's) name
-	Kind  Kind   // KindLock (the zero value) or KindSemaphore
-	Mode  Mode   // a lock's: Exclusive (the zero value) or Shared; a semaphore's permits are shared
-	Owner string
-	// Permits is a semaphore's size: set by whoever acquires while nobody holds or waits, and
-	// checked against it otherwise (*PermitsMismatchError).
-	Permits  int64
-	TTL      time.Duration
-	Wait     time.Duration // 0: try once
-	Watchdog bool
-	// MaxHold bounds a watchdog lease: it is not renewed past MaxHold after its grant.
-	MaxHold time.Duration
-	// Token, when set, re-enters the lease it names instead of asking for a new one.
-	Token string
-	// QueueTicket, when set on a waiting request, resumes the place in the queue of the wait that
-	// was handed it (HeldError.QueueTicket), if that wait ended less than TicketGrace ago.
-	QueueTicket string
-	// IdempotencyKey, when set, makes a retry of this request (same key, same owner or token)
-	// within IdempotencyWindow answer as the first did and change nothing: a retried new acquire
-	// gets the same lease while it holds the lock (ErrLeaseLost after), a retried re-entry adds no
-	// second hold.
-	IdempotencyKey string
-	// Principal is the authenticated caller ("" without authentication), minted into a new
-	// lease's token. A re-entry keeps its token's.
-	Principal string
-	// HeldCap is Principal's own cap on its holds, in place of Options.MaxHeld: 0 keeps that
-	// default, -1 is no cap. It applies only while the Service counts holds (Options.MaxHeld).
-	HeldCap int
-}
-
-// Grant is a held lease as the caller should see it.
-type Grant struct {
-	Lease
-	Mode      Mode // the hold granted (a semaphore's permit: Shared)
-	Token     string
-	TTL       time.Duration
-	ExpiresAt time.Time // conservative: measured from before the Redis call
-	Holds     int64
-	Watchdog  bool
-	Reentered bool // true when an existing lease was re-entered rather than newly granted
-	// A semaphore's: its size, and the permits in use just after this grant.
-	Permits, Used int64
-	// Waited is how long the request stood in the wait queue before this grant (0: granted at once).
-	Waited time.Duration
-}
-
-// ref is the lock or semaphore req asks for.
-func (req AcquireRequest) ref() Ref { return Ref{req.Kind, req.Lock} }
-
-// mode is the hold req asks for: a semaphore's permits are shared holds.
-func (req AcquireRequest) mode() Mode {
-	if req.Kind == KindSemaphore || req.Mode == Shared {
-		return Shared
+// tryOnce tries once: the lock goes to the new lease lease if it is free and nobody is queued. The
+// grant is not finished yet (see finishGrant).
+func (s *Service) tryOnce(ctx context.Context, req AcquireRequest, lease string) (Grant, error) {
+	start := time.Now()
+	r, err := s.runAcquire(ctx, req, lease, false, 0, "")
+	if err != nil {
+		// An unacknowledged grant is given back, unless the request carries an Idempotency-Key:
+		// then its retry replays it (and waits for the replicas again), as finishGrant keeps a grant
+		// whose caller left.
+		if notAcked(err) && r.status == acquireGranted && req.IdempotencyKey == "" {
+			s.giveBackUnacked(ctx, Lease{Lock: req.Lock, Kind: req.Kind, ID: lease}, req.mode())
+		}
+		return Grant{}, err
 	}
-	return Exclusive
+	switch r.status {
+	case acquireHeld:
+		return Grant{}, &HeldError{Lock: req.Lock, Kind: req.Kind, RetryAfter: r.pttl}
+	case acquireReplayed: // the first request's lease, with what it has left
+		lease, req.TTL = r.lease, r.pttl
+	case acquireReplayedLost:
+		return Grant{}, fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, req.Kind, req.Lock)
+	}
+	return s.newGrant(req, lease, r, start), nil
+}
+
+// tryInto is tryOnce into *g, and finishInto finishGrant on *g. Not inlined: their copies of the
+// request and the grant would take room in the frame of their caller, which stays on the stack
+// while it waits.
+//
+//go:noinline
+func (s *Service) tryInto(ctx context.Context, req *AcquireRequest, lease string, g *Grant) (err error) {
+	*g, err = s.tryOnce(ctx, *req, lease)
+	return err
+}
+
+//go:noinline
+func (s *Service) finishInto(ctx context.Context, req *AcquireRequest, g *Grant, giveBack func(context.Context, Grant)) (err error) {
+	*g, err = s.finishGrant(ctx, *req, *g, giveBack)
+	return err
+}
+
+// finishGrant finishes a grant: a watchdog lease is put on the renewal schedule, a lease without one
+// joins the long-hold report, and g is given back (giveBack) when ctx ended meanwhile (the caller
+// went away; ctx's error is returned) unless the request carries an Idempotency-Key: its retry
+// collects the grant (giving it back would answer that retry 410, or hand it a lease about to be
+// released).
+func (s *Service) finishGrant(ctx context.Context, req AcquireRequest, g Grant, giveBack func(context.Context, Grant)) (Grant, error) {
+	if g.Watchdog {
+		if err := s.watchdog.schedule(ctx, g.Lease, g.TTL, !g.Reentered); err != nil {
+			giveBack(ctx, g) // a watchdog lease nobody would renew is worse than none
+			return Grant{}, err
+		}
+	}
+	if !g.Watchdog { // a long TTL, or a late re-entry (see long_holds.go)
+		s.ledgers.long.track(ctx, g.Lease, g.TTL)
+	}
+	if err := ctx.Err(); err != nil {
+		if req.IdempotencyKey == "" {
+			giveBack(ctx, g)
+		}
+		return Grant{}, err
+	}
+	return g, nil
 }
 
 func (s *Service) newGrant(req AcquireRequest, lease string, r acquireReply, start time.Time) Grant {
@@ -102,4 +108,20 @@ func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease stri
 func notAcked(err error) bool {
 	var na *notAckedError
 	return errors.As(err, &na)
+}
+
+// giveBack gives back one hold of g, a grant its caller cannot keep, on a context of its own: the
+// caller's may have ended.
+func (s *Service) giveBack(ctx context.Context, g Grant) {
+	_, _ = s.releaseLease(context.WithoutCancel(ctx), g.Lease, "", g.Mode)
+}
+
+// giveBackUnacked gives back the one hold of mode that a grant the replicas did not acknowledge
+// gave l, so that a grant the client is told failed holds nothing, even on the old master. Only a
+// reply that says a hold was taken is given back: a refusal took nothing, and giving it back would
+// take a hold the lease had before.
+func (s *Service) giveBackUnacked(ctx context.Context, l Lease, mode Mode) {
+	if _, rerr := s.releaseLease(context.WithoutCancel(ctx), l, "", mode); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+		s.log.Warn("giving back a grant the replicas did not acknowledge failed; it runs out with its TTL", l.Kind.String(), l.Lock, "err", rerr)
+	}
 }

@@ -41,7 +41,7 @@ func (s *Service) Inspect(ctx context.Context, ref Ref, token string) (State, er
 
 // LongHolds returns up to limit holds older than Options.LongHold, oldest first, and takes the
 // entries of holds that ended out of the aged zset (none where the deployment lacks the report).
-func (s *Service) LongHolds(ctx context.Context, limit int) ([]LongHold, error) {
+func (s *Service) LongHolds(ctx context.Context, limit int) ([]OldHold, error) {
 	if s.ledgers.long == nil {
 		return nil, nil
 	}
@@ -51,7 +51,7 @@ func (s *Service) LongHolds(ctx context.Context, limit int) ([]LongHold, error) 
 // LongestHeld returns up to limit of the oldest holds that may outlive Options.LongHold (watchdog
 // leases and multi-locks, long TTLs, leases renewed late in life; see long_holds.go), whatever
 // their age, oldest first.
-func (s *Service) LongestHeld(ctx context.Context, limit int) ([]LongHold, error) {
+func (s *Service) LongestHeld(ctx context.Context, limit int) ([]OldHold, error) {
 	if s.ledgers.long == nil {
 		return nil, nil
 	}

@@ -46,9 +46,9 @@ func newLongHolds(e *engine, shards scheduleShards, inspect inspector, opts Opti
 
 // track enters l, granted at its fence, into the aged zset if a hold of l with ttl from now may
 // still be alive at age LongHold (a watchdog lease is entered when it is enrolled). A failure
-// costs only the long-hold report of that lease.
+// costs only the long-hold report of that lease. Nothing when the report is off (lh is nil).
 func (lh *longHolds) track(ctx context.Context, l Lease, ttl time.Duration) {
-	if heldSince(l.Fence, time.Now())+ttl < lh.threshold {
+	if lh == nil || heldSince(l.Fence, time.Now())+ttl < lh.threshold {
 		return
 	}
 	c := lh.e.dep.copies()[0]
@@ -59,8 +59,8 @@ func (lh *longHolds) track(ctx context.Context, l Lease, ttl time.Duration) {
 	}
 }
 
-// LongHold is one hold older than Options.LongHold.
-type LongHold struct {
+// OldHold is one hold older than Options.OldHold.
+type OldHold struct {
 	Ref       Ref
 	Owner     string
 	Fence     int64
@@ -137,8 +137,8 @@ func (lh *longHolds) firstToLog(marker string) bool {
 
 // olderThan returns up to limit holds at least minAge old, oldest first, and takes the entries of
 // holds that ended out of the aged zset.
-func (lh *longHolds) olderThan(ctx context.Context, minAge time.Duration, limit int) ([]LongHold, error) {
-	var out []LongHold
+func (lh *longHolds) olderThan(ctx context.Context, minAge time.Duration, limit int) ([]OldHold, error) {
+	var out []OldHold
 	c := lh.e.dep.copies()[0]
 	for _, shard := range lh.shards {
 		found, err := lh.candidatesBefore(ctx, shard.candidates, minAge, limit)
@@ -156,7 +156,7 @@ func (lh *longHolds) olderThan(ctx context.Context, minAge time.Duration, limit 
 			out = append(out, holds...)
 		}
 	}
-	slices.SortFunc(out, func(a, b LongHold) int { return int(b.Age - a.Age) })
+	slices.SortFunc(out, func(a, b OldHold) int { return int(b.Age - a.Age) })
 	return out[:min(len(out), limit)], nil
 }
 
@@ -189,7 +189,7 @@ func (lh *longHolds) candidatesBefore(ctx context.Context, key string, age time.
 
 // stillHeld inspects the hold an aged entry names: the long holds it still is (none when it
 // ended).
-func (lh *longHolds) stillHeld(ctx context.Context, e rueidis.ZScore) ([]LongHold, error) {
+func (lh *longHolds) stillHeld(ctx context.Context, e rueidis.ZScore) ([]OldHold, error) {
 	ref, lease, group, ok := parseCandidateMember(e.Member)
 	if !ok {
 		return nil, nil
@@ -199,10 +199,10 @@ func (lh *longHolds) stillHeld(ctx context.Context, e rueidis.ZScore) ([]LongHol
 		return nil, err
 	}
 	age := time.Duration(e.Score) * time.Millisecond
-	var out []LongHold
+	var out []OldHold
 	for _, h := range st.holders() {
 		if h.Lease == lease {
-			out = append(out, LongHold{Ref: ref, Owner: h.Owner, Fence: h.Fence, Age: age, Multilock: group})
+			out = append(out, OldHold{Ref: ref, Owner: h.Owner, Fence: h.Fence, Age: age, Multilock: group})
 		}
 	}
 	return out, nil

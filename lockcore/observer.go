@@ -40,9 +40,9 @@ type Observer interface {
 	ScriptCall(name string, failed bool, took time.Duration)
 	RedisError()
 	Resubscribed()
-	// ElectionEvent: this replica appended an entry to an election's log: "elected", "proclaimed",
+	// ElectionLogged: this replica appended an entry to an election's log: "elected", "proclaimed",
 	// "resigned" or "vacant" (see election.go).
-	ElectionEvent(event string)
+	ElectionLogged(event string)
 }
 
 // nopObserver is the Observer of a Service given none.
@@ -60,4 +60,4 @@ func (nopObserver) WatchdogRenewal(string)                        {}
 func (nopObserver) ScriptCall(string, bool, time.Duration)        {}
 func (nopObserver) RedisError()                                   {}
 func (nopObserver) Resubscribed()                                 {}
-func (nopObserver) ElectionEvent(string)                          {}
+func (nopObserver) ElectionLogged(string)                         {}

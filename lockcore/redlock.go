@@ -36,7 +36,7 @@ import (
 
 // redlock is the deployment: its masters and what counting their votes needs.
 type redlock struct {
-	nodes  []*master
+	nodes  []*redlockMaster
 	quorum int
 	guard  time.Duration
 	fresh  bool // Options.RedLockNewDeployment
@@ -55,8 +55,8 @@ type redlock struct {
 	late sync.WaitGroup
 }
 
-// master is one of the deployment's Redis masters.
-type master struct {
+// redlockMaster is one of the deployment's Redis masters.
+type redlockMaster struct {
 	i      int // its place in LEASEGATE_REDLOCK_URLS
 	addr   string
 	client rueidis.Client
@@ -71,55 +71,15 @@ type master struct {
 
 // counts reports whether the master's replies count toward a quorum now: every connection to it
 // was opened before a check that found it the process it was, and its guard has run out.
-func (m *master) counts(now time.Time) bool {
+func (m *redlockMaster) counts(now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.runID != "" && m.checkedDials == m.dials.Load() && !now.Before(m.guardUntil)
 }
 
-// NewRedLock returns a Service whose locks live on a majority of the independent Redis masters
-// that masters describe (3, 5 or 7 of them; each a single Redis, see ClientOption). A restarted
-// master is not counted for opts.RestartGuard, which must be at least the largest TTL a lease can
-// have. It checks every master that answers before it returns; the others are checked when they do.
-func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*Service, error) {
-	if n := len(masters); n != 3 && n != 5 && n != 7 {
-		return nil, fmt.Errorf("%w: RedLock takes 3, 5 or 7 masters, got %d", ErrInvalid, n)
-	}
-	if opts.RestartGuard <= 0 {
-		return nil, fmt.Errorf("%w: RedLock needs a restart guard (at least the largest lease TTL)", ErrInvalid)
-	}
-	if opts.MaxHeld > 0 {
-		return nil, fmt.Errorf("%w: the cap on held leases is not offered on RedLock (its count would need a quorum of its own)", ErrInvalid)
-	}
-	if opts.ReplicaAcks > 0 || opts.CountReplicas != nil {
-		return nil, fmt.Errorf("%w: replica acks do not apply to RedLock's independent masters", ErrInvalid)
-	}
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	rl := &redlock{quorum: len(masters)/2 + 1, guard: opts.RestartGuard, fresh: opts.RedLockNewDeployment,
-		runner: runner{obs: opts.Observer}, log: opts.Logger, prefix: opts.KeyPrefix, chanPrefix: opts.KeyPrefix + "grants:", fenceTTLMs: ms(opts.FenceTTL),
-		runIDKey: opts.KeyPrefix + "redlock:run_id", guardKey: opts.KeyPrefix + "redlock:guard"}
-	rl.ctx, rl.cancel = context.WithCancel(context.Background())
-	for i, o := range masters {
-		m := &master{i: i, addr: strings.Join(o.InitAddress, ",")}
-		o.DialCtxFn = countDials(m, o.DialCtxFn)
-		c, err := rueidis.NewClient(o)
-		if err != nil {
-			rl.closeClients()
-			return nil, fmt.Errorf("redlock master %s: %w", m.addr, err)
-		}
-		m.client = c
-		rl.nodes = append(rl.nodes, m)
-	}
-	rl.start()
-	return newService(rl, tokens, opts), nil
-}
-
 // countDials wraps a rueidis dialer so that every connection opened to m counts, once it is open
 // (before any reply can come over it): a check that began before it cannot vouch for it.
-func countDials(m *master, dial func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+func countDials(m *redlockMaster, dial func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
 	return func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (conn net.Conn, err error) {
 		defer func() {
 			if err == nil {
@@ -142,7 +102,7 @@ func (rl *redlock) start() {
 	ctx, cancel := context.WithTimeout(rl.ctx, 2*time.Second)
 	defer cancel()
 	recorded, answered := make([]bool, len(rl.nodes)), make([]bool, len(rl.nodes))
-	rl.everyMaster(func(i int, m *master) {
+	rl.everyMaster(func(i int, m *redlockMaster) {
 		n, err := m.client.Do(ctx, m.client.B().Exists().Key(rl.runIDKey).Build()).AsInt64()
 		answered[i], recorded[i] = err == nil, n == 1
 	})
@@ -153,9 +113,9 @@ func (rl *redlock) start() {
 	if fresh {
 		rl.log.Warn("new RedLock deployment: its masters are recorded without a restart guard; unset LEASEGATE_REDLOCK_NEW_DEPLOYMENT once it runs")
 	}
-	rl.everyMaster(func(i int, m *master) {
+	rl.everyMaster(func(i int, m *redlockMaster) {
 		if answered[i] {
-			if err := rl.check(ctx, m, fresh); err != nil {
+			if err := rl.checkMaster(ctx, m, fresh); err != nil {
 				rl.log.Warn("redlock master not checked yet; it counts once it is", "master", m.addr, "err", err)
 			}
 		}
@@ -174,7 +134,7 @@ func countTrue(bs []bool) int {
 }
 
 // everyMaster runs f for every master at once and waits for all.
-func (rl *redlock) everyMaster(f func(i int, m *master)) {
+func (rl *redlock) everyMaster(f func(i int, m *redlockMaster)) {
 	var wg sync.WaitGroup
 	for i, m := range rl.nodes {
 		wg.Add(1)
@@ -209,7 +169,7 @@ func (rl *redlock) recheck() {
 }
 
 // checkSoon checks m on a goroutine of its own, unless a check is under way.
-func (rl *redlock) checkSoon(m *master) {
+func (rl *redlock) checkSoon(m *redlockMaster) {
 	if rl.ctx.Err() != nil {
 		return
 	}
@@ -221,7 +181,7 @@ func (rl *redlock) checkSoon(m *master) {
 }
 
 // checkOnce checks m, or waits for the check under way to end.
-func (rl *redlock) checkOnce(m *master) {
+func (rl *redlock) checkOnce(m *redlockMaster) {
 	m.mu.Lock()
 	if ch := m.checking; ch != nil {
 		m.mu.Unlock()
@@ -232,7 +192,7 @@ func (rl *redlock) checkOnce(m *master) {
 	m.checking = ch
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(rl.ctx), 2*time.Second)
-	_ = rl.check(ctx, m, false)
+	_ = rl.checkMaster(ctx, m, false)
 	cancel()
 	m.mu.Lock()
 	m.checking = nil
@@ -243,7 +203,7 @@ func (rl *redlock) checkOnce(m *master) {
 // counts reports whether m's reply, just received, counts toward a quorum: a reply on a
 // connection opened since m's last check waits for a check first (rare: rueidis keeps its
 // connections), so that a new connection costs a round trip, not a vote.
-func (rl *redlock) counts(m *master) bool {
+func (rl *redlock) counts(m *redlockMaster) bool {
 	if m.counts(time.Now()) {
 		return true
 	}
@@ -257,11 +217,11 @@ func (rl *redlock) counts(m *master) bool {
 	return m.counts(time.Now())
 }
 
-// check asks m which Redis process it is and records the answer on m (redlock_guard.lua): a
+// checkMaster asks m which Redis process it is and records the answer on m (redlock_guard.lua): a
 // process other than the recorded one, or no record unless fresh, starts its restart guard. The
-// check vouches for the connections opened before it began; it runs again (up to three times)
+// checkMaster vouches for the connections opened before it began; it runs again (up to three times)
 // while new ones open meanwhile.
-func (rl *redlock) check(ctx context.Context, m *master, fresh bool) error {
+func (rl *redlock) checkMaster(ctx context.Context, m *redlockMaster, fresh bool) error {
 	for range 3 {
 		gen := m.dials.Load()
 		info, err := m.client.Do(ctx, m.client.B().Info().Section("server").Build()).ToString()
@@ -321,7 +281,7 @@ func (rl *redlock) closeClients() {
 // ping reports whether a majority of counted masters answer.
 func (rl *redlock) ping(ctx context.Context) error {
 	up := atomic.Int64{}
-	rl.everyMaster(func(_ int, m *master) {
+	rl.everyMaster(func(_ int, m *redlockMaster) {
 		if m.client.Do(ctx, m.client.B().Ping().Build()).Error() == nil && rl.counts(m) {
 			up.Add(1)
 		}
@@ -330,24 +290,6 @@ func (rl *redlock) ping(ctx context.Context) error {
 		return fmt.Errorf("%w: %d of %d RedLock masters answer and count, %d needed", ErrUnavailable, n, len(rl.nodes), rl.quorum)
 	}
 	return nil
-}
-
-// Masters reports, on RedLock, each master's address and whether its votes count now (false while
-// it is down, unchecked or within its restart guard); nil otherwise.
-func (s *Service) Masters() []MasterState {
-	rl, ok := s.dep.(*redlock)
-	if !ok {
-		return nil
-	}
-	out := make([]MasterState, len(rl.nodes))
-	now := time.Now()
-	for i, m := range rl.nodes {
-		m.mu.Lock()
-		guard := max(m.guardUntil.Sub(now), 0)
-		m.mu.Unlock()
-		out[i] = MasterState{Addr: m.addr, Counts: m.counts(now), GuardLeft: guard}
-	}
-	return out
 }
 
 // MasterState is one RedLock master as Masters saw it.
@@ -420,7 +362,7 @@ func (rl *redlock) shards() int                            { return 1 }
 
 // masterReply is one master's answer to a call sent to all of them.
 type masterReply struct {
-	m       *master
+	m       *redlockMaster
 	res     rueidis.RedisResult
 	counted bool // it answered without error and counts (see master.counts)
 }
@@ -500,3 +442,61 @@ var zeroTime time.Time
 // drift is the clock-drift allowance RedLock takes off a lease's validity: 1% of its TTL plus
 // 2 ms (the RedLock description's, and redsync's, figures).
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// NewRedLock returns a Service whose locks live on a majority of the independent Redis masters
+// that masters describe (3, 5 or 7 of them; each a single Redis, see ClientOption). A restarted
+// master is not counted for opts.RestartGuard, which must be at least the largest TTL a lease can
+// have. It checks every master that answers before it returns; the others are checked when they do.
+func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*Service, error) {
+	if n := len(masters); n != 3 && n != 5 && n != 7 {
+		return nil, fmt.Errorf("%w: RedLock takes 3, 5 or 7 masters, got %d", ErrInvalid, n)
+	}
+	if opts.RestartGuard <= 0 {
+		return nil, fmt.Errorf("%w: RedLock needs a restart guard (at least the largest lease TTL)", ErrInvalid)
+	}
+	if opts.MaxHeld > 0 {
+		return nil, fmt.Errorf("%w: the cap on held leases is not offered on RedLock (its count would need a quorum of its own)", ErrInvalid)
+	}
+	if opts.ReplicaAcks > 0 || opts.CountReplicas != nil {
+		return nil, fmt.Errorf("%w: replica acks do not apply to RedLock's independent masters", ErrInvalid)
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	rl := &redlock{quorum: len(masters)/2 + 1, guard: opts.RestartGuard, fresh: opts.RedLockNewDeployment,
+		runner: runner{obs: opts.Observer}, log: opts.Logger, prefix: opts.KeyPrefix, chanPrefix: opts.KeyPrefix + "grants:", fenceTTLMs: ms(opts.FenceTTL),
+		runIDKey: opts.KeyPrefix + "redlock:run_id", guardKey: opts.KeyPrefix + "redlock:guard"}
+	rl.ctx, rl.cancel = context.WithCancel(context.Background())
+	for i, o := range masters {
+		m := &redlockMaster{i: i, addr: strings.Join(o.InitAddress, ",")}
+		o.DialCtxFn = countDials(m, o.DialCtxFn)
+		c, err := rueidis.NewClient(o)
+		if err != nil {
+			rl.closeClients()
+			return nil, fmt.Errorf("redlock master %s: %w", m.addr, err)
+		}
+		m.client = c
+		rl.nodes = append(rl.nodes, m)
+	}
+	rl.start()
+	return newService(rl, tokens, opts), nil
+}
+
+// Masters reports, on RedLock, each master's address and whether its votes count now (false while
+// it is down, unchecked or within its restart guard); nil otherwise.
+func (s *Service) Masters() []MasterState {
+	rl, ok := s.dep.(*redlock)
+	if !ok {
+		return nil
+	}
+	out := make([]MasterState, len(rl.nodes))
+	now := time.Now()
+	for i, m := range rl.nodes {
+		m.mu.Lock()
+		guard := max(m.guardUntil.Sub(now), 0)
+		m.mu.Unlock()
+		out[i] = MasterState{Addr: m.addr, Counts: m.counts(now), GuardLeft: guard}
+	}
+	return out
+}

@@ -196,7 +196,7 @@ func (rl *redlock) onEach(got []masterReply, handle func(masterReply)) {
 // that a majority of masters has: the quorum-th longest.
 func (rl *redlock) quorumTTL(replies []masterReply, i int) []rueidis.RedisMessage {
 	slices.SortFunc(replies, func(a, b masterReply) int { return cmp.Compare(intAt(b, i), intAt(a, i)) })
-	return must(replies[min(rl.quorum, len(replies))-1].res.ToArray())
+	return dropErr(replies[min(rl.quorum, len(replies))-1].res.ToArray())
 }
 
 // renew: renew.lua's reply {holds, fence, ttl, wd, shared, used, size} | {0}. A waiter's
@@ -357,12 +357,12 @@ func (rl *redlock) agreeOnFence(ctx context.Context, lc *lockCall, lease string,
 }
 
 // on runs c on master m alone.
-func (rl *redlock) on(m *master, c call) rueidis.RedisResult {
+func (rl *redlock) on(m *redlockMaster, c call) rueidis.RedisResult {
 	return rl.runner.run(context.Background(), m.client, c.script, c.keys, c.args)
 }
 
 // giveBack gives back, on master m, the hold release names: a grant a majority did not make.
-func (rl *redlock) giveBack(m *master, release call) {
+func (rl *redlock) giveBack(m *redlockMaster, release call) {
 	if err := rl.on(m, release).Error(); err != nil {
 		rl.log.Warn("giving back a grant a majority did not make failed; it runs out with its TTL", "master", m.addr, "err", err)
 	}
@@ -475,8 +475,8 @@ func mostCommon(got []masterReply, ok func(masterReply) bool) []rueidis.RedisMes
 	return rep
 }
 
-// least returns, of the replies that satisfy ok, the one with the least integer at index i.
-func least(got []masterReply, ok func(masterReply) bool, i int) []rueidis.RedisMessage {
+// kthLeast returns, of the replies that satisfy ok, the one with the kthLeast integer at index i.
+func kthLeast(got []masterReply, ok func(masterReply) bool, i int) []rueidis.RedisMessage {
 	var rep []rueidis.RedisMessage
 	low := int64(0)
 	for _, r := range got {
@@ -484,7 +484,7 @@ func least(got []masterReply, ok func(masterReply) bool, i int) []rueidis.RedisM
 			continue
 		}
 		if v := intAt(r, i); rep == nil || v < low {
-			rep, low = must(r.res.ToArray()), v
+			rep, low = dropErr(r.res.ToArray()), v
 		}
 	}
 	return rep
@@ -499,13 +499,13 @@ func greatest(got []masterReply, ok func(masterReply) bool, i int) []rueidis.Red
 			continue
 		}
 		if v := intAt(r, i); rep == nil || v > top {
-			rep, top = must(r.res.ToArray()), v
+			rep, top = dropErr(r.res.ToArray()), v
 		}
 	}
 	return rep
 }
 
-func must(arr []rueidis.RedisMessage, _ error) []rueidis.RedisMessage { return arr }
+func dropErr(arr []rueidis.RedisMessage, _ error) []rueidis.RedisMessage { return arr }
 
 // statusOf is a reply's first integer (-1000 when it has none).
 func statusOf(r masterReply) int64 { return intAt(r, 0) }
@@ -554,7 +554,7 @@ func (rl *redlock) renewDue(ctx context.Context, c call) ([]rueidis.RedisMessage
 	got := f.collect(zeroTime, rl.until(renewed))
 	f.rest(nil)
 	if tally(got, renewed) >= rl.quorum {
-		return least(got, renewed, 1), nil // the earliest next renewal any of them asks for
+		return kthLeast(got, renewed, 1), nil // the earliest next renewal any of them asks for
 	}
 	rep, err := rl.refusal(got, renewed)
 	if err != nil || tally(got, func(r masterReply) bool { return statusOf(r) == 1 }) == 0 {

@@ -31,8 +31,8 @@ func (s *Service) Renew(ctx context.Context, ref Ref, token string, ttl time.Dur
 	g.Token = token
 	s.ledgers.held.extend(ctx, l.Principal, g.TTL+heldSlack, heldMember(l.Ref(), l.ID)) // never shortened
 	if g.Watchdog {
-		s.watchdog.reschedule(ctx, g.Lease, g.TTL)
-	} else if s.ledgers.long != nil {
+		_ = s.watchdog.schedule(ctx, g.Lease, g.TTL, false) // a failure is logged: the old schedule stays
+	} else {
 		s.ledgers.long.track(ctx, l, g.TTL)
 	}
 	if ref.Kind == KindElection { // its log lives as long as it is renewed

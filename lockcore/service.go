@@ -25,8 +25,8 @@ type Service struct {
 	events  *eventHub // this process's live event streams (event_hub.go)
 	// elections are this process's election streams (election_stream.go)
 	elections *electionHub
-	watchdog  *watchdog // the renewals of watchdog leases (watchdog.go)
-	ledgers   ledgers   // what is counted beside the locks: held quota, long holds, contention
+	watchdog  *renewer // the renewals of watchdog leases (watchdog.go)
+	ledgers   ledgers  // what is counted beside the locks: held quota, long holds, contention
 }
 
 // settings are the Service's Options that its operations read.
@@ -197,20 +197,22 @@ func (s *Service) Ping(ctx context.Context) error {
 }
 
 // idem is a request's Idempotency-Key with the window its record is kept for.
-func (s *Service) idem(key string) idempotency {
-	return idempotency{key: key, window: s.cfg.idemWindow}
+func (s *Service) idem(key string) idemKey {
+	return idemKey{key: key, window: s.cfg.idemWindow}
 }
 
-// offered returns the deployment's ErrNotSupported for a kind of lock it lacks (semaphores,
-// elections).
-func (s *Service) offered(ref Ref) error {
-	switch ref.Kind {
-	case KindSemaphore:
-		return s.dep.offers(featureSemaphores)
-	case KindElection:
-		return s.dep.offers(featureElections)
+// observeAcquire tells the observer how an acquire ended.
+func (s *Service) observeAcquire(kind string, g *Grant, err error) {
+	switch {
+	case err != nil:
+		s.observeRefusal(kind, err)
+	case g.Reentered:
+		s.obs.Granted(kind, g.Mode, GrantReentry, 0)
+	case g.Waited > 0:
+		s.obs.Granted(kind, g.Mode, GrantHandOff, g.Waited)
+	default:
+		s.obs.Granted(kind, g.Mode, GrantNew, 0)
 	}
-	return nil
 }
 
 // observeRefusal tells the observer about a 409 or a 410 that err carries.

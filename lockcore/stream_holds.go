@@ -75,8 +75,8 @@ func (st *Stream) resync() {
 	st.adopt(snap)
 }
 
-// apply applies one message of the lock's events.
-func (st *Stream) apply(m *eventMsg) {
+// applyMsg applies one message of the lock's events.
+func (st *Stream) applyMsg(m *eventMsg) {
 	switch {
 	case st.oldEpoch[m.epoch] || (m.epoch == st.epoch && m.seq <= st.seq):
 		return // part of the state the stream already has
@@ -195,10 +195,10 @@ func (st *Stream) holdOf(f int64) *knownHold {
 	return nil
 }
 
-// check runs when the earliest known hold should have run out: it reads the lock again, applies
+// recheck runs when the earliest known hold should have run out: it reads the lock again, applies
 // the events that came before that reading, and reports the holds gone without an event as
 // expired (renewals publish nothing: a hold still there just has a later expiry now).
-func (st *Stream) check() {
+func (st *Stream) recheck() {
 	snap, err := st.snapshot(context.Background())
 	if err != nil {
 		st.armAt(time.Now().Add(retryCheck))
@@ -229,7 +229,7 @@ func (st *Stream) check() {
 			st.stale = true // the events up to the snapshot's were lost on the way
 			continue
 		}
-		st.apply(m)
+		st.applyMsg(m)
 	}
 	if st.ended {
 		return

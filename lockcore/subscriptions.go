@@ -87,7 +87,7 @@ func (ws *waiters) onMessage(m rueidis.PubSubMessage, from int) {
 	}
 	switch f[0] {
 	case "g":
-		ws.deliver(f[1], event{fence: n, from: from})
+		ws.deliver(f[1], waitEvent{fence: n, from: from})
 	case "e":
 		if n >= 0 {
 			ws.checkBy(f[1], time.Now().Add(time.Duration(n)*time.Millisecond+time.Millisecond))

@@ -16,24 +16,6 @@ import (
 	"github.com/google/uuid"
 )
 
-// Lease identifies one grant of a lock: who holds it, under which random lease ID, and its fence.
-type Lease struct {
-	Lock  string `json:"lock"` // the lock's, the semaphore's or the election's name
-	Owner string `json:"owner"`
-	ID    string `json:"lease"`
-	Fence int64  `json:"fence"`
-	// Principal is the authenticated principal that took the lease ("" without authentication,
-	// and then absent from the payload, so that such tokens keep their form). It is signed with
-	// the rest: the handlers refuse a token presented by any other principal.
-	Principal string `json:"principal,omitempty"`
-	// Kind is not in the payload: a semaphore's and an election's tokens are signed in domains of
-	// their own, so that none passes for another kind's.
-	Kind Kind `json:"-"`
-}
-
-// Ref is the lock or semaphore l is a lease on.
-func (l Lease) Ref() Ref { return Ref{l.Kind, l.Lock} }
-
 // tokenPayload is the decoded first half of a token. V versions the format.
 type tokenPayload struct {
 	V int `json:"v"`

@@ -80,12 +80,12 @@ func (wt *waitTurn) await(ctx context.Context, w *waiter, g *Grant) error {
 			}
 			queue = false
 		}
-		var ev event
+		var ev waitEvent
 		ended := false
 		select {
 		case ev = <-w.events:
 		case <-handed.timeout():
-			ev = event{fence: 1} // confirm what was handed over so far
+			ev = waitEvent{fence: 1} // confirm what was handed over so far
 		case <-ctx.Done():
 			ended = true
 		case <-ranOut.C:

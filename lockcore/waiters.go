@@ -38,11 +38,11 @@ type eventSink interface {
 type waiter struct {
 	key    string // its lock's (or semaphore's) key
 	lease  string
-	events chan event
+	events chan waitEvent
 	ready  <-chan struct{} // closed once a grant for it can arrive (see deployment.ready)
 }
 
-type event struct {
+type waitEvent struct {
 	fence   int64 // > 0: the lock was handed to this waiter with this fence
 	requeue bool  // Redis lost this waiter's queue entry: queue again at the original arrival
 	from    int   // which copy of the locks said so: 0 on one Redis, 1 + a RedLock master's index
@@ -55,7 +55,7 @@ func newWaiters(e *engine, replica string, opts Options) *waiters {
 }
 
 // deliver hands ev to the waiter of lease, if it is still here. It never blocks.
-func (ws *waiters) deliver(lease string, ev event) {
+func (ws *waiters) deliver(lease string, ev waitEvent) {
 	ws.mu.Lock()
 	w := ws.byLease[lease]
 	ws.mu.Unlock()
@@ -82,7 +82,7 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 	}
 	key := e.keys(ref).lock
 	// Room for one event per copy of the locks: on RedLock a waiter gathers a majority's hand-offs.
-	w := &waiter{key: key, lease: lease, events: make(chan event, len(e.dep.copies())), ready: e.dep.ready(ws, key)}
+	w := &waiter{key: key, lease: lease, events: make(chan waitEvent, len(e.dep.copies())), ready: e.dep.ready(ws, key)}
 	e.wg.Add(1)
 	ws.byLease[lease] = w
 	hb := ws.heartbeats[key]
@@ -253,11 +253,11 @@ func (ws *waiters) actOnHeartbeat(ref Ref, reply []rueidis.RedisMessage, err err
 	for i := int64(0); i < granted; i++ { // grants whose message may have been lost
 		lease, _ := reply[2+2*i].ToString()
 		fence, _ := reply[3+2*i].AsInt64()
-		ws.deliver(lease, event{fence: fence, from: from})
+		ws.deliver(lease, waitEvent{fence: fence, from: from})
 	}
 	for _, m := range reply[2+2*granted:] {
 		lease, _ := m.ToString()
-		ws.deliver(lease, event{requeue: true})
+		ws.deliver(lease, waitEvent{requeue: true})
 	}
 	next := ws.heartbeat
 	if expiry := time.Duration(wait)*time.Millisecond + time.Millisecond; wait >= 0 && expiry < next {

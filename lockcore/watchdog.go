@@ -12,8 +12,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// watchdog renews watchdog leases on their schedule, which every replica sweeps.
-type watchdog struct {
+// renewer renews renewer leases on their schedule, which every replica sweeps.
+type renewer struct {
 	e                *engine
 	shards           scheduleShards
 	reportsLongHolds bool         // an enrolled lease is entered among the long-hold report's candidates
@@ -27,8 +27,8 @@ type groupRenewer interface {
 	renewGroupDue(ctx context.Context, member string) int64
 }
 
-func newWatchdog(e *engine, groups groupRenewer) *watchdog {
-	return &watchdog{e: e, shards: newScheduleShards(e.space.prefix, e.dep.shards()), reportsLongHolds: e.dep.offers(featureLongHolds) == nil,
+func newWatchdog(e *engine, groups groupRenewer) *renewer {
+	return &renewer{e: e, shards: newScheduleShards(e.space.prefix, e.dep.shards()), reportsLongHolds: e.dep.offers(featureLongHolds) == nil,
 		groups: groups}
 }
 
@@ -38,38 +38,32 @@ const (
 	sweepBatch = 256                    // renewals claimed per round trip
 )
 
-// enroll schedules the first renewal of l, a new watchdog grant of ttl, a third of its TTL from
-// now.
-func (w *watchdog) enroll(ctx context.Context, l Lease, ttl time.Duration) error {
-	shard := w.shards.of(l.Lock)
-	keys := []string{shard.leases}
-	if w.reportsLongHolds { // the long-hold report sweeps its candidates
-		keys = append(keys, shard.candidates)
+// schedule puts l, a watchdog lease of ttl, on the renewal schedule, its next renewal a third of
+// ttl from now. A new lease is enrolled (also among the long-hold candidates): an error leaves it
+// with nobody to renew it. A lease already on it, renewed or re-entered with a TTL that may be
+// shorter, has its renewal moved (one due at the old TTL's third would come too late); a failure
+// to move it is logged and the lease keeps its old schedule. On RedLock a majority of masters must
+// take it, so that losing a minority of them loses no renewal.
+func (w *renewer) schedule(ctx context.Context, l Lease, ttl time.Duration, isNew bool) error {
+	shard, member := w.shards.of(l.Lock), scheduleMember(l)
+	keys, args := []string{shard.leases}, []string{"reschedule", member, ms(ttl / 3)}
+	if isNew {
+		if w.reportsLongHolds { // the long-hold report sweeps its candidates
+			keys = append(keys, shard.candidates)
+		}
+		args = []string{"enroll", member, ms(ttl / 3), candidateMember(l), strconv.FormatInt(l.Fence/1000, 10)}
 	}
-	return w.runSchedule(ctx, keys,
-		"enroll", scheduleMember(l), ms(ttl/3), candidateMember(l), strconv.FormatInt(l.Fence/1000, 10))
-}
-
-// runSchedule runs watchdog_schedule.lua (not 'claim') on every copy of the schedule (on
-// RedLock a majority must take it, so that losing a minority of masters loses no renewal).
-func (w *watchdog) runSchedule(ctx context.Context, keys []string, args ...string) error {
 	_, err := w.e.dep.run(ctx, call{script: scripts.watchdogSchedule, keys: keys, args: args})
-	return err
-}
-
-// reschedule sets a watchdog lease's next renewal to a third of its new TTL from now, after a
-// renewal or re-entry that may have shortened it (a renewal due at the old TTL's third would come
-// too late). A failure is logged: the lease then keeps its old schedule.
-func (w *watchdog) reschedule(ctx context.Context, l Lease, ttl time.Duration) {
-	err := w.runSchedule(ctx, []string{w.shards.of(l.Lock).leases}, "reschedule", scheduleMember(l), ms(ttl/3))
-	if err != nil {
+	if err != nil && !isNew {
 		w.e.log.Warn("rescheduling a watchdog renewal failed", l.Kind.String(), l.Lock, "err", err)
+		return nil
 	}
+	return err
 }
 
 // unschedule takes a released lease off the watchdog schedule and the aged holds. A failure is
 // harmless: the next sweeps find the lease gone and drop it then.
-func (w *watchdog) unschedule(ctx context.Context, l Lease) {
+func (w *renewer) unschedule(ctx context.Context, l Lease) {
 	shard := w.shards.of(l.Lock)
 	if err := w.unlist(ctx, shard.leases, scheduleMember(l), shard.candidates, candidateMember(l)); err != nil {
 		w.e.log.Warn("taking a lease off the watchdog schedule failed; the next sweep does it", l.Kind.String(), l.Lock, "err", err)
@@ -78,7 +72,7 @@ func (w *watchdog) unschedule(ctx context.Context, l Lease) {
 
 // unlist takes member off the watchdog schedule key and candidate off the shard's long-hold candidates (see
 // long_holds.go), on every copy of the schedule.
-func (w *watchdog) unlist(ctx context.Context, schedule, member, candidatesKey, candidate string) error {
+func (w *renewer) unlist(ctx context.Context, schedule, member, candidatesKey, candidate string) error {
 	var err error
 	for _, c := range w.e.dep.copies() {
 		// One call each, not one DoMulti: a Cluster client's DoMulti has panicked on redirects
@@ -91,7 +85,7 @@ func (w *watchdog) unlist(ctx context.Context, schedule, member, candidatesKey, 
 }
 
 // sweep renews due watchdog leases until the Service closes.
-func (w *watchdog) sweep() {
+func (w *renewer) sweep() {
 	e := w.e
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
@@ -118,7 +112,7 @@ func (w *watchdog) sweep() {
 // sweepOnce claims a batch of due renewals from schedule, renews them concurrently with renew
 // (rueidis pipelines the calls) and records the outcome in one script. It returns how many it
 // claimed.
-func (w *watchdog) sweepOnce(c rueidis.Client, schedule string, renew func(context.Context, string) int64) int {
+func (w *renewer) sweepOnce(c rueidis.Client, schedule string, renew func(context.Context, string) int64) int {
 	e := w.e
 	ctx := e.ctx
 	run := runner{obs: e.obs}.run
@@ -177,7 +171,7 @@ func (w *watchdog) sweepOnce(c rueidis.Client, schedule string, renew func(conte
 // clock delays nothing: read in the same round trip, or where the schedule is split into shards
 // (a Cluster's, on several nodes) by a small read-only script on the shard's node, since TIME has
 // no slot and would be read on another node than the schedule's.
-func (w *watchdog) anyDue(ctx context.Context, c rueidis.Client, shard scheduleShard) [2]bool {
+func (w *renewer) anyDue(ctx context.Context, c rueidis.Client, shard scheduleShard) [2]bool {
 	var due [2]bool
 	if len(w.shards) > 1 {
 		r, err := runner{obs: w.e.obs}.run(ctx, c, scripts.watchdogDue, []string{shard.leases, shard.groups}, nil).AsIntSlice()
@@ -213,7 +207,7 @@ func (w *watchdog) anyDue(ctx context.Context, c rueidis.Client, shard scheduleS
 // renewDue renews the lease of one schedule member. It returns when the next renewal is due
 // (Redis time in ms), 0 when the lease leaves the schedule, or -1 when the renewal failed and must
 // be retried.
-func (w *watchdog) renewDue(ctx context.Context, member string) int64 {
+func (w *renewer) renewDue(ctx context.Context, member string) int64 {
 	e := w.e
 	ref, lease, ok := parseScheduleMember(member)
 	if !ok {
@@ -249,7 +243,7 @@ func (w *watchdog) renewDue(ctx context.Context, member string) int64 {
 }
 
 // failed counts and reports a renewal that failed (not one the Service's closing cut short).
-func (w *watchdog) failed(ctx context.Context, err error, what, name string) {
+func (w *renewer) failed(ctx context.Context, err error, what, name string) {
 	if errors.Is(err, context.Canceled) || ctx.Err() != nil || w.e.ctx.Err() != nil {
 		return
 	}

@@ -193,7 +193,7 @@ func (m *Metrics) ScriptCall(name string, failed bool, took time.Duration) {
 func (m *Metrics) RedisError()   { m.redisErrors.Inc() }
 func (m *Metrics) Resubscribed() { m.reconnects.Inc() }
 
-func (m *Metrics) ElectionEvent(event string) {
+func (m *Metrics) ElectionLogged(event string) {
 	switch event {
 	case "proclaimed":
 		m.proclaims.Inc()

@@ -92,7 +92,9 @@ func newHeldEnv(t *testing.T, max int) (*authEnv, [2]*harness.Client) {
 // newHeldEnvOf is newHeldEnv with principals ps.
 func newHeldEnvOf(t *testing.T, ps map[string]*testkit.Principal, max int) (*authEnv, [2]*harness.Client) {
 	t.Helper()
-	quota := map[string]string{"LEASEGATE_QUOTA_HELD": strconv.Itoa(max)}
+	// No rate quota (on by default with an auth file): the polls that wait for a lease's lapse
+	// would otherwise use up a principal's rate and turn the next request away.
+	quota := map[string]string{"LEASEGATE_QUOTA_HELD": strconv.Itoa(max), "LEASEGATE_QUOTA_RATE": "0"}
 	e := newAuthEnvOf(t, ps, quota)
 	quota["LEASEGATE_AUTH_FILE"] = e.path
 	gw2 := harness.NewGateway(t, e.GatewayOptions(e.Gateway.KeyPrefix, quota))
