@@ -273,8 +273,10 @@ func (fc *faultCheck) client(rng *rand.Rand) *harness.Client {
 
 // send is c.Send, counted in the history.
 func (fc *faultCheck) send(ctx context.Context, c *harness.Client, method, path string, h harness.Headers, body string) (*harness.Response, error) {
+	start := time.Now()
 	r, err := c.Send(ctx, method, path, h, body)
 	fc.h.sent(method, path, r, err)
+	fc.h.trace(start, method, path, h, body, r, err)
 	return r, err
 }
 

@@ -99,6 +99,8 @@ type history struct {
 	disturbed                []masterSpan   // RedLock: spans in which a master was down, guarded or stalled
 	crashes                  []string       // gateways that exited on their own: why, and their log tails
 	internal                 []string       // answers 5xx other than 503
+	// trail is every request sent, to spell out what led to a violation.
+	trail []tracedOp
 	// unknownHolds are, per lock, spans in which a lease whose client never read its grant may
 	// hold the lock (an acquire abandoned or cut off just as it was granted): idle time for the
 	// hand-off check, not a hand-off that failed.
@@ -273,6 +275,7 @@ func (h *history) check(p promise, quorum int) *report {
 	}
 	// 2. Mutual exclusion among valid leases.
 	rep.add("mutual exclusion", overlaps(byLock, stayedValid)...)
+	rep.trails = h.trails(byLock, stayedValid)
 	if p == mayLoseGrants {
 		all := overlaps(byLock, func(g *held) bool { return g.confirmed })
 		rep.splitOverlaps = len(all) - len(rep.violations["mutual exclusion"])
@@ -412,6 +415,7 @@ type report struct {
 	idle, waiting        time.Duration
 	longestIdle          []string // the longest spans in which a lock sat idle while requests waited, outside faults
 	election             string   // the election's figures (elections_test.go); "" without one
+	trails               []string // the requests on a lock around each mutual exclusion violation
 }
 
 func (r *report) add(kind string, problems ...string) {
@@ -435,6 +439,9 @@ func (r *report) report(t *testing.T) {
 	}
 	if len(r.lostSeen) > 0 {
 		t.Logf("lost leases (no violation of the promise %q):\n  %s", r.promise, strings.Join(r.lostSeen, "\n  "))
+	}
+	for _, trail := range r.trails {
+		t.Log(trail)
 	}
 	for _, kind := range slices.Sorted(maps.Keys(r.violations)) {
 		ps := r.violations[kind]
