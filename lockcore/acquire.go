@@ -60,7 +60,7 @@ func (s *Service) acquire(ctx context.Context, req *AcquireRequest, g *Grant) (e
 		}
 	}
 	if err == nil {
-		err = s.finishInto(ctx, req, g, s.giveBack)
+		err = s.finishInto(ctx, req, g, (*Service).giveBack)
 	}
 	// A new lease not granted, or a retry granted the first request's lease (counted by that
 	// request), is not counted.

@@ -122,7 +122,7 @@ func (s *Service) takeOffice(ctx context.Context, req AcquireRequest, g Grant, v
 	case !r.ok: // its lease ran out between the grant and the announcement
 		return Leadership{}, s.leaseLost(ctx, g.Lease, "")
 	}
-	if g, err = s.finishGrant(ctx, req, g, s.resignBack); err != nil {
+	if g, err = s.finishGrant(ctx, req, g, (*Service).resignBack); err != nil {
 		return Leadership{}, err
 	}
 	leader := r.state.Leader

@@ -32,9 +32,8 @@ func (s *Service) tryOnce(ctx context.Context, req AcquireRequest, lease string)
 	return s.newGrant(req, lease, r, start), nil
 }
 
-// tryInto is tryOnce into *g, and finishInto finishGrant on *g. Not inlined: their copies of the
-// request and the grant would take room in the frame of their caller, which stays on the stack
-// while it waits.
+// tryInto is tryOnce into *g. Not inlined: its copies of the request and the grant would take
+// room in the frame of its caller, which stays on the stack while it waits.
 //
 //go:noinline
 func (s *Service) tryInto(ctx context.Context, req *AcquireRequest, lease string, g *Grant) (err error) {
@@ -42,30 +41,36 @@ func (s *Service) tryInto(ctx context.Context, req *AcquireRequest, lease string
 	return err
 }
 
+// finishInto is finishGrant on *g, not inlined for the same reason as tryInto.
+//
 //go:noinline
-func (s *Service) finishInto(ctx context.Context, req *AcquireRequest, g *Grant, giveBack func(context.Context, Grant)) (err error) {
+func (s *Service) finishInto(ctx context.Context, req *AcquireRequest, g *Grant, giveBack giveBackFunc) (err error) {
 	*g, err = s.finishGrant(ctx, *req, *g, giveBack)
 	return err
 }
+
+// giveBackFunc gives back a grant its caller cannot keep: (*Service).giveBack for a lock or a
+// semaphore, (*Service).resignBack for an election's leader. A method expression, not a method
+// value: passing it allocates nothing.
+type giveBackFunc func(s *Service, ctx context.Context, g Grant)
 
 // finishGrant finishes a grant: a watchdog lease is put on the renewal schedule, a lease without one
 // joins the long-hold report, and g is given back (giveBack) when ctx ended meanwhile (the caller
 // went away; ctx's error is returned) unless the request carries an Idempotency-Key: its retry
 // collects the grant (giving it back would answer that retry 410, or hand it a lease about to be
 // released).
-func (s *Service) finishGrant(ctx context.Context, req AcquireRequest, g Grant, giveBack func(context.Context, Grant)) (Grant, error) {
+func (s *Service) finishGrant(ctx context.Context, req AcquireRequest, g Grant, giveBack giveBackFunc) (Grant, error) {
 	if g.Watchdog {
 		if err := s.watchdog.schedule(ctx, g.Lease, g.TTL, !g.Reentered); err != nil {
-			giveBack(ctx, g) // a watchdog lease nobody would renew is worse than none
+			giveBack(s, ctx, g) // a watchdog lease nobody would renew is worse than none
 			return Grant{}, err
 		}
-	}
-	if !g.Watchdog { // a long TTL, or a late re-entry (see long_holds.go)
+	} else { // a long TTL, or a late re-entry (see long_holds.go)
 		s.ledgers.long.track(ctx, g.Lease, g.TTL)
 	}
 	if err := ctx.Err(); err != nil {
 		if req.IdempotencyKey == "" {
-			giveBack(ctx, g)
+			giveBack(s, ctx, g)
 		}
 		return Grant{}, err
 	}
