@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,4 +76,33 @@ func TestLeavingWhileTheEnqueueRetriesEndsTheWait(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		require.Fail(t, "the wait outlived its caller: its enqueue's retries did not end with the caller's context")
 	}
+}
+
+// TestAStoppedWaiterStillTakesItsGrant: a stop (the wait's deadline, or Close) leaves one nudge in
+// the waiter's channel however often it comes, and a grant sent after it still finds room, so that
+// the waiter takes the grant rather than passing it on (an event that is in wins, see await).
+func TestAStoppedWaiterStillTakesItsGrant(t *testing.T) {
+	r := harness.NewRedis(t, harness.RedisOptions{})
+	client, err := rueidis.NewClient(ClientOption(r.Addr, ""))
+	require.NoError(t, err)
+	tokens, err := NewTokens([]byte("0123456789abcdef0123"))
+	require.NoError(t, err)
+	s, err := New(client, tokens, Options{KeyPrefix: harness.RandomPrefix()})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close(); client.Close() })
+
+	w, err := s.waiters.join(LockRef("stopped"), "lease-1")
+	require.NoError(t, err)
+	defer s.waiters.leave(w)
+	var stops sync.WaitGroup
+	for range 3 { // the deadline's timer and Close, racing
+		stops.Go(w.stop)
+	}
+	stops.Wait()
+	s.waiters.deliver("lease-1", event{fence: 7})
+	ev, in := w.pending()
+	require.True(t, in, "the grant found room beside the nudge")
+	assert.Equal(t, int64(7), ev.fence)
+	_, in = w.pending()
+	assert.False(t, in, "one nudge, one grant: nothing else")
 }

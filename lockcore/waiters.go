@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -33,25 +34,70 @@ type eventSink interface {
 	resyncEarly(match func(key string) bool)
 }
 
-// waiter is one waiting Acquire. Its events channel receives grants addressed to it and requests
-// to queue again; sends never block (a full channel already holds something to act on).
+// waiter is one waiting Acquire. Its events channel receives grants addressed to it, requests
+// to queue again and nudges after a stop; sends never block (a full channel already holds
+// something to act on, and stopped stays set).
 type waiter struct {
-	key    string // its lock's (or semaphore's) key
-	lease  string
-	events chan event
-	ready  <-chan struct{} // closed once a grant for it can arrive (see deployment.ready)
+	key     string // its lock's (or semaphore's) key
+	lease   string
+	events  chan event
+	ready   <-chan struct{} // closed once a grant for it can arrive (see deployment.ready)
+	stopped atomic.Bool     // its wait ran out or the Service is closing (see stop)
 }
 
 type event struct {
 	fence   int64 // > 0: the lock was handed to this waiter with this fence
 	requeue bool  // Redis lost this waiter's queue entry: queue again at the original arrival
+	stop    bool  // a nudge: see waiter.stop
 	from    int   // which copy of the locks said so: 0 on one Redis, 1 + a RedLock master's index
 }
 
-// newWaiters returns the process's waiters; start them (listen) once events is set.
+// stop ends w's wait: its deadline passed or the Service is closing. The waiting goroutine checks
+// stopped before it blocks, and the nudge wakes it if it already did. There is at most one nudge,
+// and the channel has room for it beside the events (see join).
+func (w *waiter) stop() {
+	if w.stopped.Swap(true) {
+		return
+	}
+	select {
+	case w.events <- event{stop: true}:
+	default:
+	}
+}
+
+// pending returns an event in w's channel other than a nudge, if there is one.
+func (w *waiter) pending() (event, bool) {
+	for {
+		select {
+		case ev := <-w.events:
+			if !ev.stop {
+				return ev, true
+			}
+		default:
+			return event{}, false
+		}
+	}
+}
+
+// newWaiters returns the process's waiters; start them (listen) once events is set. Close stops
+// every waiter (see waiter.stop).
 func newWaiters(e *engine, replica string, opts Options) *waiters {
-	return &waiters{e: e, replica: replica, max: opts.MaxWaiters, heartbeat: opts.Heartbeat,
+	ws := &waiters{e: e, replica: replica, max: opts.MaxWaiters, heartbeat: opts.Heartbeat,
 		byLease: map[string]*waiter{}, heartbeats: map[string]*lockHeartbeat{}}
+	e.wg.Go(func() {
+		<-e.ctx.Done()
+		ws.stopAll()
+	})
+	return ws
+}
+
+// stopAll stops every waiter; join refuses new ones once the Service's context ended.
+func (ws *waiters) stopAll() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, w := range ws.byLease {
+		w.stop()
+	}
 }
 
 // deliver hands ev to the waiter of lease, if it is still here. It never blocks.
@@ -81,8 +127,9 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 		return nil, ErrTooManyWaiters
 	}
 	key := e.keys(ref).lock
-	// Room for one event per copy of the locks: on RedLock a waiter gathers a majority's hand-offs.
-	w := &waiter{key: key, lease: lease, events: make(chan event, len(e.dep.copies())), ready: e.dep.ready(ws, key)}
+	// Room for one event per copy of the locks (on RedLock a waiter gathers a majority's
+	// hand-offs), and for the nudge of a stop.
+	w := &waiter{key: key, lease: lease, events: make(chan event, len(e.dep.copies())+1), ready: e.dep.ready(ws, key)}
 	e.wg.Add(1)
 	ws.byLease[lease] = w
 	hb := ws.heartbeats[key]
@@ -149,7 +196,7 @@ type lockHeartbeat struct {
 	// args is the last beat's ARGV (the common ones, then the leases), kept for the next beat once
 	// every copy of the locks answered it: a beat then makes no garbage of its own. With 10,000
 	// waiters on one lock a beat's ARGV takes 160 KB; remade four times a second, that garbage
-	// kept ~15 MB more RSS between collections (go run ./bench -only waitmem). Only beat uses it.
+	// kept ~20 MB more RSS between collections (go run ./bench -only waitmem). Only beat uses it.
 	args []string
 }
 
