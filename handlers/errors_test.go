@@ -139,7 +139,7 @@ func TestWriteError(t *testing.T) {
 			for k, v := range tc.header {
 				r.Header.Set(k, v)
 			}
-			r = r.WithContext(context.WithValue(r.Context(), requestKey{}, &requestInfo{id: "req-42"}))
+			r = r.WithContext(context.WithValue(r.Context(), requestKey{}, &requestInfo{rec: statusRecorder{id: "req-42"}}))
 			w := httptest.NewRecorder()
 
 			writeError(w, r, log, tc.err)

@@ -138,6 +138,73 @@ func TestManyWaitersOnOneLockStayInLine(t *testing.T) {
 	}
 }
 
+// TestHeartbeatFollowsAChangingCrowd: a lock's heartbeat keeps its call's arguments from one beat
+// to the next (waiters.go). While most of a crowd leaves and others join between beats, every
+// waiter still here stays in line through several liveness windows, none that left comes back,
+// and the lock then goes to those still waiting in arrival order.
+func TestHeartbeatFollowsAChangingCrowd(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{})
+	ctx := context.Background()
+	const lock = "churn"
+	holder := w.hold(t, w.svc, lock, "holder", time.Minute)
+	type waiting struct {
+		cancel context.CancelFunc
+		res    <-chan acquired
+	}
+	first := make([]waiting, 300)
+	for i := range first { // one at a time: their order in line is known
+		wctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
+		first[i] = waiting{cancel, acquireAsync(wctx, w.svc, lockcore.AcquireRequest{Lock: lock, Owner: "first", TTL: time.Minute, Wait: time.Minute})}
+		w.awaitWaiters(t, lock, int64(i+1))
+	}
+	for _, x := range first[10:] { // the crowd shrinks to 10 between beats
+		x.cancel()
+	}
+	for i, x := range first[10:] {
+		r := receive(t, x.res, 10*time.Second, fmt.Sprintf("cancelled waiter %d", i))
+		require.ErrorIs(t, r.err, context.Canceled)
+	}
+	w.awaitWaiters(t, lock, 10)
+	secondCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	second := make(chan acquired, 50)
+	for range 50 { // and grows to 60
+		go func() {
+			g, err := w.svc.Acquire(secondCtx, lockcore.AcquireRequest{Lock: lock, Owner: "second", TTL: time.Minute, Wait: time.Minute})
+			second <- acquired{g, err}
+		}()
+	}
+	w.awaitWaiters(t, lock, 60)
+	// Four liveness windows: an entry the heartbeat stopped refreshing would have been pruned, and
+	// one it kept refreshing for a waiter that left would still count.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); <-time.After(250 * time.Millisecond) {
+		st, err := w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
+		require.NoError(t, err)
+		require.Equal(t, int64(60), st.Waiters, "every waiter still here stays in line, and only they")
+	}
+	require.Equal(t, "60", w.redis.MustDo(t, "ZCARD", w.key(lock, ":q")))
+
+	token := holder.Token
+	for i := range 60 {
+		_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: token})
+		require.NoError(t, err)
+		res := (<-chan acquired)(second)
+		if i < 10 {
+			res = first[i].res
+		}
+		r := receive(t, res, 10*time.Second, fmt.Sprintf("grant %d", i))
+		require.NoError(t, r.err)
+		want := "first"
+		if i >= 10 {
+			want = "second"
+		}
+		require.Equal(t, want, r.grant.Owner, "grant %d goes to the longest waiting", i)
+		token = r.grant.Token
+	}
+}
+
 // TestDeadReplicasQueueExpires queues a waiter the way a replica does and never refreshes it, as
 // when that replica dies: the queue keys must leave Redis by themselves (ten liveness windows
 // after the last enqueue or heartbeat), even though nobody touches the lock again.
