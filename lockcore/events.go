@@ -178,7 +178,7 @@ func (st *Stream) Next(ctx context.Context) (Event, error) {
 			if st.stale {
 				st.retrying = false
 			} else {
-				st.recheck()
+				st.reread()
 			}
 		case <-ctx.Done():
 			return Event{}, ctx.Err()

@@ -59,7 +59,7 @@ func (lh *longHolds) track(ctx context.Context, l Lease, ttl time.Duration) {
 	}
 }
 
-// OldHold is one hold older than Options.OldHold.
+// OldHold is one hold older than Options.LongHold.
 type OldHold struct {
 	Ref       Ref
 	Owner     string

@@ -219,7 +219,7 @@ func (rl *redlock) counts(m *redlockMaster) bool {
 
 // checkMaster asks m which Redis process it is and records the answer on m (redlock_guard.lua): a
 // process other than the recorded one, or no record unless fresh, starts its restart guard. The
-// checkMaster vouches for the connections opened before it began; it runs again (up to three times)
+// check vouches for the connections opened before it began; it runs again (up to three times)
 // while new ones open meanwhile.
 func (rl *redlock) checkMaster(ctx context.Context, m *redlockMaster, fresh bool) error {
 	for range 3 {

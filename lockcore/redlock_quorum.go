@@ -475,8 +475,8 @@ func mostCommon(got []masterReply, ok func(masterReply) bool) []rueidis.RedisMes
 	return rep
 }
 
-// kthLeast returns, of the replies that satisfy ok, the one with the kthLeast integer at index i.
-func kthLeast(got []masterReply, ok func(masterReply) bool, i int) []rueidis.RedisMessage {
+// leastAt returns, of the replies that satisfy ok, the one with the least integer at index i.
+func leastAt(got []masterReply, ok func(masterReply) bool, i int) []rueidis.RedisMessage {
 	var rep []rueidis.RedisMessage
 	low := int64(0)
 	for _, r := range got {
@@ -554,7 +554,7 @@ func (rl *redlock) renewDue(ctx context.Context, c call) ([]rueidis.RedisMessage
 	got := f.collect(zeroTime, rl.until(renewed))
 	f.rest(nil)
 	if tally(got, renewed) >= rl.quorum {
-		return kthLeast(got, renewed, 1), nil // the earliest next renewal any of them asks for
+		return leastAt(got, renewed, 1), nil // the earliest next renewal any of them asks for
 	}
 	rep, err := rl.refusal(got, renewed)
 	if err != nil || tally(got, func(r masterReply) bool { return statusOf(r) == 1 }) == 0 {

@@ -195,10 +195,10 @@ func (st *Stream) holdOf(f int64) *knownHold {
 	return nil
 }
 
-// recheck runs when the earliest known hold should have run out: it reads the lock again, applies
+// reread runs when the earliest known hold should have run out: it reads the lock again, applies
 // the events that came before that reading, and reports the holds gone without an event as
 // expired (renewals publish nothing: a hold still there just has a later expiry now).
-func (st *Stream) recheck() {
+func (st *Stream) reread() {
 	snap, err := st.snapshot(context.Background())
 	if err != nil {
 		st.armAt(time.Now().Add(retryCheck))

@@ -45,6 +45,7 @@ type waiter struct {
 	stopped atomic.Bool     // its wait ran out or the Service is closing (see stop)
 }
 
+// waitEvent is what a waiter is told: the lock is handed to it, or it must queue again, or stop.
 type waitEvent struct {
 	fence   int64 // > 0: the lock was handed to this waiter with this fence
 	requeue bool  // Redis lost this waiter's queue entry: queue again at the original arrival

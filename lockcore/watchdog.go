@@ -12,7 +12,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// renewer renews renewer leases on their schedule, which every replica sweeps.
+// renewer renews watchdog leases on their schedule, which every replica sweeps.
 type renewer struct {
 	e                *engine
 	shards           scheduleShards
@@ -27,7 +27,7 @@ type groupRenewer interface {
 	renewGroupDue(ctx context.Context, member string) int64
 }
 
-func newWatchdog(e *engine, groups groupRenewer) *renewer {
+func newRenewer(e *engine, groups groupRenewer) *renewer {
 	return &renewer{e: e, shards: newScheduleShards(e.space.prefix, e.dep.shards()), reportsLongHolds: e.dep.offers(featureLongHolds) == nil,
 		groups: groups}
 }
