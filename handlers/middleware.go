@@ -171,9 +171,9 @@ func accessLog(log *slog.Logger, policy AccessLog, m Metrics, routes chi.Routes)
 	}
 }
 
-// newRequestInfo gives a request its ID (X-Request-Id: the client's when sane, else ours, echoed in
-// the answer by the status recorder) and its status recorder. Apart from accessLog's closure, whose frame stays on the
-// stack of a waiting request.
+// newRequestInfo gives a request its ID (X-Request-Id: the client's when sane, else ours, which the
+// status recorder echoes in the answer) and its status recorder. Apart from accessLog's closure,
+// whose frame stays on the stack of a waiting request.
 func newRequestInfo(w http.ResponseWriter, r *http.Request) *requestInfo {
 	id := r.Header.Get(requestIDHeader)
 	if !saneID(id) {
