@@ -82,14 +82,7 @@ func TestLeavingWhileTheEnqueueRetriesEndsTheWait(t *testing.T) {
 // the waiter's channel however often it comes, and a grant sent after it still finds room, so that
 // the waiter takes the grant rather than passing it on (an event that is in wins, see await).
 func TestAStoppedWaiterStillTakesItsGrant(t *testing.T) {
-	r := harness.NewRedis(t, harness.RedisOptions{})
-	client, err := rueidis.NewClient(ClientOption(r.Addr, ""))
-	require.NoError(t, err)
-	tokens, err := NewTokens([]byte("0123456789abcdef0123"))
-	require.NoError(t, err)
-	s, err := New(client, tokens, Options{KeyPrefix: harness.RandomPrefix()})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close(); client.Close() })
+	_, s, _ := newInternalService(t)
 
 	w, err := s.waiters.join(LockRef("stopped"), "lease-1")
 	require.NoError(t, err)
