@@ -78,10 +78,10 @@ func (s *Service) Campaign(ctx context.Context, req CampaignRequest) (Leadership
 		return Leadership{}, err
 	}
 	var (
-		g Grant
-		l Leadership
+		g   Grant
+		l   Leadership
+		err error
 	)
-	var err error
 	if areq.Wait > 0 {
 		g, err = s.waitAs(ctx, areq, lease)
 	} else {
