@@ -118,18 +118,7 @@ func TestCLIElectStopsTheCommandBeforeTheLeadCanLapse(t *testing.T) {
 	e := newEnv(t, nil)
 	gw2 := harness.NewGateway(t, e.GatewayOptions(e.Gateway.KeyPrefix, nil))
 	c2 := harness.NewClient(t, gw2.URL)
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	script := `echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; trap '' TERM; while true; do sleep 0.05; done`
-	done := e.startCLI(t, "elect", "lapse", "--value", "a", "--ttl", "2s", "--", "sh", "-c", script, pidFile)
-	var pid int
-	harness.Eventually(t, 10*time.Second, "the command to start", func() bool {
-		b, err := os.ReadFile(pidFile)
-		if err != nil {
-			return false
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil
-	})
+	done, pid := e.startStubborn(t, "elect", "lapse", "--value", "a", "--ttl", "2s")
 	elected := make(chan time.Time, 1)
 	go func() {
 		r := c2.Do(http.MethodPost, "/elections/lapse", nil, `{"owner":"next","value":"b","ttl_ms":30000,"wait_ms":20000}`)

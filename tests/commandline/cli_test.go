@@ -202,18 +202,7 @@ func TestCLIRunStopsTheCommandBeforeTheLeaseCanLapse(t *testing.T) {
 	e := newEnv(t, nil)
 	gw2 := harness.NewGateway(t, e.GatewayOptions(e.Gateway.KeyPrefix, nil))
 	c2 := harness.NewClient(t, gw2.URL)
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	script := `echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; trap '' TERM; while true; do sleep 0.05; done`
-	done := e.startCLI(t, "run", "--lock", "lapse", "--ttl", "2s", "--", "sh", "-c", script, pidFile)
-	var pid int
-	harness.Eventually(t, 10*time.Second, "the command to start", func() bool {
-		b, err := os.ReadFile(pidFile)
-		if err != nil {
-			return false
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil
-	})
+	done, pid := e.startStubborn(t, "run", "--lock", "lapse", "--ttl", "2s")
 	granted := make(chan time.Time, 1)
 	go func() {
 		r := c2.Do(http.MethodPost, "/locks/lapse", nil, `{"owner":"next","ttl_ms":30000,"wait_ms":20000}`)
@@ -351,6 +340,25 @@ func TestCLIRunAfterALongWaitKeepsTheCommand(t *testing.T) {
 	e.Hold(t, e.Client, "long-wait", "holder", 2500) // expires in 2.5 s
 	r := e.cli(t, "run", "--lock", "long-wait", "--wait", "10s", "--ttl", "2s", "--", "sh", "-c", "sleep 1; exit 4")
 	assert.Equal(t, 4, r.code, r.stderr)
+}
+
+// startStubborn starts the CLI with args and, as its command, a shell that ignores SIGTERM, and
+// returns the CLI's run and the command's process ID once it started.
+func (e *env) startStubborn(t *testing.T, args ...string) (<-chan cliRun, int) {
+	t.Helper()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	script := `echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; trap '' TERM; while true; do sleep 0.05; done`
+	done := e.startCLI(t, append(args, "--", "sh", "-c", script, pidFile)...)
+	var pid int
+	harness.Eventually(t, 10*time.Second, "the command to start", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	return done, pid
 }
 
 // awaitGone waits for process pid to be gone and returns about when it went.
