@@ -13,8 +13,9 @@
 //     out: oneRedis (deploy_one_redis.go: standalone or Sentinel, with replica_acks.go), redisCluster
 //     (deploy_cluster.go, slots.go) and redlock (redlock.go: the masters and their restart guard;
 //     redlock_quorum.go: their replies made one). Nothing else asks which one it runs on;
-//   - waiters (waiters.go: this process's waiting acquires and the heartbeat of each lock they wait
-//     on; subscriptions.go: the grant channels they listen to);
+//   - waiters (waiters.go: this process's waiting acquires; heartbeat.go: how they are kept in
+//     line, for every lock they wait on at once; subscriptions.go: the grant channels they listen
+//     to);
 //   - the watchdog (watchdog.go: its renewer), which renews watchdog leases on a schedule every
 //     replica sweeps;
 //   - the ledgers: the held quota (held_quota.go), the long-hold report (long_holds.go) and the most
@@ -55,8 +56,9 @@
 //     comes back within TicketGrace.
 //   - idempotency record: the first answer to a request sent with an Idempotency-Key, kept in
 //     Redis so that its retries answer the same and change nothing (keys.idempotency).
-//   - heartbeat: one script per lock with local waiters, every Heartbeat: it keeps their queue
-//     entries alive and finds what pub/sub lost.
+//   - heartbeat: every Heartbeat, one keepalive script per batch of locks with local waiters keeps
+//     their queue entries alive; a lock it names (and one whose holder expires, and every one on a
+//     re-subscription) gets the heartbeat script, which finds what pub/sub lost.
 //   - schedule member: a watchdog lease's entry in the schedule (wire.go).
 //   - long-hold candidate: a hold that may live past LongHold, entered in the shard's "aged"
 //     zset, which the long-hold report sweeps (long_holds.go).

@@ -46,6 +46,8 @@ func newScript(name, src string, use scriptUse) *script {
 var scripts = struct {
 	// On one lock (or semaphore), built on lib.lua: KEYS and the leading ARGV come from lockCall.
 	acquire, reenter, release, renew, dequeue, heartbeat, force *script
+	// One replica's waiters on many locks at once.
+	keepalive *script
 	// On several locks at once, built on lib.lua.
 	multiAcquire, multiRelease, multiRenew *script
 	// Reading a lock, its line (for the listings), and its live events; whether a lease was
@@ -68,6 +70,7 @@ var scripts = struct {
 	renew:            newScript("renew", luascripts.Renew, grantsHolds),
 	dequeue:          newScript("dequeue", luascripts.Dequeue, writes),
 	heartbeat:        newScript("heartbeat", luascripts.Heartbeat, writes),
+	keepalive:        newScript("keepalive", luascripts.Keepalive, writes),
 	force:            newScript("force", luascripts.Force, writes),
 	multiAcquire:     newScript("multi_acquire", luascripts.MultiAcquire, grantsHolds),
 	multiRelease:     newScript("multi_release", luascripts.MultiRelease, writes),

@@ -16,8 +16,8 @@ func (ws *waiters) replicaID() string { return ws.replica }
 // follow keeps the subscription f describes alive until the Service closes, on a goroutine of
 // its own. rueidis re-subscribes by itself after a lost connection (a Cluster slot's sharded
 // subscription ends when the slot moves, and is made again here); messages published during the
-// gap are lost, so every (re)subscription makes each heartbeat check its lock at once, and the
-// event streams of its locks read them again. confirmed (if set) runs on each confirmation first.
+// gap are lost, so every (re)subscription has the heartbeat check every lock with local waiters at
+// once, and the event streams of its locks read them again. confirmed (if set) runs on each confirmation first.
 func (ws *waiters) follow(f feed, confirmed func(first bool)) {
 	e := ws.e
 	kind := "subscribe"

@@ -28,7 +28,7 @@ func (s *Service) waitAs(ctx context.Context, req AcquireRequest, lease string) 
 // The waiter registers with this process's waiters before it enqueues in Redis, so a grant
 // published right after the enqueue still finds it. Grants are direct hand-offs: the script that
 // frees the lock gives it to the queue head (FIFO across replicas) and publishes one message to
-// that waiter's replica, which confirms the grant here by setting the waiter's TTL. The lock's
+// that waiter's replica, which confirms the grant here by setting the waiter's TTL. The
 // heartbeat (heartbeat.go) keeps the waiter in line and tells it when Redis lost its entry; a
 // waiter rides out Redis errors until its wait ends, queueing again at its original arrival.
 //

@@ -6,7 +6,8 @@ local function dequeue(lease)
   redis.call('HDEL', qm, lease)
 end
 
--- keep_queue pushes the queue keys' expiry forward; the living call it on every enqueue and heartbeat.
+-- keep_queue pushes the queue keys' expiry forward; the living call it on every enqueue, keepalive and
+-- heartbeat.
 local function keep_queue()
   redis.call('PEXPIRE', q, queue_ttl_ms)
   redis.call('PEXPIRE', qd, queue_ttl_ms)

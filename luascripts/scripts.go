@@ -13,7 +13,7 @@
 //	            and it expires LEASEGATE_FENCE_TTL (default 10 min) after the last grant under it.
 //	            No key is kept per lock name: a free name leaves nothing in Redis
 //	P{N}:q, P{N}:qd, P{N}:qm   the wait queue (see lib.lua); they exist only while someone waits,
-//	            and expire ten liveness windows after the last enqueue or heartbeat
+//	            and expire ten liveness windows after the last enqueue, keepalive or heartbeat
 //	Pwatchdog   zset "<N>\n<lease>" -> when its next renewal is due (ms, Redis time): the watchdog
 //	            schedule every replica sweeps (see watchdog_schedule.lua and watchdog_renew.lua)
 //	Pwatchdog:multi  zset "<group lease>\n<x|s>\n<member>\n<member>..." -> the same, for
@@ -92,8 +92,16 @@ var Dequeue = lib + dequeue
 //go:embed heartbeat.lua
 var heartbeat string
 
-// Heartbeat keeps one replica's waiters for a lock in line and notices the holder's expiry.
+// Heartbeat looks after one lock for one replica's waiters: it keeps them in line, hands a lock
+// whose holder expired on, and finds grants and queue entries that pub/sub or Redis lost.
 var Heartbeat = lib + heartbeat
+
+//go:embed keepalive.lua
+var keepalive string
+
+// Keepalive keeps one replica's waiters in line on many locks at once, and names the locks that
+// need Heartbeat.
+var Keepalive = lib + keepalive
 
 //go:embed reenter.lua
 var reenter string
