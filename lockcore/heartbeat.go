@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -39,6 +38,7 @@ type lockHeartbeat struct {
 
 	due      time.Time // when tend runs heartbeat.lua on it next; zero: when something asks
 	checking bool      // heartbeat.lua runs on it now
+	keeping  bool      // a keepalive call on it is on its way
 
 	// args is the last check's ARGV (the common ones, then the leases), kept for the next check
 	// once every copy of the locks answered it: a check then makes no garbage of its own (with
@@ -62,10 +62,10 @@ const (
 	// no more locks once it carries this many leases (a lock's leases all go in one call). Redis
 	// runs one call at a time, so a call must stay short: each lock takes it a few commands.
 	keepaliveLocks, keepaliveLeases = 100, 1000
-	// heartbeatCalls bounds the heartbeat's calls on their way at once, for each loop.
-	heartbeatCalls = 16
 	// beatRetry is how soon a beat follows one that failed.
 	beatRetry = 100 * time.Millisecond
+	// keptBufs bounds the call buffers kept for the next beat.
+	keptBufs = 1024
 )
 
 // checkBy makes the lock (or semaphore) with key due for a check by at, e.g. when its holder's
@@ -124,46 +124,36 @@ type keepalive struct {
 type callBuf struct{ keys, args []string }
 
 // keepAlive runs one beat: keepalive.lua on every batch of locks with local waiters (see
-// keepalives), at most heartbeatCalls at once, each on every copy of the locks; a lock that any
-// copy names becomes due for a check now. It returns once every call answered (on RedLock, a
-// majority of masters, or after a Heartbeat), reporting whether none failed.
+// keepalives), each call on a goroutine of its own and on every copy of the locks; a lock that
+// any copy names becomes due for a check now. It returns once every call answered (on RedLock, a
+// majority of masters), reporting whether none failed, or after a Heartbeat: a call stalled on
+// one Redis (a Cluster master failing over, a slot moving) must not hold up the beats of locks
+// elsewhere, whose waiters would drop out of line. The next beats leave the stalled call's locks
+// out until it returns.
 func (ws *waiters) keepAlive() bool {
 	calls := ws.keepalives()
-	var failed atomic.Bool
-	var wg sync.WaitGroup
-	limit := make(chan struct{}, heartbeatCalls)
-	for i, k := range calls {
-		limit <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-limit }()
-			all, ok := ws.keep(k)
-			if !ok {
-				failed.Store(true)
-			}
-			if !all {
-				k.buf = nil // a call still on its way may not have read it yet
-			}
-			calls[i] = k
-		})
-	}
-	wg.Wait()
-	// The calls' buffers serve the next beat's calls, which are about as many and as long.
-	ws.mu.Lock()
-	ws.beatBufs = ws.beatBufs[:0]
+	done := make(chan bool, len(calls))
 	for _, k := range calls {
-		if k.buf != nil {
-			clear(k.buf.keys)
-			clear(k.buf.args) // holds no lease of a waiter that left
-			ws.beatBufs = append(ws.beatBufs, k.buf)
+		ws.e.wg.Go(func() { done <- ws.keep(k) })
+	}
+	t := time.NewTimer(ws.heartbeat)
+	defer t.Stop()
+	ok := true
+	for range calls {
+		select {
+		case r := <-done:
+			ok = ok && r
+		case <-t.C:
+			return ok
 		}
 	}
-	ws.mu.Unlock()
-	return !failed.Load()
+	return ok
 }
 
-// keepalives returns a beat's calls: the locks with local waiters by slot (the keys of one call
-// share a slot on Redis Cluster), in batches of up to keepaliveLocks locks or keepaliveLeases
-// leases, with their KEYS and ARGV made in the last beat's buffers.
+// keepalives returns a beat's calls: the locks with local waiters and no keepalive call on its
+// way, by slot (the keys of one call share a slot on Redis Cluster), in batches of up to
+// keepaliveLocks locks or keepaliveLeases leases, with their KEYS and ARGV made in buffers that
+// earlier beats' calls left (see keep).
 func (ws *waiters) keepalives() []keepalive {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -172,7 +162,10 @@ func (ws *waiters) keepalives() []keepalive {
 	}
 	locks := make([]*lockHeartbeat, 0, len(ws.heartbeats))
 	for _, hb := range ws.heartbeats {
-		locks = append(locks, hb)
+		if !hb.keeping {
+			hb.keeping = true
+			locks = append(locks, hb)
+		}
 	}
 	slices.SortFunc(locks, func(a, b *lockHeartbeat) int { return a.slot - b.slot })
 	var calls []keepalive
@@ -183,19 +176,20 @@ func (ws *waiters) keepalives() []keepalive {
 			leases += len(locks[end].leases)
 			end++
 		}
-		calls = append(calls, ws.keepaliveOf(locks[start:end:end], leases, len(calls)))
+		calls = append(calls, ws.keepaliveOf(locks[start:end:end], leases))
 		start = end
 	}
 	return calls
 }
 
-// keepaliveOf makes the call of keepalive.lua on locks (of one slot, with leases leases in all)
-// in the i-th buffer of the last beat when it fits. Called with ws.mu held.
-func (ws *waiters) keepaliveOf(locks []*lockHeartbeat, leases, i int) keepalive {
+// keepaliveOf makes the call of keepalive.lua on locks (of one slot, with leases leases in all),
+// in a buffer an earlier call left when there is one. Called with ws.mu held.
+func (ws *waiters) keepaliveOf(locks []*lockHeartbeat, leases int) keepalive {
 	nKeys, nArgs := 7*len(locks), 6+2*len(locks)+leases
 	buf := &callBuf{}
-	if i < len(ws.beatBufs) {
-		buf = ws.beatBufs[i]
+	if n := len(ws.beatBufs); n > 0 {
+		buf, ws.beatBufs[n-1] = ws.beatBufs[n-1], nil
+		ws.beatBufs = ws.beatBufs[:n-1]
 	}
 	buf.keys, buf.args = fit(buf.keys, nKeys), fit(buf.args, nArgs)
 	buf.args = append(buf.args, ws.e.commonArgs(locks[0].keys[0], locks[0].kind)...)
@@ -219,8 +213,26 @@ func fit(s []string, n int) []string {
 }
 
 // keep runs the keepalive call k on every copy of the locks and makes the locks a copy names due
-// for a check now. It reports whether every copy answered (all) and whether none failed (ok).
-func (ws *waiters) keep(k keepalive) (all, ok bool) {
+// for a check now; it reports whether no copy failed. Once every copy answered, k's buffer serves
+// a later call (the next beat's are about as many and as long): a call still on its way may not
+// have read it yet.
+func (ws *waiters) keep(k keepalive) (ok bool) {
+	all, ok := ws.runKeepalive(k)
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, hb := range k.locks {
+		hb.keeping = false
+	}
+	if all && len(ws.beatBufs) < keptBufs {
+		clear(k.buf.keys)
+		clear(k.buf.args) // holds no lease of a waiter that left
+		ws.beatBufs = append(ws.beatBufs, k.buf)
+	}
+	return ok
+}
+
+// runKeepalive runs k (see keep); it reports whether every copy answered (all) and whether none failed.
+func (ws *waiters) runKeepalive(k keepalive) (all, ok bool) {
 	c := call{script: scripts.keepalive, keys: k.buf.keys, args: k.buf.args}
 	var mu sync.Mutex
 	answered, failed := 0, false
@@ -254,24 +266,16 @@ func (ws *waiters) keep(k keepalive) (all, ok bool) {
 	return answered == len(ws.e.dep.copies()), !failed
 }
 
-// tend runs heartbeat.lua on each lock when it is due (see the top of this file), at most
-// heartbeatCalls at once, until the Service closes.
+// tend runs heartbeat.lua on each lock when it is due (see the top of this file), each check on
+// a goroutine of its own (a check stalled on one Redis must not hold up the others), until the
+// Service closes.
 func (ws *waiters) tend() {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	limit := make(chan struct{}, heartbeatCalls)
 	for {
 		due, next := ws.takeDue(time.Now())
 		for _, hb := range due {
-			select {
-			case limit <- struct{}{}:
-			case <-ws.e.ctx.Done():
-				return
-			}
-			ws.e.wg.Go(func() {
-				defer func() { <-limit }()
-				ws.check(hb)
-			})
+			ws.e.wg.Go(func() { ws.check(hb) })
 		}
 		wait := time.Hour
 		if !next.IsZero() {

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/lockcore"
 )
 
@@ -139,4 +141,61 @@ func TestLostQueueEntryQueuesAgain(t *testing.T) {
 	r := receive(t, wait, 3*time.Second, "the waiter's grant")
 	require.NoError(t, r.err)
 	assert.Equal(t, "waiter", r.grant.Owner)
+}
+
+// TestClusterStalledMasterDoesNotStallOtherWaiters: on Redis Cluster one master stalls (DEBUG
+// SLEEP, shorter than the cluster's node timeout, so no failover) while this replica has a waiter
+// on a lock there and one on a lock of another master. The beat must go on for the healthy master
+// (a beat that waited for the stalled call would let that waiter's entry lapse after 750 ms), and
+// a release there meanwhile hands the lock to its waiter at once.
+func TestClusterStalledMasterDoesNotStallOtherWaiters(t *testing.T) {
+	t.Parallel()
+	rig := harness.NewClusterRig(t, harness.ClusterOptions{NodeTimeout: 15 * time.Second})
+	client, err := rueidis.NewClient(lockcore.Tune(rueidis.ClientOption{InitAddress: rig.SeedAddrs()}))
+	require.NoError(t, err)
+	tokens, err := lockcore.NewTokens([]byte("0123456789abcdef0123"))
+	require.NoError(t, err)
+	prefix := harness.RandomPrefix()
+	svc, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { svc.Close(); client.Close() })
+	key := func(name, suffix string) string { return prefix + "{" + name + "}" + suffix }
+
+	stalled, healthy := "stalled", ""
+	stalledNode := rig.NodeForKey(key(stalled, ""))
+	for i := 0; healthy == ""; i++ {
+		if name := "healthy-" + strconv.Itoa(i); rig.NodeForKey(key(name, "")).Addr != stalledNode.Addr {
+			healthy = name
+		}
+	}
+	healthyNode := rig.NodeForKey(key(healthy, ""))
+	ctx := context.Background()
+	hold := func(name string) lockcore.Grant {
+		g, err := svc.Acquire(ctx, lockcore.AcquireRequest{Lock: name, Owner: "holder", TTL: time.Minute})
+		require.NoError(t, err)
+		return g
+	}
+	hold(stalled)
+	holder := hold(healthy)
+	acquireAsync(ctx, svc, lockcore.AcquireRequest{Lock: stalled, Owner: "waiter", TTL: time.Minute, Wait: time.Minute})
+	wait := acquireAsync(ctx, svc, lockcore.AcquireRequest{Lock: healthy, Owner: "waiter", TTL: time.Minute, Wait: time.Minute})
+	live := func(node *harness.Redis, name string) bool {
+		n, err := node.Do("ZCOUNT", key(name, ":qd"), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf")
+		return err == nil && n == "1"
+	}
+	pollUntil(t, 10*time.Second, "both waiters queued", func() bool { return live(stalledNode, stalled) && live(healthyNode, healthy) })
+
+	slept := make(chan error, 1)
+	go func() { _, err := stalledNode.Do("DEBUG", "SLEEP", "2.5"); slept <- err }()
+	// Three liveness windows of the stall: the healthy lock's waiter stays in line throughout.
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); <-time.After(100 * time.Millisecond) {
+		require.True(t, live(healthyNode, healthy), "the waiter on the healthy master stays in line")
+	}
+	released := time.Now()
+	_, err = svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(healthy), Token: holder.Token})
+	require.NoError(t, err)
+	r := receive(t, wait, 5*time.Second, "the healthy lock's waiter's grant")
+	require.NoError(t, r.err)
+	assert.Less(t, time.Since(released), time.Second, "handed on at once, not when the stall ended")
+	require.NoError(t, <-slept)
 }
