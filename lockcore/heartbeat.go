@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -62,6 +63,8 @@ const (
 	// no more locks once it carries this many leases (a lock's leases all go in one call). Redis
 	// runs one call at a time, so a call must stay short: each lock takes it a few commands.
 	keepaliveLocks, keepaliveLeases = 100, 1000
+	// heartbeatCalls bounds the goroutines that make one beat's calls.
+	heartbeatCalls = 16
 	// beatRetry is how soon a beat follows one that failed.
 	beatRetry = 100 * time.Millisecond
 	// keptBufs bounds the call buffers kept for the next beat.
@@ -124,36 +127,55 @@ type keepalive struct {
 type callBuf struct{ keys, args []string }
 
 // keepAlive runs one beat: keepalive.lua on every batch of locks with local waiters (see
-// keepalives), each call on a goroutine of its own and on every copy of the locks; a lock that
-// any copy names becomes due for a check now. It returns once every call answered (on RedLock, a
-// majority of masters), reporting whether none failed, or after a Heartbeat: a call stalled on
-// one Redis (a Cluster master failing over, a slot moving) must not hold up the beats of locks
-// elsewhere, whose waiters would drop out of line. The next beats leave the stalled call's locks
-// out until it returns.
+// keepalives), each call on every copy of the locks, by up to heartbeatCalls goroutines; a lock
+// that any copy names becomes due for a check now. It returns once every call answered (on
+// RedLock, a majority of masters), reporting whether none failed, or after a Heartbeat: calls
+// stalled on one Redis (a Cluster master failing over, a slot moving) must not hold up the beat of
+// locks elsewhere, whose waiters would drop out of line. The calls nobody took by then are left
+// to the next beat, which also leaves out the locks of calls still on their way.
 func (ws *waiters) keepAlive() bool {
 	calls := ws.keepalives()
-	done := make(chan bool, len(calls))
-	for _, k := range calls {
-		ws.e.wg.Go(func() { done <- ws.keep(k) })
+	var next atomic.Int64 // the index of the next call to take
+	take := func() (keepalive, bool) {
+		if i := next.Add(1) - 1; i < int64(len(calls)) {
+			return calls[i], true
+		}
+		return keepalive{}, false
+	}
+	var failed atomic.Bool
+	workers := min(heartbeatCalls, len(calls))
+	done := make(chan struct{}, workers)
+	for range workers {
+		ws.e.wg.Go(func() {
+			for k, ok := take(); ok; k, ok = take() {
+				all, fine := ws.runKeepalive(k)
+				if !fine {
+					failed.Store(true)
+				}
+				ws.kept(k, all)
+			}
+			done <- struct{}{}
+		})
 	}
 	t := time.NewTimer(ws.heartbeat)
 	defer t.Stop()
-	ok := true
-	for range calls {
+	for range workers {
 		select {
-		case r := <-done:
-			ok = ok && r
+		case <-done:
 		case <-t.C:
-			return ok
+			for k, ok := take(); ok; k, ok = take() {
+				ws.kept(k, true)
+			}
+			return !failed.Load()
 		}
 	}
-	return ok
+	return !failed.Load()
 }
 
 // keepalives returns a beat's calls: the locks with local waiters and no keepalive call on its
 // way, by slot (the keys of one call share a slot on Redis Cluster), in batches of up to
 // keepaliveLocks locks or keepaliveLeases leases, with their KEYS and ARGV made in buffers that
-// earlier beats' calls left (see keep).
+// earlier beats' calls left (see kept).
 func (ws *waiters) keepalives() []keepalive {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -212,26 +234,25 @@ func fit(s []string, n int) []string {
 	return s[:0]
 }
 
-// keep runs the keepalive call k on every copy of the locks and makes the locks a copy names due
-// for a check now; it reports whether no copy failed. Once every copy answered, k's buffer serves
-// a later call (the next beat's are about as many and as long): a call still on its way may not
-// have read it yet.
-func (ws *waiters) keep(k keepalive) (ok bool) {
-	all, ok := ws.runKeepalive(k)
+// kept ends the keepalive call k, made or left out: its locks may go in the next beat's calls, and
+// its buffer, unless a copy of the locks may not have read it yet (reusable false), serves a later
+// call (the next beat's are about as many and as long).
+func (ws *waiters) kept(k keepalive, reusable bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for _, hb := range k.locks {
 		hb.keeping = false
 	}
-	if all && len(ws.beatBufs) < keptBufs {
+	if reusable && len(ws.beatBufs) < keptBufs {
 		clear(k.buf.keys)
 		clear(k.buf.args) // holds no lease of a waiter that left
 		ws.beatBufs = append(ws.beatBufs, k.buf)
 	}
-	return ok
 }
 
-// runKeepalive runs k (see keep); it reports whether every copy answered (all) and whether none failed.
+// runKeepalive runs the keepalive call k on every copy of the locks and makes the locks a copy
+// names due for a check now. It reports whether every copy answered (all) and whether none failed
+// (ok).
 func (ws *waiters) runKeepalive(k keepalive) (all, ok bool) {
 	c := call{script: scripts.keepalive, keys: k.buf.keys, args: k.buf.args}
 	var mu sync.Mutex

@@ -20,7 +20,7 @@ type waiters struct {
 	mu         sync.Mutex
 	byLease    map[string]*waiter
 	heartbeats map[string]*lockHeartbeat // by the lock's (or semaphore's) key
-	beatBufs   []*callBuf                // buffers of keepalive calls that returned, for later ones (see keep)
+	beatBufs   []*callBuf                // buffers of keepalive calls that ended, for later ones (see kept)
 	wake       chan struct{}             // tells tend that a check is due sooner than planned
 	planned    time.Time                 // when tend looks next for a due check (zero: when poked)
 

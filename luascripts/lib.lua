@@ -29,7 +29,8 @@
 --             the waiter waits, so the entries of a dead replica age out
 --   qm  hash  lease id -> JSON {r: replica, o: owner, t: ttl_ms, w: watchdog, h: max_hold_ms,
 --             m: mode ('x' exclusive, 's' shared; absent: 'x'), n: a semaphore's size}
--- The three expire queue_ttl_ms after the last enqueue, keepalive or heartbeat (see keep_queue), so the queue
+-- The three expire queue_ttl_ms after the last enqueue or heartbeat (see keep_queue; keepalive.lua
+-- calls it once two liveness windows of that passed, so up to two windows sooner), so the queue
 -- of a lock whose waiters' replicas all died does not stay in Redis forever.
 --   ticket:<id>  string, arrival µs: a queue ticket's place, kept TicketGrace after a wait ended
 --             (written by dequeue.lua, taken once by acquire.lua)

@@ -13,7 +13,8 @@
 //	            and it expires LEASEGATE_FENCE_TTL (default 10 min) after the last grant under it.
 //	            No key is kept per lock name: a free name leaves nothing in Redis
 //	P{N}:q, P{N}:qd, P{N}:qm   the wait queue (see lib.lua); they exist only while someone waits,
-//	            and expire ten liveness windows after the last enqueue, keepalive or heartbeat
+//	            and expire eight to ten liveness windows after the last enqueue, keepalive or
+//	            heartbeat (keepalive.lua pushes their expiry once two windows of it passed)
 //	Pwatchdog   zset "<N>\n<lease>" -> when its next renewal is due (ms, Redis time): the watchdog
 //	            schedule every replica sweeps (see watchdog_schedule.lua and watchdog_renew.lua)
 //	Pwatchdog:multi  zset "<group lease>\n<x|s>\n<member>\n<member>..." -> the same, for
