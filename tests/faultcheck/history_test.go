@@ -31,6 +31,7 @@ type held struct {
 	lostAt                time.Time // when a renew, re-entry or release answered 410
 	lostWhy               string
 	unknown               bool // a watchdog lease whose release had no answer: it may be held on
+	unanswered            bool // its release had no answer (after retries)
 	confirmed             bool // its release answered 200: Redis still had it then
 }
 
@@ -275,6 +276,7 @@ func (h *history) check(p promise, quorum int) *report {
 	}
 	// 2. Mutual exclusion among valid leases.
 	rep.add("mutual exclusion", overlaps(byLock, stayedValid)...)
+	rep.afterUnanswered = afterUnanswered(byLock)
 	rep.trails = h.trails(byLock, stayedValid)
 	if p == mayLoseGrants {
 		all := overlaps(byLock, func(g *held) bool { return g.confirmed })
@@ -335,6 +337,32 @@ func (h *history) check(p promise, quorum int) *report {
 	rep.add("internal error", h.internal...)
 	rep.grants, rep.writes = len(h.grants), len(h.writes)
 	return rep
+}
+
+// afterUnanswered lists, for every lock, each grant answered after an earlier lease's release was
+// sent and had no answer, before that lease could lapse: no violation (its client had stopped
+// believing it held), but either that release did free the lock, its answer lost (as in a
+// master's kill -9 between the two), or the lock was granted while Redis still held the earlier
+// lease. Logged, so that an overlap of the second kind can be looked into. byLock is in grant
+// order.
+func afterUnanswered(byLock map[string][]*held) []string {
+	var out []string
+	for _, lock := range slices.Sorted(maps.Keys(byLock)) {
+		gs := byLock[lock]
+		for i, a := range gs {
+			if !a.unanswered {
+				continue
+			}
+			for _, b := range gs[i+1:] {
+				if b.answered.After(a.releaseSent) && b.answered.Before(a.end()) {
+					out = append(out, fmt.Sprintf("%s: %s (fence %d) granted %s, after %s's (fence %d) unanswered release sent %s, while it could hold until %s",
+						lock, b.owner, b.fence, b.answered.Format("15:04:05.000"), a.owner, a.fence,
+						a.releaseSent.Format("15:04:05.000"), a.end().Format("15:04:05.000")))
+				}
+			}
+		}
+	}
+	return out
 }
 
 // overlaps returns, for every lock, each lease valid says stayed valid that its client believed
@@ -406,7 +434,8 @@ type report struct {
 	// lapsed: a 410 that came after the lease could lapse anyway; unsure: leases the mutual
 	// exclusion check leaves out (not known to have stayed valid).
 	lost, lapsed, unsure int
-	splitOverlaps        int // overlaps of leases whose release answered 200, while two masters took writes
+	splitOverlaps        int      // overlaps of leases whose release answered 200, while two masters took writes
+	afterUnanswered      []string // grants while an earlier lease with an unanswered release could hold (see afterUnanswered)
 	excused              map[string]int
 	lostSeen             []string // some lost leases that are no violation, for the log
 	grants, writes       int
@@ -436,6 +465,10 @@ const reportMax = 20
 func (r *report) report(t *testing.T) {
 	if len(r.longestIdle) > 0 {
 		t.Logf("longest spans outside faults in which a lock sat idle while requests waited: %s", strings.Join(r.longestIdle, ", "))
+	}
+	if n := len(r.afterUnanswered); n > 0 {
+		t.Logf("grants after an unanswered release, before its lease could lapse (no violation):\n  %s",
+			strings.Join(r.afterUnanswered[:min(n, 10)], "\n  "))
 	}
 	if len(r.lostSeen) > 0 {
 		t.Logf("lost leases (no violation of the promise %q):\n  %s", r.promise, strings.Join(r.lostSeen, "\n  "))
@@ -482,10 +515,10 @@ func (r *report) figures(h *history) string {
 	}
 	return fmt.Sprintf("%d ops (%d answered 503, %d failed in transport), %d grants; %d faults %s; %d violations %s; "+
 		"%d leases lost while valid (%d excused %s), %d ended by a 410 after they could lapse, %d not known to have stayed valid, "+
-		"%d overlaps of released leases while two masters took writes; "+
+		"%d overlaps of released leases while two masters took writes, %d grants after an unanswered release; "+
 		"%d writes (%d refused by the fenced store); waits answered %v; outside faults, locks idle while requests waited: %v of %v (%.1f %%)%s",
 		h.ops, h.unavailable, h.failed, r.grants, nfaults, counts(h.kinds), nviolations, counts(violations),
-		r.lost, excused, counts(r.excused), r.lapsed, r.unsure, r.splitOverlaps, r.writes, r.refused, r.statuses,
+		r.lost, excused, counts(r.excused), r.lapsed, r.unsure, r.splitOverlaps, len(r.afterUnanswered), r.writes, r.refused, r.statuses,
 		r.idle.Round(time.Millisecond), r.waiting.Round(time.Millisecond), 100*r.idle.Seconds()/max(r.waiting.Seconds(), 1e-9), r.election)
 }
 

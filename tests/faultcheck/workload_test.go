@@ -159,7 +159,10 @@ func (fc *faultCheck) hold(rng *rand.Rand, c *harness.Client, l *held, ttl time.
 			l.lost(time.Now(), "release 410")
 			return
 		case err != nil || r.Status != http.StatusOK:
-			l.released = l.validUntil // outcome unknown: count it held until it could lapse
+			// Its client stopped believing it holds when it sent the release; whether Redis still
+			// holds it until it could lapse is unknown (see history.unanswered).
+			l.released, l.unanswered = l.releaseSent, true
+			fc.h.unknownHold(l.lock, l.releaseSent, l.end())
 			if l.watchdog {
 				l.unknown = true
 			}
