@@ -28,25 +28,6 @@ import (
 // with waiters on 10,000 locks, 40,000 script calls a second (more than redis-server ran here) and
 // a goroutine per lock (go run ./bench -only waitmem -waitmem-locks 10000; docs/performance.md).
 
-// lockHeartbeat is what the heartbeat keeps of one lock with local waiters. Guarded by
-// waiters.mu, but for args, which only the lock's check uses (one at a time: checking).
-type lockHeartbeat struct {
-	ref    Ref
-	keys   []string            // its seven keys (keys.all), made once
-	kind   string              // lib.lua's kind argument
-	slot   int                 // its keys' slot (deployment.slot)
-	leases map[string]struct{} // this process's waiting leases for it
-
-	due      time.Time // when tend runs heartbeat.lua on it next; zero: when something asks
-	checking bool      // heartbeat.lua runs on it now
-	keeping  bool      // a keepalive call on it is on its way
-
-	// args is the last check's ARGV (the common ones, then the leases), kept for the next check
-	// once every copy of the locks answered it: a check then makes no garbage of its own (with
-	// 10,000 waiters on one lock an ARGV takes 160 KB).
-	args []string
-}
-
 // dueBy makes hb due by at (never later than it was), and pokes tend if that is sooner than it
 // planned to look. Called with ws.mu held.
 func (ws *waiters) dueBy(hb *lockHeartbeat, at time.Time) {
@@ -99,6 +80,12 @@ func (ws *waiters) poke() {
 	}
 }
 
+// keepInLine starts the heartbeat's two goroutines, which run until the Service closes.
+func (ws *waiters) keepInLine() {
+	ws.e.wg.Go(ws.beat)
+	ws.e.wg.Go(ws.tend)
+}
+
 // beat runs keepAlive every Heartbeat (sooner after one that failed) until the Service closes.
 func (ws *waiters) beat() {
 	t := time.NewTimer(ws.heartbeat)
@@ -117,14 +104,11 @@ func (ws *waiters) beat() {
 	}
 }
 
-// keepalive is one keepalive.lua call of a beat: its locks, and its KEYS and ARGV.
-type keepalive struct {
+// keepaliveCall is one keepalive.lua call of a beat: its locks, and its KEYS and ARGV.
+type keepaliveCall struct {
 	locks []*lockHeartbeat
 	buf   *callBuf
 }
-
-// callBuf holds a call's KEYS and ARGV, kept from one beat for the next (see keepAlive).
-type callBuf struct{ keys, args []string }
 
 // keepAlive runs one beat: keepalive.lua on every batch of locks with local waiters (see
 // keepalives), each call on every copy of the locks, by up to heartbeatCalls goroutines; a lock
@@ -136,11 +120,11 @@ type callBuf struct{ keys, args []string }
 func (ws *waiters) keepAlive() bool {
 	calls := ws.keepalives()
 	var next atomic.Int64 // the index of the next call to take
-	take := func() (keepalive, bool) {
+	take := func() (keepaliveCall, bool) {
 		if i := next.Add(1) - 1; i < int64(len(calls)) {
 			return calls[i], true
 		}
-		return keepalive{}, false
+		return keepaliveCall{}, false
 	}
 	var failed atomic.Bool
 	workers := min(heartbeatCalls, len(calls))
@@ -176,7 +160,7 @@ func (ws *waiters) keepAlive() bool {
 // way, by slot (the keys of one call share a slot on Redis Cluster), in batches of up to
 // keepaliveLocks locks or keepaliveLeases leases, with their KEYS and ARGV made in buffers that
 // earlier beats' calls left (see kept).
-func (ws *waiters) keepalives() []keepalive {
+func (ws *waiters) keepalives() []keepaliveCall {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if len(ws.heartbeats) == 0 {
@@ -190,7 +174,7 @@ func (ws *waiters) keepalives() []keepalive {
 		}
 	}
 	slices.SortFunc(locks, func(a, b *lockHeartbeat) int { return a.slot - b.slot })
-	var calls []keepalive
+	var calls []keepaliveCall
 	for start := 0; start < len(locks); {
 		end, leases := start, 0
 		for end < len(locks) && end-start < keepaliveLocks && leases < keepaliveLeases &&
@@ -206,7 +190,7 @@ func (ws *waiters) keepalives() []keepalive {
 
 // keepaliveOf makes the call of keepalive.lua on locks (of one slot, with leases leases in all),
 // in a buffer an earlier call left when there is one. Called with ws.mu held.
-func (ws *waiters) keepaliveOf(locks []*lockHeartbeat, leases int) keepalive {
+func (ws *waiters) keepaliveOf(locks []*lockHeartbeat, leases int) keepaliveCall {
 	nKeys, nArgs := 7*len(locks), 6+2*len(locks)+leases
 	buf := &callBuf{}
 	if n := len(ws.beatBufs); n > 0 {
@@ -222,7 +206,7 @@ func (ws *waiters) keepaliveOf(locks []*lockHeartbeat, leases int) keepalive {
 			buf.args = append(buf.args, l)
 		}
 	}
-	return keepalive{locks: locks, buf: buf}
+	return keepaliveCall{locks: locks, buf: buf}
 }
 
 // fit returns s emptied when it has room for n elements and not a crowd's worth more, else a new
@@ -237,7 +221,7 @@ func fit(s []string, n int) []string {
 // kept ends the keepalive call k, made or left out: its locks may go in the next beat's calls, and
 // its buffer, unless a copy of the locks may not have read it yet (reusable false), serves a later
 // call (the next beat's are about as many and as long).
-func (ws *waiters) kept(k keepalive, reusable bool) {
+func (ws *waiters) kept(k keepaliveCall, reusable bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for _, hb := range k.locks {
@@ -253,7 +237,7 @@ func (ws *waiters) kept(k keepalive, reusable bool) {
 // runKeepalive runs the keepalive call k on every copy of the locks and makes the locks a copy
 // names due for a check now. It reports whether every copy answered (all) and whether none failed
 // (ok).
-func (ws *waiters) runKeepalive(k keepalive) (all, ok bool) {
+func (ws *waiters) runKeepalive(k keepaliveCall) (all, ok bool) {
 	c := call{script: scripts.keepalive, keys: k.buf.keys, args: k.buf.args}
 	var mu sync.Mutex
 	answered, failed := 0, false

@@ -89,6 +89,7 @@ func newService(dep deployment, tokens *Tokens, opts Options) *Service {
 	s.waiters.events = s.events
 	s.elections = newElectionHub(s)
 	dep.listen(s.waiters)
+	s.waiters.keepInLine()
 	s.watchdog = newRenewer(e, s)
 	e.wg.Go(s.watchdog.sweep)
 	if dep.offers(featureLongHolds) == nil {
