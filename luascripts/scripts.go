@@ -35,8 +35,8 @@
 // (multi_*.lua) take the keys of every member, which may live in different hash tags.
 //
 // Scripts that grant, queue or hint start with core.lua's and lib.lua's helpers: their exported
-// source is core + lib + body. Acquire and Release put their uncontended fast path between core
-// and lib, so that the common call returns before lib's helpers are defined (see core.lua).
+// source is core + lib + body. Acquire, Release and Renew put their uncontended fast path between
+// core and lib, so that the common call returns before lib's helpers are defined (see core.lua).
 package luascripts
 
 import _ "embed"
@@ -113,8 +113,11 @@ var Reenter = lib + reenter
 //go:embed renew.lua
 var renew string
 
+//go:embed renew_fast.lua
+var renewFast string
+
 // Renew sets a held lease's TTL; it also confirms a lock handed to a waiter.
-var Renew = lib + renew
+var Renew = core + renewFast + libBody + renew
 
 // WatchdogRenew renews one watchdog lease when it is due.
 //
