@@ -13,10 +13,11 @@ import (
 	"github.com/leasegate/leasegate/lockcore"
 )
 
-// TestRenewalsRacingAHandOffNeverReachTheNextHolder: the holder renews to a long TTL in a loop
-// while it releases to a waiter (whose confirmation, with nobody behind it, takes renew.lua's
-// fast path like the renewals). Every renewal that answers after the release must be refused,
-// and none may land on the new holder: its hold keeps the TTL it asked for, not the old holder's.
+// TestRenewalsRacingAHandOffNeverReachTheNextHolder: a renewal keeping the TTL (0) keeps it; then
+// the holder renews to a long TTL in a loop while it releases to a waiter (whose confirmation,
+// with nobody behind it, takes renew.lua's fast path like the renewals). Every renewal sent after
+// the release was answered must be refused, and none may land on the new holder: its hold keeps
+// the TTL it asked for, not the old holder's.
 func TestRenewalsRacingAHandOffNeverReachTheNextHolder(t *testing.T) {
 	t.Parallel()
 	w := newWaitWorld(t, lockcore.Options{})
@@ -24,6 +25,10 @@ func TestRenewalsRacingAHandOffNeverReachTheNextHolder(t *testing.T) {
 	for round := range 20 {
 		lock := "race-" + strconv.Itoa(round)
 		a := w.hold(t, w.svc, lock, "a", time.Minute)
+		kept, err := w.svc.Renew(ctx, lockcore.LockRef(lock), a.Token, 0) // 0: keep the lease's TTL
+		require.NoError(t, err)
+		require.Equal(t, time.Minute, kept.TTL)
+		require.Equal(t, a.Fence, kept.Fence)
 		wait := acquireAsync(ctx, w.svc, lockcore.AcquireRequest{Lock: lock, Owner: "b", TTL: 3 * time.Second, Wait: time.Minute})
 		w.awaitWaiters(t, lock, 1)
 
@@ -48,7 +53,7 @@ func TestRenewalsRacingAHandOffNeverReachTheNextHolder(t *testing.T) {
 				}
 			}
 		}()
-		_, err := w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: a.Token})
+		_, err = w.svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(lock), Token: a.Token})
 		require.NoError(t, err)
 		close(released)
 		require.ErrorIs(t, <-renewed, lockcore.ErrLeaseLost, "round %d: a renewal after the release is refused", round)
