@@ -86,7 +86,7 @@ func BenchmarkAcquireReleaseCycle(b *testing.B) {
 	}
 }
 
-func cycle(b *testing.B, h http.Handler) {
+func cycle(b testing.TB, h http.Handler) {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/locks/bench", strings.NewReader(`{"owner":"bench","ttl_ms":30000}`)))
 	if w.Code != http.StatusCreated {
