@@ -148,20 +148,21 @@ func TestRedLockIdempotentRetryKeepsItsLease(t *testing.T) {
 
 // TestRedLockRenewKeepingTheTTLAnswersTheMajoritys: a renewal that reached a minority (503) left
 // those masters with a longer TTL; a later renewal that keeps the lease's TTL (ttl 0) answers the
-// TTL a majority has, not a minority master's longer one.
+// TTL a majority has, not a minority master's longer one. The minority's state is written on two
+// masters directly. A version of this test that cut three masters and renewed to 20 s failed once
+// in a loaded full run, answering 20 s: a third master had it too, so a renewal sent while its
+// connection was cut can still land once the connection is back.
 func TestRedLockRenewKeepingTheTTLAnswersTheMajoritys(t *testing.T) {
-	s, _, proxies := newRedLockBehindProxies(t, 5, time.Minute, 2, 3, 4)
+	s, masters := newRedLockForTest(t, 5, time.Minute)
 	ctx := context.Background()
 	g, err := s.Acquire(ctx, AcquireRequest{Lock: "keep", Owner: "c1", TTL: 2 * time.Second})
 	require.NoError(t, err)
-	for _, i := range []int{2, 3, 4} {
-		proxies[i].Cut()
-	}
-	_, err = s.Renew(ctx, LockRef("keep"), g.Token, 20*time.Second)
-	require.ErrorIs(t, err, ErrUnavailable, "two of five masters renewed")
-	for _, i := range []int{2, 3, 4} {
-		proxies[i].Heal(t)
-		awaitCounts(t, s, i)
+	k := s.keys(LockRef("keep"))
+	for _, i := range []int{0, 1} { // as a renewal to 20 s that only these two masters ran leaves them
+		_, err := masters[i].Do("HSET", k.lock, ":ttl", "20000")
+		require.NoError(t, err)
+		_, err = masters[i].Do("PEXPIRE", k.lock, "20000")
+		require.NoError(t, err)
 	}
 	g2, err := s.Renew(ctx, LockRef("keep"), g.Token, 0)
 	require.NoError(t, err)
