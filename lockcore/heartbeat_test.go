@@ -156,14 +156,8 @@ func TestLostQueueEntryQueuesAgain(t *testing.T) {
 func TestClusterStalledMasterDoesNotStallOtherWaiters(t *testing.T) {
 	t.Parallel()
 	rig := harness.NewClusterRig(t, harness.ClusterOptions{NodeTimeout: 15 * time.Second})
-	client, err := rueidis.NewClient(lockcore.Tune(rueidis.ClientOption{InitAddress: rig.SeedAddrs()}))
-	require.NoError(t, err)
-	tokens, err := lockcore.NewTokens([]byte("0123456789abcdef0123"))
-	require.NoError(t, err)
 	prefix := harness.RandomPrefix()
-	svc, err := lockcore.New(client, tokens, lockcore.Options{KeyPrefix: prefix})
-	require.NoError(t, err)
-	t.Cleanup(func() { svc.Close(); client.Close() })
+	svc := newServiceOn(t, lockcore.Tune(rueidis.ClientOption{InitAddress: rig.SeedAddrs()}), lockcore.Options{KeyPrefix: prefix})
 	key := func(name, suffix string) string { return prefix + "{" + name + "}" + suffix }
 
 	stalled, healthy := "stalled", ""
@@ -197,7 +191,7 @@ func TestClusterStalledMasterDoesNotStallOtherWaiters(t *testing.T) {
 		require.True(t, live(healthyNode, healthy), "the waiter on the healthy master stays in line")
 	}
 	released := time.Now()
-	_, err = svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(healthy), Token: holder.Token})
+	_, err := svc.Release(ctx, lockcore.ReleaseRequest{Ref: lockcore.LockRef(healthy), Token: holder.Token})
 	require.NoError(t, err)
 	r := receive(t, wait, 5*time.Second, "the healthy lock's waiter's grant")
 	require.NoError(t, r.err)

@@ -150,8 +150,8 @@ func TestRedLockIdempotentRetryKeepsItsLease(t *testing.T) {
 // those masters with a longer TTL; a later renewal that keeps the lease's TTL (ttl 0) answers the
 // TTL a majority has, not a minority master's longer one. The minority's state is written on two
 // masters directly. A version of this test that cut three masters and renewed to 20 s failed once
-// in a loaded full run, answering 20 s: a third master had it too, so a renewal sent while its
-// connection was cut can still land once the connection is back.
+// in a loaded full run, answering 20 s: a third master had the 20 s TTL too. The likeliest reading
+// is that the renewal sent while its connection was cut landed once the connection was back.
 func TestRedLockRenewKeepingTheTTLAnswersTheMajoritys(t *testing.T) {
 	s, masters := newRedLockForTest(t, 5, time.Minute)
 	ctx := context.Background()

@@ -35,11 +35,18 @@ func newWaitWorld(t *testing.T, opts lockcore.Options) *waitWorld {
 // with a client of its own.
 func (w *waitWorld) replica(t *testing.T, opts lockcore.Options) *lockcore.Service {
 	t.Helper()
-	client, err := rueidis.NewClient(lockcore.ClientOption(w.redis.Addr, ""))
+	opts.KeyPrefix = w.prefix
+	return newServiceOn(t, lockcore.ClientOption(w.redis.Addr, ""), opts)
+}
+
+// newServiceOn starts a Service with opts on a client of its own made with clientOpts, both
+// closed when the test ends.
+func newServiceOn(t *testing.T, clientOpts rueidis.ClientOption, opts lockcore.Options) *lockcore.Service {
+	t.Helper()
+	client, err := rueidis.NewClient(clientOpts)
 	require.NoError(t, err)
 	tokens, err := lockcore.NewTokens([]byte("0123456789abcdef0123"))
 	require.NoError(t, err)
-	opts.KeyPrefix = w.prefix
 	svc, err := lockcore.New(client, tokens, opts)
 	if err != nil {
 		client.Close()

@@ -136,7 +136,7 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 	ws.byLease[lease] = w
 	hb := ws.heartbeats[key]
 	if hb == nil {
-		hb = &lockHeartbeat{ref: ref, keys: e.keys(ref).all(), kind: kindArg(ref.Kind), slot: e.dep.slot(key),
+		hb = &lockHeartbeat{ref: ref, keys: e.keys(ref).all(), slot: e.dep.slot(key),
 			leases: map[string]struct{}{}}
 		ws.heartbeats[key] = hb
 	}
@@ -163,7 +163,6 @@ func (ws *waiters) leave(w *waiter) {
 type lockHeartbeat struct {
 	ref    Ref
 	keys   []string            // its seven keys (keys.all), made once
-	kind   string              // lib.lua's kind argument
 	slot   int                 // its keys' slot (deployment.slot)
 	leases map[string]struct{} // this process's waiting leases for it
 
