@@ -358,7 +358,8 @@ func TestRedisGrowthOfOnePrincipalIsBoundedByDefault(t *testing.T) {
 		ttl, err := strconv.ParseInt(e.Redis.MustDo(t, "PTTL", k), 10, 64)
 		require.NoError(t, err)
 		if strings.Contains(k, "{billing.") { // a hold whose release was refused 429: its lease's TTL
-			assert.True(t, ttl > 0 && ttl <= 1000, "%s expires with its 1 s lease: PTTL %d", k, ttl)
+			// -2: it expired between KEYS and this PTTL (a loaded machine), as its lease said it would.
+			assert.True(t, ttl == -2 || (ttl > 0 && ttl <= 1000), "%s expires with its 1 s lease: PTTL %d", k, ttl)
 			held++
 			continue
 		}
