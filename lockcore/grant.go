@@ -22,6 +22,12 @@ func (s *Service) tryOnce(ctx context.Context, req AcquireRequest, lease string)
 		return Grant{}, err
 	}
 	switch r.status {
+	case acquireGranted:
+		g := s.newGrant(req, lease, r, start)
+		if !s.fresh(g) {
+			return Grant{}, s.tooLate(ctx, req, g)
+		}
+		return g, nil
 	case acquireHeld:
 		return Grant{}, &HeldError{Lock: req.Lock, Kind: req.Kind, RetryAfter: r.pttl}
 	case acquireReplayed: // the first request's lease, with what it has left
@@ -75,6 +81,30 @@ func (s *Service) finishGrant(ctx context.Context, req AcquireRequest, g Grant, 
 		return Grant{}, err
 	}
 	return g, nil
+}
+
+// fresh reports whether grant g may still be answered: no more than half its TTL, or freshLag if
+// that is longer, has passed since the call that granted it was sent (ExpiresAt counts from
+// then). A grant that Redis or its replicas answered later is not answered (docs/api.md, "A grant
+// is answered fresh"): a waiter confirms it again, which sets its TTL anew; an acquire that does
+// not wait gives it back and answers ErrUnavailable. freshLag keeps TTLs of a few ms usable at
+// all: their grants are answered as long as nothing delayed them.
+func (s *Service) fresh(g Grant) bool {
+	left := time.Until(g.ExpiresAt)
+	return left >= g.TTL/2 || g.TTL-left <= freshLag
+}
+
+// freshLag: see fresh.
+const freshLag = 50 * time.Millisecond
+
+// tooLate gives back grant g of req, answered too late to be of use (see fresh), and says so. A
+// request with an Idempotency-Key keeps it for its retry, which replays it with what it has left.
+func (s *Service) tooLate(ctx context.Context, req AcquireRequest, g Grant) error {
+	if req.IdempotencyKey == "" {
+		s.giveBack(ctx, g)
+	}
+	return fmt.Errorf("%w: Redis granted %s %q too late to answer with it (%v of its %v TTL left)",
+		ErrUnavailable, req.Kind, req.Lock, max(time.Until(g.ExpiresAt), 0).Round(time.Millisecond), g.TTL)
 }
 
 func (s *Service) newGrant(req AcquireRequest, lease string, r acquireReply, start time.Time) Grant {

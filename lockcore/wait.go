@@ -72,15 +72,26 @@ func (wt *waitTurn) await(ctx context.Context, w *waiter, g *Grant) error {
 	var handed handOffTally // RedLock: the masters that handed it the lock since the last confirmation
 	defer handed.reset()
 	for {
+		confirmNow := false
 		if queue {
 			inLine, err := wt.queue(ctx, g)
 			switch {
+			case errors.Is(err, errAnswerDue):
+				return wt.end(ctx, nil)
 			case err != nil:
 				return wt.end(ctx, err)
-			case !inLine:
+			case !inLine && wt.svc.fresh(*g):
 				return nil
+			case !inLine: // granted, but too late to answer with it: confirm it again, as a hand-off
+				confirmNow = true
 			}
 			queue = false
+		}
+		if confirmNow {
+			if done, err := wt.confirmOrQueue(ctx, g, &queue); done {
+				return err
+			}
+			continue
 		}
 		ev := waitEvent{stop: true}
 		if !w.stopped.Load() { // once stopped, its one nudge may have been taken already
@@ -107,20 +118,45 @@ func (wt *waitTurn) await(ctx context.Context, w *waiter, g *Grant) error {
 			continue
 		}
 		handed.reset()
-		lost, err := wt.confirmFor(ctx, g)
-		switch {
-		case err != nil:
-			return wt.end(ctx, err)
-		case lost: // the claim ran out before we confirmed it: queue again at our arrival
-			queue = true
-		default:
-			return nil
+		if done, err := wt.confirmOrQueue(ctx, g, &queue); done {
+			return err
 		}
 	}
 }
 
+// confirmOrQueue confirms the lock handed to the waiter into *g (confirmFor): done with what await
+// returns, or not done and *queue set when the claim ran out first (the waiter queues again at
+// its arrival).
+func (wt *waitTurn) confirmOrQueue(ctx context.Context, g *Grant, queue *bool) (done bool, err error) {
+	lost, err := wt.confirmFor(ctx, g)
+	switch {
+	case errors.Is(err, errAnswerDue): // the wait ran out on the way
+		return true, wt.end(ctx, nil)
+	case err != nil:
+		return true, wt.end(ctx, err)
+	case lost: // the claim ran out before we confirmed it: queue again at our arrival
+		*queue = true
+		return false, nil
+	}
+	return true, nil
+}
+
 // deadline is when the wait runs out.
 func (wt *waitTurn) deadline() time.Time { return wt.start.Add(wt.asked.Wait) }
+
+// answerGrace bounds how long after its wait runs out a waiting acquire is answered, whatever Redis
+// does (docs/waiting.md, "Answered in time"): a Redis call of the wait still running then (a
+// stalled or paused server, a WAIT for replicas that are gone, a failover) is left to finish on
+// its own goroutine, and the waiter's leaving of the queue is sent once it has returned, so that
+// whatever it granted is passed on.
+const answerGrace = 500 * time.Millisecond
+
+// answerBy is when the wait's answer is due at the latest.
+func (wt *waitTurn) answerBy() time.Time { return wt.deadline().Add(answerGrace) }
+
+// errAnswerDue: a Redis call of a wait was still running when the wait's answer was due
+// (answerBy). It never reaches a caller: the wait ends as one that ran out.
+var errAnswerDue = errors.New("a Redis call outlasted the wait's answer")
 
 // waitCtx returns a context that ends when ctx does, the wait runs out or the Service closes,
 // for a call the wait makes; release it once the call returned.
@@ -154,11 +190,24 @@ func (wt *waitTurn) awaitSubscription(ctx context.Context, ready <-chan struct{}
 	awaitSubscription(waitCtx, ready)
 }
 
-// confirmFor is confirm bounded by the wait (see waitCtx).
+// confirmFor is confirm bounded by the wait (see callCtx), on a goroutine of its own that the
+// waiter stops waiting for when the answer is due (errAnswerDue; see onFreshStack).
 func (wt *waitTurn) confirmFor(ctx context.Context, g *Grant) (lost bool, err error) {
-	waitCtx, release := wt.waitCtx(ctx)
+	type confirmed struct {
+		g    Grant
+		lost bool
+	}
+	callCtx, release := wt.callCtx(ctx)
 	defer release()
-	return wt.confirm(waitCtx, g)
+	c, abandoned, err := onFreshStack(ctx, release, wt.answerBy(), func() (c confirmed, err error) {
+		c.lost, err = wt.confirm(callCtx, &c.g)
+		return c, err
+	})
+	wt.abandoned = abandoned
+	if err == nil && !c.lost {
+		*g = c.g
+	}
+	return c.lost, err
 }
 
 // newWaitTurn starts the wait of req as lease, at the place in the queue its queue ticket keeps
@@ -265,6 +314,9 @@ type waitTurn struct {
 	arrival  int64
 	resumeID string
 	queued   bool // it stood in the queue: a wait the observer hears of
+	// abandoned is closed once a Redis call the waiter stopped waiting for (errAnswerDue) has
+	// returned; nil when there is none. The call owns arrival until then.
+	abandoned <-chan struct{}
 }
 
 // queue runs enqueue, bounded by the wait (see waitCtx), on a goroutine of its own (see
@@ -277,15 +329,17 @@ func (wt *waitTurn) queue(ctx context.Context, g *Grant) (inLine bool, err error
 	}
 	callCtx, release := wt.callCtx(ctx)
 	defer release()
-	q, err := onFreshStack(ctx, release, func() (q queued, err error) {
+	q, abandoned, err := onFreshStack(ctx, release, wt.answerBy(), func() (q queued, err error) {
 		q.inLine, err = wt.enqueue(callCtx, &q.g)
-		if q.inLine && !wt.queued {
-			wt.started()
-		}
 		return q, err
 	})
-	if err == nil && !q.inLine {
+	wt.abandoned = abandoned
+	switch {
+	case err != nil:
+	case !q.inLine:
 		*g = q.g
+	case !wt.queued:
+		wt.started()
 	}
 	return q.inLine, err
 }
@@ -319,30 +373,41 @@ func (wt *waitTurn) enqueue(waitCtx context.Context, g *Grant) (queued bool, err
 }
 
 // onFreshStack runs f on a short-lived goroutine and returns what it returns; when ctx ends
-// first, it calls cancel (which must end f's calls) and still waits for f. A waiter then blocks
-// (up to LEASEGATE_MAX_WAIT) on a goroutine whose stack never held the calls f makes (the Redis
-// client's call chain, the observer's): Go keeps a goroutine's stack at the size of its deepest
-// call until a GC shrinks it, which it does only while less than a quarter of it is in use.
-// Measured with 10,000 waiting requests (go run ./bench -only waiting): 6 KB less RSS per waiter
-// when the Redis call moved here.
-func onFreshStack[T any](ctx context.Context, cancel func(), f func() (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
+// first, it calls cancel (which must end f's retries) and still waits for f. When by passes first,
+// it returns errAnswerDue at once and leaves f to finish: abandoned is then closed once f has
+// returned, and what f made in Redis is the caller's to undo after that (see waitTurn.leave).
+//
+// A waiter blocks (up to LEASEGATE_MAX_WAIT) on a goroutine whose stack never held the calls f
+// makes (the Redis client's call chain, the observer's): Go keeps a goroutine's stack at the size
+// of its deepest call until a GC shrinks it, which it does only while less than a quarter of it is
+// in use. Measured with 10,000 waiting requests (go run ./bench -only waiting): 6 KB less RSS per
+// waiter when the Redis call moved here.
+func onFreshStack[T any](ctx context.Context, cancel func(), by time.Time, f func() (T, error)) (T, <-chan struct{}, error) {
+	var (
+		v    T
+		err  error
+		done = make(chan struct{})
+	)
 	go func() {
-		v, err := f()
-		ch <- result{v, err}
+		defer close(done)
+		v, err = f()
 	}()
-	var r result
+	due := time.NewTimer(time.Until(by))
+	defer due.Stop()
 	select {
-	case r = <-ch:
+	case <-done:
 	case <-ctx.Done():
 		cancel()
-		r = <-ch
+		<-done
+	case <-due.C:
+		select {
+		case <-done: // an answer that is in wins
+		default:
+			var zero T
+			return zero, done, errAnswerDue
+		}
 	}
-	return r.v, r.err
+	return v, nil, err
 }
 
 // confirm turns the lock handed to this waiter into its grant *g, retrying Redis errors until
@@ -353,6 +418,12 @@ func (wt *waitTurn) confirm(waitCtx context.Context, g *Grant) (lost bool, err e
 		l := Lease{Lock: wt.asked.Lock, Kind: wt.asked.Kind, Owner: wt.asked.Owner, ID: wt.lease}
 		renewed, err := wt.svc.renewLease(waitCtx, l, wt.asked.TTL, start, true)
 		switch {
+		case err == nil && !wt.svc.fresh(renewed):
+			// Confirmed too late to answer with (a slow Redis, a WAIT for replicas): confirm again,
+			// which sets its TTL anew, until the wait runs out (then leaving passes it on).
+			if waitCtx.Err() != nil {
+				return false, errAnswerDue
+			}
 		case err == nil:
 			renewed.Principal = wt.asked.Principal
 			renewed.Token = wt.svc.tokens.Mint(renewed.Lease)
@@ -393,22 +464,14 @@ func pause(ctx context.Context) bool {
 // waiter's place for TicketGrace.
 func (wt *waitTurn) end(ctx context.Context, cause error) error {
 	s := wt.svc
-	a := dequeueArgs{lease: wt.lease, arrival: wt.arrival}
-	if cause == nil && ctx.Err() == nil { // its place is kept for its next wait
-		a.ticket, a.ticketID = s.cfg.ticketGrace, uuid.NewString()
+	ticketID := ""
+	if cause == nil && ctx.Err() == nil && wt.abandoned == nil { // its place is kept for its next wait
+		ticketID = uuid.NewString()
 	}
-	reply, err := s.dep.run(context.WithoutCancel(ctx), a.call(s.lockCall(wt.asked.ref())))
-	var r dequeueReply
-	if err == nil {
-		r, err = decodeDequeue(wt.asked.Lock, reply)
-	}
-	if err != nil {
-		// The entry ages out of the queue within the liveness window once no heartbeat refreshes it.
-		s.log.Warn("leaving the wait queue failed", wt.asked.Kind.String(), wt.asked.Lock, "err", err)
-	}
+	r, err := wt.leave(ctx, ticketID)
 	var queueTicket string
 	if err == nil && r.ticketed {
-		queueTicket = s.tokens.mintTicket(ticketClaims{Lock: wt.asked.Lock, Owner: wt.asked.Owner, ID: a.ticketID,
+		queueTicket = s.tokens.mintTicket(ticketClaims{Lock: wt.asked.Lock, Owner: wt.asked.Owner, ID: ticketID,
 			Principal: wt.asked.Principal})
 	}
 	switch {
@@ -418,6 +481,8 @@ func (wt *waitTurn) end(ctx context.Context, cause error) error {
 		return ctx.Err()
 	case s.ctx.Err() != nil:
 		return &ShutdownError{QueueTicket: queueTicket}
+	case errors.Is(err, errAnswerDue): // it leaves the queue after the answer
+		r = dequeueReply{handed: true}
 	case err != nil:
 		return err
 	}
@@ -426,6 +491,34 @@ func (wt *waitTurn) end(ctx context.Context, cause error) error {
 		held.RetryAfter = max(r.holdLeft, 0)
 	}
 	return held
+}
+
+// leave takes the waiter out of the queue (dequeue.lua, which passes on a hold handed to it),
+// keeping its arrival under ticketID for a queue ticket when that is not "". It is sent once a
+// Redis call the waiter abandoned has returned, and waited for until the answer is due: past that
+// it returns errAnswerDue and goes on without the caller.
+func (wt *waitTurn) leave(ctx context.Context, ticketID string) (dequeueReply, error) {
+	s, after := wt.svc, wt.abandoned
+	r, _, err := onFreshStack(context.WithoutCancel(ctx), func() {}, wt.answerBy(), func() (dequeueReply, error) {
+		if after != nil {
+			<-after
+		}
+		a := dequeueArgs{lease: wt.lease, arrival: wt.arrival}
+		if ticketID != "" {
+			a.ticket, a.ticketID = s.cfg.ticketGrace, ticketID
+		}
+		reply, err := s.dep.run(context.WithoutCancel(ctx), a.call(s.lockCall(wt.asked.ref())))
+		var r dequeueReply
+		if err == nil {
+			r, err = decodeDequeue(wt.asked.Lock, reply)
+		}
+		if err != nil {
+			// The entry ages out of the queue within the liveness window once no heartbeat refreshes it.
+			s.log.Warn("leaving the wait queue failed", wt.asked.Kind.String(), wt.asked.Lock, "err", err)
+		}
+		return r, err
+	})
+	return r, err
 }
 
 // Parked returns how many waiting acquires this Service holds now.

@@ -17,9 +17,28 @@ local function keep_queue()
   end
 end
 
--- prune drops up to 100 queue entries whose liveness deadline has passed.
+-- A waiter whose liveness deadline has passed is dead when its replica is gone, but only late when
+-- its replica still listens on its grants channel (a gateway starved of CPU runs its heartbeat
+-- late): such a waiter keeps its place for starved_ms past its deadline. Redis drops a killed
+-- gateway's subscription with its connection, so a dead replica's waiters leave the line at once.
+local starved_ms = liveness_ms * 4
+
+-- listening reports whether the replica of the waiter whose queue record is raw still subscribes
+-- to its grants channel (PUBSUB NUMSUB, or SHARDNUMSUB on Redis Cluster).
+local function listening(raw)
+  local channel = chanprefix .. cjson.decode(raw).r
+  local n
+  if sharded then
+    n = redis.call('PUBSUB', 'SHARDNUMSUB', channel)[2]
+  else
+    n = redis.call('PUBSUB', 'NUMSUB', channel)[2]
+  end
+  return tonumber(n) > 0
+end
+
+-- prune drops up to 100 queue entries whose liveness deadline passed more than starved_ms ago.
 local function prune()
-  local dead = redis.call('ZRANGEBYSCORE', qd, '-inf', '(' .. math.floor(now_us() / 1000), 'LIMIT', 0, 100)
+  local dead = redis.call('ZRANGEBYSCORE', qd, '-inf', '(' .. (math.floor(now_us() / 1000) - starved_ms), 'LIMIT', 0, 100)
   if #dead > 0 then
     redis.call('ZREM', q, unpack(dead))
     redis.call('ZREM', qd, unpack(dead))
@@ -30,7 +49,8 @@ end
 
 -- first_live returns the first live waiter, or nil when nobody live waits. Dead entries are
 -- pruned a hundred at a time by deadline, and any still found at the head (the queue is in arrival
--- order, not deadline order) are dropped one by one.
+-- order, not deadline order) are dropped one by one: one past its deadline is live while its
+-- replica listens, for starved_ms.
 local function first_live()
   if redis.call('EXISTS', q) == 0 then
     return nil
@@ -45,6 +65,12 @@ local function first_live()
     local deadline = tonumber(redis.call('ZSCORE', qd, head))
     if deadline and deadline >= now_ms then
       return head
+    end
+    if deadline and deadline >= now_ms - starved_ms then
+      local raw = redis.call('HGET', qm, head)
+      if raw and listening(raw) then
+        return head
+      end
     end
     dequeue(head)
     notify('w')

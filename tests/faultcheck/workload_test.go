@@ -79,7 +79,11 @@ func (fc *faultCheck) worker(i int, stop <-chan struct{}) {
 			}
 			continue
 		}
-		fc.h.wait(lock, owner, sent, answered, waitFor, r.Status)
+		w := waitAnswer{lock: lock, owner: owner, sent: sent, answered: answered, wait: waitFor, status: r.Status}
+		if r.Status == http.StatusCreated {
+			w.expiresAt, _ = time.Parse(time.RFC3339Nano, r.Str("expires_at"))
+		}
+		fc.h.wait(w)
 		if r.Status != http.StatusCreated {
 			continue
 		}
