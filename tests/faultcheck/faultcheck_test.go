@@ -31,6 +31,7 @@ var (
 	faultDuration = flag.Duration("faultcheck.duration", 15*time.Second, "how long each fault-check run injects faults")
 	faultBinary   = flag.String("faultcheck.binary", "", "a gateway binary to check instead of this tree's (e.g. a deliberately broken build)")
 	faultModeList = flag.String("faultcheck.modes", "", "comma-separated fault-check modes to run (e.g. sentinel-acks-all,redlock); all when empty")
+	faultKinds    = flag.String("faultcheck.faults", "", "comma-separated kinds of fault to inject (e.g. \"SENTINEL FAILOVER,master kill -9 (failover)\"); all of the mode's when empty")
 )
 
 // TestFaultCheck runs the checker on every mode of faultModes (or those -faultcheck.modes names),
@@ -193,7 +194,7 @@ const faultRecovery = 1500 * time.Millisecond
 
 func newFaultCheck(t *testing.T, m faultMode, d *deployment) *faultCheck {
 	fc := &faultCheck{t: t, mode: m, d: d, prefix: harness.RandomPrefix(), locks: []string{"fc-a", "fc-b", "fc-c"},
-		faults: append(slices.Clone(d.faults), gatewayFaults...), crashes: map[*harness.Gateway]bool{}}
+		faults: pickFaults(t, append(slices.Clone(d.faults), gatewayFaults...)), crashes: map[*harness.Gateway]bool{}}
 	if d.quorum == 0 { // RedLock offers no elections
 		fc.locks = append(fc.locks, electionPrefix+"fc-e")
 	}
@@ -214,6 +215,21 @@ func newFaultCheck(t *testing.T, m faultMode, d *deployment) *faultCheck {
 		fc.mu.Unlock()
 	}
 	return fc
+}
+
+// pickFaults keeps the faults whose kinds -faultcheck.faults names (all when it is empty); it
+// fails t when it names a kind the mode does not have.
+func pickFaults(t *testing.T, all []fault) []fault {
+	if *faultKinds == "" {
+		return all
+	}
+	var kept []fault
+	for _, k := range strings.Split(*faultKinds, ",") {
+		i := slices.IndexFunc(all, func(f fault) bool { return f.kind == strings.TrimSpace(k) })
+		require.GreaterOrEqual(t, i, 0, "-faultcheck.faults names %q, which this mode does not inject", k)
+		kept = append(kept, all[i])
+	}
+	return kept
 }
 
 // startGateway starts one more replica on the check's prefix, with extra environment added.
