@@ -67,18 +67,22 @@ export async function* observe(
       if (!request.signal.aborted) idle = setTimeout(() => request.abort(new Error(`no event for ${IDLE_MS} ms`)), IDLE_MS);
     };
     let delivered = false;
+    /** The answer's body, once fetch has answered: the finally below cancels it if it was never read. */
+    let stream: ReadableStream<Uint8Array> | undefined;
     try {
       const { data, error, response } = await client.GET("/elections/{name}/events", {
         params: { path: { name }, header: { "Last-Event-ID": lastEventId } },
         parseAs: "stream",
         signal: request.signal,
       });
+      stream = data as ReadableStream<Uint8Array> | undefined;
+      if (outer?.aborted) return; // as the answer came: the abort need not have reached its body (see sseEvents)
       if (error !== undefined || !response.ok || !data) {
         const err = toLeasegateError(error, response);
         if ([400, 401, 403, 404, 405, 501].includes(response.status)) throw err;
       } else {
         touch();
-        for await (const ev of sseEvents(data as ReadableStream<Uint8Array>, touch)) {
+        for await (const ev of sseEvents(data as ReadableStream<Uint8Array>, touch, request.signal)) {
           if (ev.id === undefined || !TYPES.has(ev.type)) continue; // `closed` (no id), or newer kinds
           let body: Record<string, unknown>;
           try {
@@ -101,6 +105,8 @@ export async function* observe(
       clearTimeout(idle);
       outer?.removeEventListener("abort", abort);
       request.abort(new Error("stream closed"));
+      // A body never read holds its connection open until it is cancelled.
+      if (stream !== undefined && !stream.locked) stream.cancel().catch(() => {});
     }
     if (delivered) pause = PAUSE_MIN_MS;
     try {

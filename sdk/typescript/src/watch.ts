@@ -120,6 +120,8 @@ export class Watcher {
     };
     this.stopper.signal.addEventListener("abort", abort, { once: true });
     let opened = false;
+    /** The answer's body, once fetch has answered: the finally below cancels it if it was never read. */
+    let stream: ReadableStream<Uint8Array> | undefined;
     try {
       const header = t.token === undefined ? {} : { "Lease-Token": t.token };
       const options = { params: { path: { name: t.name }, header }, parseAs: "stream" as const, signal: request.signal };
@@ -131,6 +133,9 @@ export class Watcher {
             : // Without Last-Event-ID: the `state` first tells at once whether the lead survived a gap
               // (and a resumed stream with nothing new would answer nothing until its first event).
               await this.client.GET("/elections/{name}/events", { ...options, params: { path: { name: t.name } } });
+      stream = data as ReadableStream<Uint8Array> | undefined;
+      // Stopped as the answer came: the abort need not have reached its body (see sseEvents),
+      // which the finally below cancels.
       if (this.stopped) return "done";
       if (error !== undefined || !response.ok || !data) {
         const err = toLeasegateError(error, response);
@@ -143,7 +148,7 @@ export class Watcher {
         return "failed";
       }
       touch();
-      for await (const ev of sseEvents(data as ReadableStream<Uint8Array>, touch)) {
+      for await (const ev of sseEvents(data as ReadableStream<Uint8Array>, touch, request.signal)) {
         if (this.stopped) return "done";
         if (!opened) {
           opened = true;
@@ -160,6 +165,8 @@ export class Watcher {
       clearTimeout(idle);
       this.stopper.signal.removeEventListener("abort", abort);
       request.abort(new Error("stream closed"));
+      // A body never read holds its connection open until it is cancelled.
+      if (stream !== undefined && !stream.locked) stream.cancel().catch(() => {});
       if (opened) this.hooks.opened(false);
     }
   }
@@ -268,9 +275,23 @@ function parse<T>(data: string): T | undefined {
  * The events of a text/event-stream body, comments skipped, each with its own `id` field (not
  * the last one seen before it, as EventSource keeps); `activity` is called on each
  * chunk read. An event cut short by the end of the stream is dropped, as the format wants.
+ *
+ * Once `signal` aborts, the body is cancelled (which closes its connection) and the events end.
+ * Passing the same signal to fetch is not enough: Node's fetch (undici) follows it through the
+ * `Request` it was given (openapi-fetch's), weakly, and nothing holds that Request once fetch has
+ * answered; after a garbage collection, aborting the signal no longer reaches the body
+ * (nodejs/node#55428), and a pending read waits for as long as the gateway keeps the stream open:
+ * a multi-lock member's, or a stopped lease's, for good, keeping the process alive.
  */
-export async function* sseEvents(body: ReadableStream<Uint8Array>, activity: () => void): AsyncGenerator<SseEvent> {
+export async function* sseEvents(
+  body: ReadableStream<Uint8Array>,
+  activity: () => void,
+  signal?: AbortSignal,
+): AsyncGenerator<SseEvent> {
   const reader = body.getReader();
+  const cancel = () => void reader.cancel(signal?.reason).catch(() => {});
+  if (signal?.aborted) cancel();
+  else signal?.addEventListener("abort", cancel, { once: true });
   const decoder = new TextDecoder();
   let buffer = "";
   let type = "";
@@ -304,6 +325,7 @@ export async function* sseEvents(body: ReadableStream<Uint8Array>, activity: () 
       }
     }
   } finally {
+    signal?.removeEventListener("abort", cancel);
     reader.cancel().catch(() => {});
   }
 }
