@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,6 +202,44 @@ func TestDeadReplicasWaitersDoNotStrandTheLock(t *testing.T) {
 	require.Equal(t, http.StatusCreated, got.Status, string(got.Body))
 	assert.Equal(t, "live", got.Str("owner"))
 	t.Logf("lock reached the live waiter %v after the release (dead replica's entries aged out)", time.Since(start))
+}
+
+// TestStarvedReplicasWaiterKeepsItsPlace stops (SIGSTOP) the gateway of the first waiter in line
+// for longer than a liveness window, as a gateway starved of CPU would be: its heartbeat does not
+// come, and its waiter's liveness deadline passes. A newcomer queues on the other gateway, and the
+// lock is released while the first gateway is still stopped, then that gateway goes on (SIGCONT).
+// The first waiter must get the lock: its gateway still listens on its grants channel, so it kept
+// its place (before, its entry was dropped as dead and the newcomer got the lock).
+func TestStarvedReplicasWaiterKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	p := testkit.NewPair(t)
+	a := p.Hold(t, p.Client, "x", "a", 60000)
+	first := testkit.StartWaiter(p.Client2, context.Background(), "x", "starved", 30000, 20000)
+	harness.Eventually(t, 5*time.Second, "the first waiter queued", func() bool { return p.Waiters(t, "x") == 1 })
+	starved := p.Gateway2.PID()
+	require.NoError(t, syscall.Kill(starved, syscall.SIGSTOP))
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			require.NoError(t, syscall.Kill(starved, syscall.SIGCONT))
+		}
+	}
+	t.Cleanup(resume)
+	// The stop lasts past the first waiter's liveness deadline (750 ms after its last heartbeat).
+	harness.Eventually(t, 5*time.Second, "the first waiter's deadline passed", func() bool { return p.Waiters(t, "x") == 0 })
+	newcomer := testkit.StartWaiter(p.Client, context.Background(), "x", "newcomer", 30000, 20000)
+	harness.Eventually(t, 5*time.Second, "the newcomer queued", func() bool { return p.Waiters(t, "x") == 1 })
+	require.Equal(t, http.StatusOK, p.Client.Do(http.MethodDelete, "/locks/x", testkit.TokenHeader(a.Str("token")), "").Status)
+	resume()
+	got := testkit.Receive(t, first, 10*time.Second, "the first waiter's answer")
+	require.Equal(t, http.StatusCreated, got.Status, string(got.Body))
+	assert.Equal(t, "starved", got.Str("owner"), "the waiter of the starved gateway kept its place")
+	select {
+	case n := <-newcomer:
+		t.Fatalf("the newcomer was answered %d while the first waiter holds the lock: %s", n.Status, n.Body)
+	default:
+	}
 }
 
 func TestShutdownEndsWaitsAndKeepsLeases(t *testing.T) {
