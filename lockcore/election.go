@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -303,8 +304,8 @@ func (s *Service) Observe(ctx context.Context, name, lastEventID string) (*Elect
 	if lastEventID != "" {
 		id, ok := parseEntryID(lastEventID)
 		if !ok {
-			return nil, fmt.Errorf("%w: election %q: the event id to resume after, %q, is not one an election stream sends (<ms>-<seq>)",
-				ErrInvalid, name, lastEventID)
+			return nil, fmt.Errorf("%w: election %q: the event id to resume after, %s, is not one an election stream sends (<ms>-<seq>)",
+				ErrInvalid, name, quoteShort(lastEventID))
 		}
 		from = id
 	}
@@ -327,4 +328,14 @@ func (s *Service) Observe(ctx context.Context, name, lastEventID string) (*Elect
 		return nil, err
 	}
 	return st, nil
+}
+
+// quoteShort quotes s for an error message, cut to its first 64 bytes (a client's header may be
+// as long as the server lets it: it is not echoed back whole).
+func quoteShort(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:most]) + fmt.Sprintf("… (%d bytes)", len(s))
 }

@@ -25,6 +25,9 @@ type ticketClaims struct {
 	// Principal is the authenticated caller the ticket was handed to ("": none). Tickets minted
 	// by builds before 2026-11 carry none.
 	Principal string `json:"principal,omitempty"`
+	// Kind is what the name is ("lock", "semaphore", "election"): a ticket is no use on another kind
+	// of the same name. Tickets minted before 2026-12-06 carry none, and are taken for any kind.
+	Kind string `json:"kind,omitempty"`
 }
 
 func (t *Tokens) mintTicket(tk ticketClaims) string {
@@ -41,7 +44,7 @@ func (t *Tokens) mintTicket(tk ticketClaims) string {
 // too long. A ticket without a principal presented by an authenticated caller was minted by an
 // older build, or with authentication off: it yields "" and errUnboundTicket, and the caller
 // queues as a newcomer.
-func (t *Tokens) parseTicket(value, lock, owner, principal string) (string, error) {
+func (t *Tokens) parseTicket(value string, kind Kind, lock, owner, principal string) (string, error) {
 	if len(value) > maxTokenLen {
 		return "", fmt.Errorf("%w: longer than %d bytes", ErrInvalidTicket, maxTokenLen)
 	}
@@ -55,6 +58,9 @@ func (t *Tokens) parseTicket(value, lock, owner, principal string) (string, erro
 	}
 	if tk.Lock != lock {
 		return "", fmt.Errorf("%w: handed out for lock %q, not %q", ErrInvalidTicket, tk.Lock, lock)
+	}
+	if tk.Kind != "" && tk.Kind != kind.String() {
+		return "", fmt.Errorf("%w: handed out to wait for the %s %q, not the %s", ErrInvalidTicket, tk.Kind, tk.Lock, kind)
 	}
 	if tk.Owner != owner {
 		return "", fmt.Errorf("%w: handed out to owner %q, not %q", ErrInvalidTicket, tk.Owner, owner)

@@ -217,7 +217,7 @@ func (s *Service) newWaitTurn(req *AcquireRequest, lease string) (*waitTurn, err
 	if req.QueueTicket == "" {
 		return wt, nil
 	}
-	id, err := s.tokens.parseTicket(req.QueueTicket, req.Lock, req.Owner, req.Principal)
+	id, err := s.tokens.parseTicket(req.QueueTicket, req.Kind, req.Lock, req.Owner, req.Principal)
 	switch {
 	case errors.Is(err, errTicketIgnored):
 		s.log.Warn("queue ticket ignored: the waiter queues as a newcomer", "lock", req.Lock, "err", err)
@@ -472,7 +472,7 @@ func (wt *waitTurn) end(ctx context.Context, cause error) error {
 	var queueTicket string
 	if err == nil && r.ticketed {
 		queueTicket = s.tokens.mintTicket(ticketClaims{Lock: wt.asked.Lock, Owner: wt.asked.Owner, ID: ticketID,
-			Principal: wt.asked.Principal})
+			Principal: wt.asked.Principal, Kind: wt.asked.Kind.String()})
 	}
 	switch {
 	case cause != nil:
