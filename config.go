@@ -13,6 +13,8 @@ import (
 	"unicode"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/leasegate/leasegate/handlers"
 )
 
 // Config is read from LEASEGATE_* environment variables (docs/configuration.md lists them).
@@ -54,6 +56,7 @@ type Config struct {
 	QuotaHeld         int           `split_words:"true" default:"0"`
 	QuotaStreams      int           `split_words:"true" default:"0"`
 	AuthFailureRate   float64       `split_words:"true" default:"20"`
+	TrustedProxies    string        `split_words:"true"`
 	MetricsAuth       string        `split_words:"true" default:"open"`
 }
 
@@ -98,6 +101,7 @@ func loadConfig() (Config, error) {
 	}
 	_, _, listenErr := net.SplitHostPort(cfg.Listen)
 	_, _, redisErr := net.SplitHostPort(cfg.RedisAddr)
+	_, proxiesErr := handlers.ParseTrustedProxies(cfg.TrustedProxies)
 	var level slog.Level
 	levelErr := level.UnmarshalText([]byte(cfg.LogLevel))
 	return cfg, errors.Join(
@@ -139,6 +143,7 @@ func loadConfig() (Config, error) {
 		check(cfg.QuotaHeld >= 0, "QUOTA_HELD", "must not be negative, got %d", cfg.QuotaHeld),
 		check(cfg.QuotaStreams >= 0, "QUOTA_STREAMS", "must not be negative, got %d", cfg.QuotaStreams),
 		check(cfg.AuthFailureRate >= 0, "AUTH_FAILURE_RATE", "must not be negative, got %g", cfg.AuthFailureRate),
+		check(proxiesErr == nil, "TRUSTED_PROXIES", "%v", proxiesErr),
 		check(cfg.AuthFile != "" || (cfg.QuotaRate == 0 && cfg.QuotaParked == 0 && cfg.QuotaHeld == 0 && cfg.QuotaStreams == 0), "QUOTA_RATE",
 			"LEASEGATE_QUOTA_PARKED, LEASEGATE_QUOTA_STREAMS and LEASEGATE_QUOTA_HELD limit principals: they need LEASEGATE_AUTH_FILE"),
 		check(cfg.QuotaHeld == 0 || len(cfg.RedlockURLs) == 0, "QUOTA_HELD", "is not offered on RedLock (LEASEGATE_REDLOCK_URLS)"),

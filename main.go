@@ -277,20 +277,28 @@ func newRouter(cfg Config, log *slog.Logger, svc *lockcore.Service, m *metrics.M
 		routerMetrics = nil
 	}
 	return handlers.NewRouter(svc, handlers.Options{
-		Limits:       api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
-		Logger:       log,
-		AccessLog:    handlers.AccessLog(cfg.AccessLog),
-		Metrics:      routerMetrics,
-		Admin:        svc,
-		LongHold:     cfg.LongHold,
-		Spec:         openapiSpec,
-		Auth:         authn,
-		MetricsAuth:  cfg.MetricsAuth == "admin",
-		Quotas:       handlers.Quotas{Rate: cfg.QuotaRate, Burst: cfg.QuotaBurst, Parked: cfg.QuotaParked, Streams: cfg.QuotaStreams},
-		Streams:      handlers.Streams{Max: cfg.MaxStreams, Lifetime: cfg.MaxStreamLifetime},
-		AuthFailures: handlers.AuthFailures{Rate: cfg.AuthFailureRate},
-		Elections:    svc,
+		Limits:         api.Limits{DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold},
+		Logger:         log,
+		AccessLog:      handlers.AccessLog(cfg.AccessLog),
+		Metrics:        routerMetrics,
+		Admin:          svc,
+		LongHold:       cfg.LongHold,
+		Spec:           openapiSpec,
+		Auth:           authn,
+		MetricsAuth:    cfg.MetricsAuth == "admin",
+		Quotas:         handlers.Quotas{Rate: cfg.QuotaRate, Burst: cfg.QuotaBurst, Parked: cfg.QuotaParked, Streams: cfg.QuotaStreams},
+		Streams:        handlers.Streams{Max: cfg.MaxStreams, Lifetime: cfg.MaxStreamLifetime},
+		AuthFailures:   handlers.AuthFailures{Rate: cfg.AuthFailureRate, Evicted: m.AuthFailureForgotten},
+		TrustedProxies: trustedProxies(cfg),
+		Elections:      svc,
 	})
+}
+
+// trustedProxies is LEASEGATE_TRUSTED_PROXIES, already checked with the rest of cfg (see
+// Config's checks).
+func trustedProxies(cfg Config) handlers.TrustedProxies {
+	tp, _ := handlers.ParseTrustedProxies(cfg.TrustedProxies)
+	return tp
 }
 
 // newHTTPServer serves router with the gateway's timeouts and header bounds.

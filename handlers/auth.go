@@ -47,8 +47,10 @@ type guard struct {
 	log  *slog.Logger
 	// quotas: the principal's requests per second are taken here, once it is known
 	quotas *quotas
-	// failures: the failed authentications of each client address (nil: not limited)
+	// failures: the failed authentications of each client address (nil: not limited), which
+	// proxies tells
 	failures *failedAuths
+	proxies  TrustedProxies
 }
 
 // need wraps a route's handler: the request must carry the API key of a principal that has perm
@@ -61,7 +63,10 @@ func (g *guard) need(perm auth.Permission, sc scope, next http.HandlerFunc) http
 		return next
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		addr := clientAddress(r)
+		addr := r.RemoteAddr
+		if a, ok := g.proxies.client(r); ok {
+			addr = throttleKey(a)
+		}
 		err := g.failures.check(addr)
 		var p *auth.Principal
 		if err == nil {

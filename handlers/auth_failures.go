@@ -1,12 +1,11 @@
 package handlers
 
 import (
+	"cmp"
 	"fmt"
-	"net"
-	"net/http"
-	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/time/rate"
 )
 
@@ -16,11 +15,21 @@ import (
 // verification, before any quota can apply, since quotas are per principal. Past Burst failures
 // in a row, at Rate per second, the address's requests are answered 429
 // authentication-throttled with Retry-After, before their credentials are looked at; successful
-// authentications cost nothing here. Behind a proxy every client shares the proxy's address.
+// authentications cost nothing here. An IPv6 address counts by its /64 (one host's usual share).
+// The client address is the peer's, or behind a trusted proxy the one it forwards (see
+// clientAddresses).
 type AuthFailures struct {
 	Rate  float64 // failed authentications per second per client address (0: no limit)
 	Burst int     // failures in a row before the limit bites (default: 5 x Rate, at least 1)
+	// Tracked bounds the addresses kept (default authFailuresTracked): the least recently seen
+	// is forgotten first, and Evicted, when set, is called for each one forgotten that way.
+	Tracked int
+	Evicted func()
 }
+
+// authFailuresTracked is AuthFailures.Tracked's default: each address costs about 300 bytes
+// (measured with TestAuthFailuresTableIsBounded), so 10,000 take about 3 MB.
+const authFailuresTracked = 10_000
 
 // authThrottledError: the client address failed to authenticate too often.
 type authThrottledError struct {
@@ -32,18 +41,14 @@ func (e *authThrottledError) Error() string {
 	return fmt.Sprintf("too many failed authentications from %s; retry after %v with a valid credential", e.addr, e.retryAfter.Round(time.Millisecond))
 }
 
-// failedAuths keeps a token bucket of failures per client address; a failure takes a token.
+// failedAuths keeps a token bucket of failures per client address, a failure taking a token, in a
+// least-recently-used table of fixed size: constant memory and constant work per request, however
+// many addresses fail (before 2026-12-06 a map without a cap, swept whole past 10,000 entries
+// under the lock every request took).
 type failedAuths struct {
 	limit rate.Limit
 	burst int
-
-	mu sync.Mutex
-	by map[string]*failures
-}
-
-type failures struct {
-	bucket *rate.Limiter
-	seen   time.Time
+	by    *lru.Cache[string, *rate.Limiter]
 }
 
 func newFailedAuths(cfg AuthFailures) *failedAuths {
@@ -54,16 +59,15 @@ func newFailedAuths(cfg AuthFailures) *failedAuths {
 	if burst <= 0 {
 		burst = max(int(5*cfg.Rate), 1)
 	}
-	return &failedAuths{limit: rate.Limit(cfg.Rate), burst: burst, by: map[string]*failures{}}
-}
-
-// clientAddress is the request's remote IP address (without its port).
-func clientAddress(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+	var onEvict func(string, *rate.Limiter)
+	if cfg.Evicted != nil {
+		onEvict = func(string, *rate.Limiter) { cfg.Evicted() }
 	}
-	return host
+	by, err := lru.NewWithEvict(cmp.Or(cfg.Tracked, authFailuresTracked), onEvict)
+	if err != nil { // only for a size below 1
+		panic(err)
+	}
+	return &failedAuths{limit: rate.Limit(cfg.Rate), burst: burst, by: by}
 }
 
 // check refuses the address's request when its failures used up its bucket (nil: no limit).
@@ -71,14 +75,12 @@ func (f *failedAuths) check(addr string) error {
 	if f == nil {
 		return nil
 	}
+	u, ok := f.by.Peek(addr)
 	now := time.Now()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	u := f.by[addr]
-	if u == nil || u.bucket.TokensAt(now) >= 1 {
+	if !ok || u.TokensAt(now) >= 1 {
 		return nil
 	}
-	r := u.bucket.ReserveN(now, 1) // when a token would be there; not taken
+	r := u.ReserveN(now, 1) // when a token would be there; not taken
 	wait := r.DelayFrom(now)
 	r.CancelAt(now)
 	return &authThrottledError{addr: addr, retryAfter: wait}
@@ -89,21 +91,12 @@ func (f *failedAuths) failed(addr string) {
 	if f == nil {
 		return
 	}
-	now := time.Now()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	u := f.by[addr]
-	if u == nil {
-		if len(f.by) >= forgetAt {
-			for a, old := range f.by {
-				if now.Sub(old.seen) > forgetAfter {
-					delete(f.by, a)
-				}
-			}
+	u, ok := f.by.Get(addr)
+	if !ok {
+		u = rate.NewLimiter(f.limit, f.burst)
+		if prev, found, _ := f.by.PeekOrAdd(addr, u); found {
+			u = prev
 		}
-		u = &failures{bucket: rate.NewLimiter(f.limit, f.burst)}
-		f.by[addr] = u
 	}
-	u.seen = now
-	u.bucket.AllowN(now, 1)
+	u.AllowN(time.Now(), 1)
 }

@@ -149,11 +149,12 @@ func (a AccessLog) logs(status int) bool {
 
 // accessLog gives each request its ID (X-Request-Id: the client's when sane, else ours, echoed in
 // the answer), counts it in m (when set) by route pattern, method and status, and writes one line
-// per request that policy logs: ID, method, path, status, duration and the authenticated
-// principal, if any. It never logs headers, so lease tokens and API keys stay out of the logs.
+// per request that policy logs: ID, method, path, status, duration, the client's address (see
+// TrustedProxies.client) and the authenticated principal, if any. It never logs other headers, so
+// lease tokens and API keys stay out of the logs.
 //
 // It runs in front of chi's router routes, giving it the routing context.
-func accessLog(log *slog.Logger, policy AccessLog, m Metrics, routes chi.Routes) func(http.Handler) http.Handler {
+func accessLog(log *slog.Logger, policy AccessLog, m Metrics, proxies TrustedProxies, routes chi.Routes) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
@@ -166,7 +167,7 @@ func accessLog(log *slog.Logger, policy AccessLog, m Metrics, routes chi.Routes)
 			ctx := context.WithValue(context.WithValue(r.Context(), requestKey{}, info), chi.RouteCtxKey, rctx)
 			next.ServeHTTP(&info.rec, r.WithContext(ctx))
 			info.rec.sendID() // an answer that wrote nothing goes out as the handler returns
-			info.finish(log, policy, m, r, rctx, start)
+			info.finish(log, policy, m, proxies, r, rctx, start)
 		})
 	}
 }
@@ -183,7 +184,7 @@ func newRequestInfo(w http.ResponseWriter, r *http.Request) *requestInfo {
 }
 
 // finish counts and logs a request that started at start (see accessLog).
-func (info *requestInfo) finish(log *slog.Logger, policy AccessLog, m Metrics, r *http.Request, rctx *chi.Context, start time.Time) {
+func (info *requestInfo) finish(log *slog.Logger, policy AccessLog, m Metrics, proxies TrustedProxies, r *http.Request, rctx *chi.Context, start time.Time) {
 	if m != nil {
 		m.ObserveRequest(rctx.RoutePattern(), r.Method, info.rec.status, time.Since(start))
 	}
@@ -196,6 +197,9 @@ func (info *requestInfo) finish(log *slog.Logger, policy AccessLog, m Metrics, r
 		slog.String("path", r.URL.Path),
 		slog.Int("status", info.rec.status),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+	}
+	if a, ok := proxies.client(r); ok {
+		attrs = append(attrs, slog.String("client", a.String()))
 	}
 	if info.principal != nil {
 		attrs = append(attrs, slog.String("principal", info.principal.Name))

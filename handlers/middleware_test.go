@@ -31,7 +31,7 @@ func TestAccessLogSendsTheRequestIDWithEveryAnswer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := chi.NewRouter()
 			r.Get("/x", tc.handler)
-			srv := httptest.NewServer(accessLog(slog.New(slog.DiscardHandler), AccessLogOff, nil, r)(r))
+			srv := httptest.NewServer(accessLog(slog.New(slog.DiscardHandler), AccessLogOff, nil, nil, r)(r))
 			defer srv.Close()
 
 			req, _ := http.NewRequest(http.MethodGet, srv.URL+"/x", nil)

@@ -58,6 +58,9 @@ type Options struct {
 	// AuthFailures bound each client address's failed authentications (with Auth; see
 	// auth_failures.go).
 	AuthFailures AuthFailures
+	// TrustedProxies are the peers whose X-Forwarded-For / Forwarded say who the client is, for
+	// the failed-authentication throttle and the access log (see client_address.go).
+	TrustedProxies TrustedProxies
 	// Elections, when set, serves /elections (see elections.go); the lock engine renews and
 	// force-releases their leases.
 	Elections Elections
@@ -79,7 +82,7 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 	}
 	q := newQuotas(opts.Quotas)
 	h := &lockHandlers{locker: locker, limits: opts.Limits, log: opts.Logger, quotas: q, streams: &streamGate{Streams: opts.Streams}}
-	g := &guard{auth: opts.Auth, log: opts.Logger, quotas: q, failures: newFailedAuths(opts.AuthFailures)}
+	g := &guard{auth: opts.Auth, log: opts.Logger, quotas: q, failures: newFailedAuths(opts.AuthFailures), proxies: opts.TrustedProxies}
 	const (
 		lock, inspect, admin = auth.Lock, auth.Inspect, auth.Admin
 	)
@@ -151,5 +154,5 @@ func NewRouter(locker Locker, opts Options) http.Handler {
 		r.Post("/elections/{name}/renew", g.need(lock, scopeName, e.renewElection))
 		r.Get("/elections/{name}/events", g.need(inspect, scopeName, e.electionEvents))
 	}
-	return accessLog(opts.Logger, opts.AccessLog, opts.Metrics, r)(r)
+	return accessLog(opts.Logger, opts.AccessLog, opts.Metrics, opts.TrustedProxies, r)(r)
 }

@@ -38,6 +38,7 @@ type Metrics struct {
 	longHolds, oldestHold             prometheus.Gauge
 	leaderChanges                     *prometheus.CounterVec
 	proclaims                         prometheus.Counter
+	authForgotten                     prometheus.Counter
 }
 
 // latencyBuckets suit calls that take well under a millisecond on loopback and up to seconds
@@ -80,6 +81,8 @@ func New(longHold time.Duration) *Metrics {
 		leaderChanges: f.counters("leader_changes_total", "Leader changes this replica announced in elections' logs: elected, resigned, "+
 			"vacant (a leader's lease found gone).", "event"),
 		proclaims: f.counter("leader_proclaims_total", "New values election leaders proclaimed through this replica."),
+		authForgotten: f.counter("auth_failures_forgotten_total", "Client addresses the failed-authentication throttle forgot to make room "+
+			"(its table keeps the 10,000 seen last): many addresses failing at once."),
 	}
 	f.gauge("long_hold_threshold_seconds", "LEASEGATE_LONG_HOLD: holds older than this count as long.").Set(longHold.Seconds())
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -96,6 +99,10 @@ func (m *Metrics) Parked(n func() int) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasegate_parked_requests",
 		Help: "Waiting requests parked on this replica."}, func() float64 { return float64(n()) }))
 }
+
+// AuthFailureForgotten counts one client address the failed-authentication throttle forgot to make
+// room (handlers.AuthFailures.Evicted).
+func (m *Metrics) AuthFailureForgotten() { m.authForgotten.Inc() }
 
 // ObserveRequest counts one HTTP request; route is its chi pattern ("" for no route). Every label
 // has a bounded set of values, whatever clients send: the routes' patterns or "unmatched", the
