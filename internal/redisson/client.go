@@ -107,6 +107,7 @@ func (c *Client) Close() {
 	// whoever takes one next finds it closed: Wait cannot race an Add.
 	for _, mu := range []*sync.Mutex{&c.subs.mu, &c.renewal.locks.mu, &c.renewal.reads.mu} {
 		mu.Lock()
+		//lint:ignore SA2001 a barrier: it only waits for whoever holds mu (see above)
 		mu.Unlock()
 	}
 	c.wg.Wait()
