@@ -45,6 +45,9 @@ func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 	c := &command{env: env, stdout: stdout, stderr: stderr}
 	switch args[0] {
 	case "run":
+		if len(args) == 2 && args[1] == guardArg { // run's own use, hidden: see guard.go
+			return guard(os.Stdin, stdout, stderr)
+		}
 		return c.run(ctx, args[1:])
 	case "elect":
 		return c.elect(ctx, args[1:])

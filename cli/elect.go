@@ -40,6 +40,11 @@ func (c *command) elect(ctx context.Context, args []string) int {
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)
+	g, err := startGuardian(c.stderr) // one for every term
+	if err != nil {
+		return c.fail(err)
+	}
+	defer g.close()
 	for {
 		lead, err := c.holdOnAny(ctx, o)
 		if err != nil {
@@ -57,7 +62,7 @@ func (c *command) elect(ctx context.Context, args []string) int {
 			}
 			return c.fail(err)
 		}
-		code := c.runHolding(ctx, o, lead)
+		code := c.runHolding(ctx, o, lead, g)
 		if !again || ctx.Err() != nil {
 			return code
 		}

@@ -41,11 +41,16 @@ func (c *command) run(ctx context.Context, args []string) int {
 	if code, ok := c.runnable(o.argv[0]); !ok {
 		return code
 	}
+	g, err := startGuardian(c.stderr)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer g.close()
 	lease, err := c.holdOnAny(ctx, o)
 	if err != nil {
 		return c.fail(err)
 	}
-	return c.runHolding(ctx, o, lease)
+	return c.runHolding(ctx, o, lease, g)
 }
 
 // runnable checks, before anything is taken, that name can be run; as shells do, it returns 127
@@ -61,9 +66,9 @@ func (c *command) runnable(name string) (code int, ok bool) {
 	return 0, true
 }
 
-// runHolding runs o.argv while lease is held, as run describes, gives the hold back when the
-// command exits, and returns run's exit code.
-func (c *command) runHolding(ctx context.Context, o runOptions, lease heldLease) int {
+// runHolding runs o.argv while lease is held, as run describes, with g ready to kill it should
+// this process die first, gives the hold back when the command exits, and returns run's exit code.
+func (c *command) runHolding(ctx context.Context, o runOptions, lease heldLease, g *guardian) int {
 	// Learn of a loss (force release, expiry) the moment the gateway does; the stream closes when
 	// the lease is released.
 	lease.Watch(c.gateways...)
@@ -78,10 +83,31 @@ func (c *command) runHolding(ctx context.Context, o runOptions, lease heldLease)
 	if _, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS); err != nil { // not a terminal
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
+	// Should this process die (SIGKILL) while the command runs, the guardian kills the command and
+	// what it started (guard.go).
+	g.starting(tokenEntry(cmd.Env))
 	if err := cmd.Start(); err != nil {
+		g.exited()
 		return c.fail(err)
 	}
-	return c.supervise(ctx, o, lease, cmd)
+	g.started(cmd)
+	code := c.supervise(ctx, o, lease, cmd)
+	g.exited() // only once it has: should this process panic first, the guardian kills the command
+	return code
+}
+
+// tokenVar is the variable holding the lease's token in the command's environment; the guardian
+// knows what the command started by it.
+const tokenVar = "LEASEGATE_TOKEN"
+
+// tokenEntry is env's tokenVar line (the last one, which the command gets).
+func tokenEntry(env []string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if strings.HasPrefix(env[i], tokenVar+"=") {
+			return env[i]
+		}
+	}
+	return ""
 }
 
 // runOptions are run's flags, checked.
@@ -218,6 +244,29 @@ func (c *command) supervise(ctx context.Context, o runOptions, lease heldLease, 
 			killTimer.Reset(min(grace, time.Until(validUntil.Add(-margin))))
 		}
 	}
+	// extend takes a renewal's new ValidUntil and reports whether it moved the timers.
+	extend := func(v time.Time) bool {
+		if gone {
+			return false // a renewal answered before the loss: it changes nothing now
+		}
+		validUntil = v
+		if !stopping {
+			termTimer.Reset(time.Until(validUntil.Add(-grace - margin)))
+		}
+		killTimer.Reset(time.Until(validUntil.Add(-margin)))
+		return true
+	}
+	// renewedMeanwhile takes a renewal that answered while a timer fired, before this loop read it
+	// (select picks at random among ready cases, and a busy machine runs this loop late), and
+	// reports whether it moved the timers: the timer that fired is then out of date.
+	renewedMeanwhile := func() bool {
+		select {
+		case v := <-renewed:
+			return extend(v)
+		default:
+			return false
+		}
+	}
 	leaseDone := lease.Done()
 	for {
 		select {
@@ -230,14 +279,7 @@ func (c *command) supervise(ctx context.Context, o runOptions, lease heldLease, 
 		case sig := <-signals:
 			signalGroup(cmd, sig.(syscall.Signal))
 		case v := <-renewed:
-			if gone {
-				break // a renewal answered before the loss: it changes nothing now
-			}
-			validUntil = v
-			if !stopping {
-				termTimer.Reset(time.Until(validUntil.Add(-grace - margin)))
-			}
-			killTimer.Reset(time.Until(validUntil.Add(-margin)))
+			extend(v)
 		case err := <-lost:
 			lose(err)
 		case <-leaseDone:
@@ -248,8 +290,14 @@ func (c *command) supervise(ctx context.Context, o runOptions, lease heldLease, 
 				lose(err)
 			}
 		case <-termTimer.C:
+			if renewedMeanwhile() {
+				break
+			}
 			stop(fmt.Sprintf("lost the lease: no renewal succeeded, and it lapses in %v", time.Until(validUntil).Round(time.Millisecond)))
 		case <-killTimer.C:
+			if renewedMeanwhile() {
+				break
+			}
 			stop("lost the lease")
 			fmt.Fprintf(c.stderr, "leasegate: the command is still running %v before the lease can lapse; killing it\n", margin)
 			signalGroup(cmd, syscall.SIGKILL)
@@ -291,11 +339,12 @@ func safetyMargin(ttl time.Duration) time.Duration {
 }
 
 // keepAlive renews lease every ttl/3 until ctx ends, sending each new ValidUntil on renewed. A
-// renewal that fails is retried every retry, through the next of gateways each time: the lease is
-// still ours until it lapses, and any success before then keeps the command running. A renewal
-// answered 410 ends it with the error on lost.
+// renewal is due a third of the TTL after the request that set the lease's ValidUntil was sent
+// (renewalDue). A renewal that fails is retried every retry, through the next of gateways each
+// time: the lease is still ours until it lapses, and any success before then keeps the command
+// running. A renewal answered 410 ends it with the error on lost.
 func keepAlive(ctx context.Context, lease heldLease, gateways []*leasegate.Gateway, ttl, retry time.Duration, renewed chan<- time.Time, lost chan<- error) {
-	next, via := ttl/3, 0
+	next, via := renewalDue(lease, ttl), 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -311,7 +360,7 @@ func keepAlive(ctx context.Context, lease heldLease, gateways []*leasegate.Gatew
 		case ctx.Err() != nil:
 			return
 		case err == nil:
-			next = ttl / 3
+			next = renewalDue(lease, ttl)
 			select {
 			case renewed <- lease.ValidUntil():
 			case <-ctx.Done():
@@ -331,13 +380,29 @@ func keepAlive(ctx context.Context, lease heldLease, gateways []*leasegate.Gatew
 	}
 }
 
+// renewalDue is how long until lease's next renewal is due: a third of ttl after the request that
+// set its ValidUntil was sent, which is when the lease's TTL started counting. Counting from when
+// the last answer arrived instead (or, for the first renewal, from when the command started) would
+// let each answer's delay, and the command's start, eat into the time renewals have before
+// stopping begins (ttl/3 - margin from when one is due: 117 ms for a 500 ms TTL). A renewal that
+// succeeds answers within ttl/3 of when it was sent (its timeout), so the next one is never due
+// before that answer.
+func renewalDue(lease heldLease, ttl time.Duration) time.Duration {
+	return time.Until(lease.ValidUntil().Add(ttl/3 - ttl))
+}
+
 // signalGroup signals the command's process group, or the command alone when it has none.
 func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
-	if cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid {
+	if ownGroup(cmd) {
 		_ = syscall.Kill(-cmd.Process.Pid, sig)
 		return
 	}
 	_ = cmd.Process.Signal(sig)
+}
+
+// ownGroup reports whether cmd leads a process group of its own.
+func ownGroup(cmd *exec.Cmd) bool {
+	return cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid
 }
 
 // exitCode turns a command's Wait error into the exit code to pass on: its own, or 128+signal.

@@ -38,8 +38,8 @@ func TestCLIRunSharedHoldersRunTogetherAndAWriterWaits(t *testing.T) {
 	reader := `touch "$0/start-$1"; i=0; while [ ! -e "$0/start-$2" ]; do i=$((i+1)); [ $i -gt 400 ] && exit 9; sleep 0.05; done
 [ "$LEASEGATE_MODE" = shared ] && [ "$LEASEGATE_LOCK" = rw ] || exit 8
 while [ ! -e "$0/go" ]; do sleep 0.05; done; touch "$0/end-$1"`
-	r1 := e.startCLI(t, "run", "--lock", "rw", "--shared", "--ttl", "1s", "--wait", "20s", "--", "sh", "-c", reader, dir, "1", "2")
-	r2 := e.startCLI(t, "run", "--lock", "rw", "--shared", "--ttl", "1s", "--wait", "20s", "--", "sh", "-c", reader, dir, "2", "1")
+	r1 := e.startCLI(t, "run", "--lock", "rw", "--shared", "--ttl", "2s", "--wait", "20s", "--", "sh", "-c", reader, dir, "1", "2")
+	r2 := e.startCLI(t, "run", "--lock", "rw", "--shared", "--ttl", "2s", "--wait", "20s", "--", "sh", "-c", reader, dir, "2", "1")
 	harness.Eventually(t, 15*time.Second, "both readers' commands running at once", func() bool {
 		return fileExists(filepath.Join(dir, "start-1")) && fileExists(filepath.Join(dir, "start-2"))
 	})
@@ -51,8 +51,9 @@ while [ ! -e "$0/go" ]; do sleep 0.05; done; touch "$0/end-$1"`
 	writer := `[ -e "$0/end-1" ] && [ -e "$0/end-2" ] && [ "$LEASEGATE_MODE" = exclusive ]`
 	w := e.startCLI(t, "run", "--lock", "rw", "--wait", "30s", "--", "sh", "-c", writer, dir)
 	harness.Eventually(t, 10*time.Second, "the writer waits in line", func() bool { return e.Waiters(t, "rw") == 1 })
-	// The readers renew their leases every ttl/3: both still hold well past their 1 s TTL.
-	for start := time.Now(); time.Since(start) < 2500*time.Millisecond; <-time.After(100 * time.Millisecond) {
+	// The readers renew their leases every ttl/3: both still hold well past their 2 s TTL (1 s
+	// left the renewals too little room on a loaded machine).
+	for start := time.Now(); time.Since(start) < 5*time.Second; <-time.After(100 * time.Millisecond) {
 		st := e.Client.Do(http.MethodGet, "/locks/rw", nil, "")
 		require.Equal(t, int64(2), st.Int("holder_count"), string(st.Body))
 		require.Equal(t, int64(1), st.Int("waiters"), "the writer still waits")
@@ -79,7 +80,7 @@ i=0; while [ "$(grep -c start "$0")" -lt 2 ]; do i=$((i+1)); [ $i -gt 400 ] && e
 sleep 0.3; echo "end $1" >> "$0"`
 	var runs []<-chan cliRun
 	for i := range 3 {
-		runs = append(runs, e.startCLI(t, "run", "--semaphore", "pool", "--permits", "2", "--ttl", "1s", "--wait", "30s",
+		runs = append(runs, e.startCLI(t, "run", "--semaphore", "pool", "--permits", "2", "--ttl", "2s", "--wait", "30s",
 			"--", "sh", "-c", script, log, strconv.Itoa(i+1)))
 	}
 	for i, done := range runs {
@@ -155,7 +156,7 @@ func TestCLIRunStopsTheCommandWhenTheSharedOrPermitLeaseIsLost(t *testing.T) {
 			if kind == "semaphore" {
 				args, path = []string{"run", "--semaphore", "lost", "--permits", "4"}, "/semaphores/lost"
 			}
-			done := e.startCLI(t, append(args, "--ttl", "1s", "--grace", "300ms", "--", "sh", "-c", script, tokenFile, termFile)...)
+			done := e.startCLI(t, append(args, "--ttl", "2s", "--grace", "300ms", "--", "sh", "-c", script, tokenFile, termFile)...)
 			var token []byte
 			harness.Eventually(t, 10*time.Second, "the command to start", func() bool {
 				var err error

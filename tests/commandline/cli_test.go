@@ -32,7 +32,16 @@ type cliRun struct {
 // channel once it exits (bounded by 60 s).
 func (e *env) startCLI(t *testing.T, args ...string) <-chan cliRun {
 	t.Helper()
-	return startCLIProcess(t, append(os.Environ(), "LEASEGATE_SERVER="+e.Gateway.URL), args...)
+	return startCLIProcess(t, e.cliEnv(), args...)
+}
+
+// cliEnv is the environment tests run the leasegate binary in: this process's, with e's gateway
+// as LEASEGATE_SERVER and GORACE's atexit_sleep_ms=0. A binary built with -race otherwise sleeps
+// a second as it exits, and so does the guardian that run and elect start (guard.go), which holds
+// their stderr open until it has exited.
+func (e *env) cliEnv() []string {
+	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+	return append(os.Environ(), "LEASEGATE_SERVER="+e.Gateway.URL, "GORACE="+gorace)
 }
 
 // startCLIProcess runs the leasegate binary with args and the environment environ (NAME=VALUE);
@@ -83,12 +92,13 @@ func TestCLIRunHoldsTheLockWhileTheCommandRuns(t *testing.T) {
 	e := newEnv(t, nil)
 	dir := t.TempDir()
 	stop := filepath.Join(dir, "stop")
-	done := e.startCLI(t, "run", "--lock", "busy", "--ttl", "1s", "--",
+	done := e.startCLI(t, "run", "--lock", "busy", "--ttl", "2s", "--",
 		"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.05; done`, stop)
 	harness.Eventually(t, 10*time.Second, "the command holds the lock", func() bool { return e.Held("busy") })
-	// Renewed every ttl/3: still held well past its 1 s TTL.
+	// Renewed every ttl/3: still held well past its 2 s TTL (a TTL of 1 s left the renewals too
+	// little room on a machine at load 10-20, where run rightly stopped the command).
 	start := time.Now()
-	for time.Since(start) < 2*time.Second {
+	for time.Since(start) < 4500*time.Millisecond {
 		require.True(t, e.Held("busy"))
 		<-time.After(100 * time.Millisecond)
 	}
@@ -125,7 +135,7 @@ func TestCLIRunStopsTheCommandWhenTheLeaseIsLost(t *testing.T) {
 			tokenFile, termFile := filepath.Join(dir, "token"), filepath.Join(dir, "terminated")
 			// The command records its token, then waits; on SIGTERM it notes it and exits.
 			script := `echo "$LEASEGATE_TOKEN" > "$0.tmp" && mv "$0.tmp" "$0"; trap 'touch "$1"; exit 0' TERM; while true; do sleep 0.05; done`
-			done := e.startCLI(t, "run", "--lock", "lost", "--ttl", "1s", "--grace", "300ms", "--", "sh", "-c", script, tokenFile, termFile)
+			done := e.startCLI(t, "run", "--lock", "lost", "--ttl", "2s", "--grace", "300ms", "--", "sh", "-c", script, tokenFile, termFile)
 			var token []byte
 			harness.Eventually(t, 10*time.Second, "the command to start", func() bool {
 				var err error
