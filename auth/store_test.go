@@ -34,11 +34,16 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// writeFile replaces path's contents, keeping its modification time: a change is told by content.
+// writeFile replaces path's contents at once, as deployments do (a file renamed into place, a
+// Kubernetes volume's symlink swap), keeping its modification time: a change is told by content.
+// Not in place: a poll between os.WriteFile's truncation and its write reads an empty file, a
+// change of its own that fails to load and is logged, which a busy machine makes likely.
 func writeFile(t *testing.T, path string, data []byte, mtime time.Time) {
 	t.Helper()
-	require.NoError(t, os.WriteFile(path, data, 0o600))
-	require.NoError(t, os.Chtimes(path, mtime, mtime))
+	next := path + ".next"
+	require.NoError(t, os.WriteFile(next, data, 0o600))
+	require.NoError(t, os.Chtimes(next, mtime, mtime))
+	require.NoError(t, os.Rename(next, path))
 }
 
 func TestStoreReloads(t *testing.T) {
