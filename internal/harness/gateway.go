@@ -237,7 +237,14 @@ func (g *Gateway) start(bin string, env map[string]string) error {
 		defer tr.CloseIdleConnections()
 		probe = &http.Client{Transport: tr}
 	}
+	port, _ := strconv.Atoi(g.URL[strings.LastIndex(g.URL, ":")+1:])
 	err = waitFor(30*time.Second, done, func() bool {
+		// The process that listens must be this one: when another took the port between
+		// FreePort and the bind ("bind: address already in use"), this one exits while the
+		// other answers.
+		if !listensOn(cmd.Process.Pid, port) {
+			return false
+		}
 		resp, err := probe.Get(g.URL + "/healthz")
 		if err != nil {
 			return false
@@ -343,4 +350,37 @@ func tail(s string, lines int) string {
 		parts = parts[len(parts)-lines:]
 	}
 	return string(bytes.Join(parts, []byte("\n")))
+}
+
+// listensOn reports whether process pid holds the socket listening on loopback TCP port port
+// (from /proc/net/tcp and the process's file descriptors; Linux).
+func listensOn(pid, port int) bool {
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return false
+	}
+	local := fmt.Sprintf(":%04X", port)
+	inode := ""
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		// sl local_address rem_address st ... inode: st 0A is LISTEN.
+		if len(f) > 9 && strings.HasSuffix(f[1], local) && f[3] == "0A" {
+			inode = f[9]
+			break
+		}
+	}
+	if inode == "" {
+		return false
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false
+	}
+	want := "socket:[" + inode + "]"
+	for _, fd := range fds {
+		if target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && target == want {
+			return true
+		}
+	}
+	return false
 }

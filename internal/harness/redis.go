@@ -119,7 +119,14 @@ func (r *Redis) start() error {
 	r.mu.Lock()
 	r.cmd, r.done = cmd, done
 	r.mu.Unlock()
-	if err := waitFor(10*time.Second, done, func() bool { _, err := r.Do("PING"); return err == nil }); err != nil {
+	// The server that answers must be this one: when another process took the port between
+	// FreePort and the bind, this one exits, and the other one answers (a port race between
+	// test packages, seen as "is not configured as a cluster node" on a Cluster rig).
+	ours := "process_id:" + strconv.Itoa(cmd.Process.Pid) + "\r\n"
+	if err := waitFor(10*time.Second, done, func() bool {
+		info, err := r.Do("INFO", "server")
+		return err == nil && strings.Contains(info, ours)
+	}); err != nil {
 		_ = cmd.Process.Kill()
 		<-done
 		log, _ := os.ReadFile(filepath.Join(r.dir, "redis-"+strconv.Itoa(r.Port)+".log"))
