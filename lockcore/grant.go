@@ -87,15 +87,16 @@ func (s *Service) finishGrant(ctx context.Context, req AcquireRequest, g Grant, 
 // that is longer, has passed since the call that granted it was sent (ExpiresAt counts from
 // then). A grant that Redis or its replicas answered later is not answered (docs/api.md, "A grant
 // is answered fresh"): a waiter confirms it again, which sets its TTL anew; an acquire that does
-// not wait gives it back and answers ErrUnavailable. freshLag keeps TTLs of a few ms usable at
-// all: their grants are answered as long as nothing delayed them.
+// not wait gives it back and answers ErrUnavailable. freshLag keeps short TTLs usable at all on a
+// loaded machine (a TTL of a few ms, as Redisson's own tests use, is half gone after one round
+// trip): their grants are answered unless something delayed them more than that.
 func (s *Service) fresh(g Grant) bool {
 	left := time.Until(g.ExpiresAt)
 	return left >= g.TTL/2 || g.TTL-left <= freshLag
 }
 
 // freshLag: see fresh.
-const freshLag = 50 * time.Millisecond
+const freshLag = 250 * time.Millisecond
 
 // tooLate gives back grant g of req, answered too late to be of use (see fresh), and says so. A
 // request with an Idempotency-Key keeps it for its retry, which replays it with what it has left.
