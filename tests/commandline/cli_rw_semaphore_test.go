@@ -2,6 +2,7 @@ package commandline
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -38,8 +39,13 @@ func TestCLIRunSharedHoldersRunTogetherAndAWriterWaits(t *testing.T) {
 	reader := `touch "$0/start-$1"; i=0; while [ ! -e "$0/start-$2" ]; do i=$((i+1)); [ $i -gt 400 ] && exit 9; sleep 0.05; done
 [ "$LEASEGATE_MODE" = shared ] && [ "$LEASEGATE_LOCK" = rw ] || exit 8
 while [ ! -e "$0/go" ]; do sleep 0.05; done; touch "$0/end-$1"`
-	r1 := e.startCLI(t, "run", "--lock", "rw", "--shared", "--ttl", "2s", "--wait", "20s", "--", "sh", "-c", reader, dir, "1", "2")
-	r2 := e.startCLI(t, "run", "--lock", "rw", "--shared", "--ttl", "2s", "--wait", "20s", "--", "sh", "-c", reader, dir, "2", "1")
+	// Each renewal must be answered within ttl - ttl/3 - ttl/3 - ttl/10 of when it is due, or run
+	// rightly stops the command (grace is ttl/3 by default): 467 ms with a 2 s TTL, less than a
+	// race-built CLI and gateway took at load 12-18 on 2 cores, where a reader lost its hold; 1.4 s
+	// with 6 s. The TTL is not what this test is about.
+	const ttl = 6 * time.Second
+	r1 := e.startCLI(t, "run", "--lock", "rw", "--shared", "--ttl", ttl.String(), "--wait", "20s", "--", "sh", "-c", reader, dir, "1", "2")
+	r2 := e.startCLI(t, "run", "--lock", "rw", "--shared", "--ttl", ttl.String(), "--wait", "20s", "--", "sh", "-c", reader, dir, "2", "1")
 	harness.Eventually(t, 15*time.Second, "both readers' commands running at once", func() bool {
 		return fileExists(filepath.Join(dir, "start-1")) && fileExists(filepath.Join(dir, "start-2"))
 	})
@@ -51,12 +57,25 @@ while [ ! -e "$0/go" ]; do sleep 0.05; done; touch "$0/end-$1"`
 	writer := `[ -e "$0/end-1" ] && [ -e "$0/end-2" ] && [ "$LEASEGATE_MODE" = exclusive ]`
 	w := e.startCLI(t, "run", "--lock", "rw", "--wait", "30s", "--", "sh", "-c", writer, dir)
 	harness.Eventually(t, 10*time.Second, "the writer waits in line", func() bool { return e.Waiters(t, "rw") == 1 })
-	// The readers renew their leases every ttl/3: both still hold well past their 2 s TTL (1 s
-	// left the renewals too little room on a loaded machine).
-	for start := time.Now(); time.Since(start) < 5*time.Second; <-time.After(100 * time.Millisecond) {
+	// The readers renew their leases every ttl/3: both still hold well past their TTL (2.5 TTLs,
+	// as 5 s were of the 2 s TTL), and the writer still waits in line.
+	for start := time.Now(); time.Since(start) < ttl*5/2; <-time.After(100 * time.Millisecond) {
 		st := e.Client.Do(http.MethodGet, "/locks/rw", nil, "")
-		require.Equal(t, int64(2), st.Int("holder_count"), string(st.Body))
-		require.Equal(t, int64(1), st.Int("waiters"), "the writer still waits")
+		if st.Int("holder_count") != 2 {
+			require.Failf(t, "a reader lost its hold", "%v into the wait: %s%s%s", time.Since(start).Round(time.Millisecond),
+				st.Body, runEnded(r1, 5*time.Second), runEnded(r2, time.Second))
+		}
+		select {
+		case r := <-w:
+			require.Failf(t, "the writer stopped waiting", "exit %d: %s", r.code, r.stderr)
+		default:
+		}
+		if st.Int("waiters") != 1 {
+			// waiters counts those within their liveness deadline, 750 ms past their gateway's last
+			// beat: a beat late on a loaded machine (load 20-40 here) leaves the writer out of the
+			// count for a moment while it keeps its place (for up to 3 s more).
+			harness.Eventually(t, 5*time.Second, "the writer counted in line again", func() bool { return e.Waiters(t, "rw") == 1 })
+		}
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
 	for i, done := range []<-chan cliRun{r1, r2, w} {
@@ -78,9 +97,11 @@ func TestCLIRunSemaphoreNeverRunsMoreThanItsPermits(t *testing.T) {
 i=0; while [ "$(grep -c start "$0")" -lt 2 ]; do i=$((i+1)); [ $i -gt 400 ] && exit 9; sleep 0.05; done
 [ "$LEASEGATE_SEMAPHORE" = pool ] || exit 8
 sleep 0.3; echo "end $1" >> "$0"`
+	// A long TTL (see TestCLIRunSharedHoldersRunTogetherAndAWriterWaits): a run whose renewal is
+	// not answered in time stops its command and exits 76 (at load 15-20 with 2 s, run 3 did).
 	var runs []<-chan cliRun
 	for i := range 3 {
-		runs = append(runs, e.startCLI(t, "run", "--semaphore", "pool", "--permits", "2", "--ttl", "2s", "--wait", "30s",
+		runs = append(runs, e.startCLI(t, "run", "--semaphore", "pool", "--permits", "2", "--ttl", "6s", "--wait", "30s",
 			"--", "sh", "-c", script, log, strconv.Itoa(i+1)))
 	}
 	for i, done := range runs {
@@ -156,7 +177,10 @@ func TestCLIRunStopsTheCommandWhenTheSharedOrPermitLeaseIsLost(t *testing.T) {
 			if kind == "semaphore" {
 				args, path = []string{"run", "--semaphore", "lost", "--permits", "4"}, "/semaphores/lost"
 			}
-			done := e.startCLI(t, append(args, "--ttl", "2s", "--grace", "300ms", "--", "sh", "-c", script, tokenFile, termFile)...)
+			// The command's TERM trap (the end of its sleep, then a touch) must be done within the
+			// grace before run sends SIGKILL: 300 ms was not enough at load 30-40 (no file
+			// touched); 2 s takes a 6 s TTL (grace is at most a third of it).
+			done := e.startCLI(t, append(args, "--ttl", "6s", "--grace", "2s", "--", "sh", "-c", script, tokenFile, termFile)...)
 			var token []byte
 			harness.Eventually(t, 10*time.Second, "the command to start", func() bool {
 				var err error
@@ -182,7 +206,14 @@ func TestCLIRunSemaphoreRenewsThroughAnotherReplica(t *testing.T) {
 	gw2 := harness.NewGateway(t, e.GatewayOptions(e.Gateway.KeyPrefix, nil))
 	c2 := harness.NewClient(t, gw2.URL)
 	stop := filepath.Join(t.TempDir(), "stop")
-	done := e.startCLI(t, "run", "--semaphore", "two", "--permits", "2", "--ttl", "2s", "--server", e.Gateway.URL+","+gw2.URL, "--",
+	// A renewal must be answered between ttl/3 and ttl - ttl/3 - ttl/10 after the previous one was
+	// sent, or run rightly stops the command; with two replicas each try is bounded by ttl/6, and
+	// the first after the kill also spends ~150 ms on the dead replica's refused tries. With a 2 s
+	// TTL (333 ms a try) a renewal through the live replica was not answered in time on a loaded
+	// 2-core machine (run exited 76, "no renewal succeeded", in 1 of 6 runs); 6 s leaves a try 1 s.
+	// The TTL is not what this test is about.
+	const ttl = 6 * time.Second
+	done := e.startCLI(t, "run", "--semaphore", "two", "--permits", "2", "--ttl", ttl.String(), "--server", e.Gateway.URL+","+gw2.URL, "--",
 		"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.05; done`, stop)
 	harness.Eventually(t, 10*time.Second, "the command holds a permit", func() bool {
 		return c2.Do(http.MethodGet, "/semaphores/two", nil, "").Int("used") == 1
@@ -192,14 +223,30 @@ func TestCLIRunSemaphoreRenewsThroughAnotherReplica(t *testing.T) {
 	}
 	first := fence()
 	require.NoError(t, e.Gateway.Kill())
-	for start := time.Now(); time.Since(start) < 4500*time.Millisecond; <-time.After(100 * time.Millisecond) {
-		require.Equal(t, int64(1), c2.Do(http.MethodGet, "/semaphores/two", nil, "").Int("used"), "renewed through the other replica")
+	// 2.25 TTLs, as 4.5 s were of the 2 s TTL: the permit would have lapsed twice over unrenewed.
+	for start := time.Now(); time.Since(start) < ttl*9/4; <-time.After(100 * time.Millisecond) {
+		if st := c2.Do(http.MethodGet, "/semaphores/two", nil, ""); st.Int("used") != 1 {
+			require.Failf(t, "not renewed through the other replica", "%v after the kill: %s%s",
+				time.Since(start).Round(time.Millisecond), st.Body, runEnded(done, 5*time.Second))
+		}
 		require.Equal(t, first, fence())
 	}
 	require.NoError(t, os.WriteFile(stop, nil, 0o644))
 	r := <-done
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, int64(0), c2.Do(http.MethodGet, "/semaphores/two", nil, "").Int("used"), "released through the other replica")
+}
+
+// runEnded is for a failure's message: what the run on done said if it exits within wait (a
+// command stopped because renewals failed), else that it still runs. It takes the run's outcome:
+// call it only once the test is failing.
+func runEnded(done <-chan cliRun, wait time.Duration) string {
+	select {
+	case r := <-done:
+		return fmt.Sprintf("\nrun exited %d:\n%s", r.code, r.stderr)
+	case <-time.After(wait):
+		return fmt.Sprintf("\nrun still runs %v later", wait)
+	}
 }
 
 // TestCLIScriptCommandsSharedAndSemaphore: acquire --shared, release --mode, and the four

@@ -2,6 +2,7 @@ package locks
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,6 +65,10 @@ func TestWatchdogStopsAtMaxHold(t *testing.T) {
 	testkit.FreeThroughout(t, e.Client, "bounded", 500*time.Millisecond)
 }
 
+// TestWatchdogOutlivesItsReplica: a watchdog lease whose replica is killed or stopped is renewed by
+// the others. Its TTL is 2 s: a renewal the dead replica had claimed is retried by another only
+// after the claim's hold (250 ms) and a sweep (100 ms), which a 1 s TTL left about 300 ms for on a
+// loaded machine.
 func TestWatchdogOutlivesItsReplica(t *testing.T) {
 	for _, how := range []string{"kill -9", "SIGTERM"} {
 		t.Run(how, func(t *testing.T) {
@@ -74,14 +79,14 @@ func TestWatchdogOutlivesItsReplica(t *testing.T) {
 				gw := harness.NewGateway(t, e.GatewayOptions(e.Gateway.KeyPrefix, nil))
 				others[i] = harness.NewClient(t, gw.URL)
 			}
-			r := e.Client.Do(http.MethodPost, "/locks/job", nil, testkit.WatchdogBody("job-1", 1000, ""))
+			r := e.Client.Do(http.MethodPost, "/locks/job", nil, testkit.WatchdogBody("job-1", 2000, ""))
 			require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 			if how == "kill -9" {
 				require.NoError(t, e.Gateway.Kill())
 			} else {
 				require.NoError(t, e.Gateway.Stop())
 			}
-			testkit.HeldThroughout(t, others[0], "job", r.Int("fence"), time.Now(), 4*time.Second)
+			testkit.HeldThroughout(t, others[0], "job", r.Int("fence"), time.Now(), 6*time.Second)
 			rel := others[1].Do(http.MethodDelete, "/locks/job", testkit.TokenHeader(r.Str("token")), "")
 			require.Equal(t, http.StatusOK, rel.Status, string(rel.Body))
 			assert.Equal(t, true, rel.JSON()["released"])
@@ -90,26 +95,48 @@ func TestWatchdogOutlivesItsReplica(t *testing.T) {
 	}
 }
 
+// TestWatchdogSurvivesRedisStall: Redis stops answering for longer than the watchdog's renewal
+// interval, so a renewal falls due while it sleeps; the lease lives on, renewed once Redis answers.
+//
+// The proportions are what make it hold on a loaded machine: renewals come every third of the TTL,
+// so in the worst case the stall begins as one falls due and the lease has 2/3 TTL - stall left to
+// be renewed in once Redis answers (a sweep, a claim and the renewal's script, on a busy machine).
+// A 1.5 s TTL and a 0.6 s stall left 400 ms, which a loaded machine missed; 4.8 s and 1.7 s leave
+// 1.5 s. The stall stays well under the gateway's Redis read timeout (3 s), past which its
+// connections would be dropped: a different test.
 func TestWatchdogSurvivesRedisStall(t *testing.T) {
 	t.Parallel()
+	const ttl, stall = 4800 * time.Millisecond, 1700 * time.Millisecond
+	require.Greater(t, stall, ttl/3, "a renewal must fall due during the stall")
 	e := testkit.NewEnv(t, nil)
 	start := time.Now()
-	r := e.Client.Do(http.MethodPost, "/locks/stall", nil, testkit.WatchdogBody("w1", 1500, ""))
+	r := e.Client.Do(http.MethodPost, "/locks/stall", nil, testkit.WatchdogBody("w1", ttl.Milliseconds(), ""))
 	require.Equal(t, http.StatusCreated, r.Status)
-	testkit.HeldThroughout(t, e.Client, "stall", r.Int("fence"), start, 700*time.Millisecond)
-	e.Redis.MustDo(t, "DEBUG", "SLEEP", "0.6")
-	testkit.HeldThroughout(t, e.Client, "stall", r.Int("fence"), start, 4*time.Second)
+	// Past the first renewal, so the stall meets a watchdog that is running.
+	testkit.HeldThroughout(t, e.Client, "stall", r.Int("fence"), start, ttl/3+400*time.Millisecond)
+	stalled := time.Now()
+	e.Redis.MustDo(t, "DEBUG", "SLEEP", strconv.FormatFloat(stall.Seconds(), 'f', -1, 64))
+	woke := time.Now()
+	// A lease last renewed before the stall began would be gone a TTL after that at the latest:
+	// held a TTL and more after the stall ended, it was renewed after it.
+	testkit.HeldThroughout(t, e.Client, "stall", r.Int("fence"), woke, ttl+time.Second)
+	t.Logf("held through a %v stall that began %v after the request (TTL %v)", woke.Sub(stalled).Round(time.Millisecond),
+		stalled.Sub(start).Round(time.Millisecond), ttl)
 }
 
+// TestReleaseEndsWatchdog: a release takes the lease off the watchdog's schedule at once, and no
+// renewal brings it back. Its TTL is 2 s: a grant that takes more than half its TTL to come back is
+// answered 503 (docs/api.md, "A grant is answered fresh"), and a 600 ms lease's grant has taken 320 ms
+// on a loaded machine.
 func TestReleaseEndsWatchdog(t *testing.T) {
 	t.Parallel()
 	testkit.StandaloneOnly(t, "reads the watchdog schedule's key, which Cluster shards")
 	e := testkit.NewEnv(t, nil)
-	r := e.Client.Do(http.MethodPost, "/locks/done", nil, testkit.WatchdogBody("w1", 600, ""))
-	require.Equal(t, http.StatusCreated, r.Status)
+	r := e.Client.Do(http.MethodPost, "/locks/done", nil, testkit.WatchdogBody("w1", 2000, ""))
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 	registry := e.Gateway.KeyPrefix + "watchdog"
 	assert.Equal(t, "1", e.Redis.MustDo(t, "ZCARD", registry), "the duty is recorded in Redis")
-	testkit.HeldThroughout(t, e.Client, "done", r.Int("fence"), time.Now(), 900*time.Millisecond)
+	testkit.HeldThroughout(t, e.Client, "done", r.Int("fence"), time.Now(), 3*time.Second) // renewed past its TTL
 
 	rel := e.Client.Do(http.MethodDelete, "/locks/done", testkit.TokenHeader(r.Str("token")), "")
 	require.Equal(t, http.StatusOK, rel.Status)

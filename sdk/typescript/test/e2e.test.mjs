@@ -499,13 +499,26 @@ test("keepAlive aborts lease.signal before the lease can lapse when renewals kee
       return fetch(req);
     },
   });
-  const ttlMs = 3_000;
+  // From the first failed renewal (due ttl/3 after the last good one) to the abort (validUntil -
+  // margin) there are ttl - ttl/3 - ttl/10 for failed renewals, retried a margin apart; but each
+  // also spends its own tries' backoff (100 then 300 ms, plus up to 50 %), which does not grow
+  // with the TTL. At 3 s the second failure came only 250-400 ms before the abort (measured),
+  // which timers running late on a loaded machine used up (1 failure seen); at 6 s it comes
+  // 1.4-1.8 s before.
+  const ttlMs = 6_000;
   const margin = safetyMarginMs(ttlMs);
-  assert.equal(margin, 300);
+  assert.equal(margin, 600);
   const lease = await lock(flaky, name, { owner: "worker-a", ttlMs });
   let renewals = 0;
   const errors = [];
-  lease.keepAlive({ onRenew: () => renewals++, onRenewError: (e) => errors.push(e) });
+  const failedAt = [];
+  lease.keepAlive({
+    onRenew: () => renewals++,
+    onRenewError: (e) => {
+      errors.push(e);
+      failedAt.push(performance.now());
+    },
+  });
   /** @type {ReturnType<typeof inspect> | undefined} */
   let stateAtAbort;
   lease.signal.addEventListener("abort", () => (stateAtAbort = inspect(name, lease.token)), { once: true });
@@ -526,7 +539,10 @@ test("keepAlive aborts lease.signal before the lease can lapse when renewals kee
   assert.equal(state.held, true, "the lease had already lapsed when the signal aborted");
   assert.equal(state.yours, true);
   assert.equal(state.fence, lease.fence);
-  assert.ok(errors.length >= 2, `failed renewals were retried: ${errors.length}`);
+  assert.ok(
+    errors.length >= 2,
+    `failed renewals were retried: ${errors.length} (failed ${failedAt.map((at) => Math.round(lease.validUntil - at)).join(", ")} ms before validUntil)`,
+  );
   assert.equal(lease.keepingAlive, false);
   // Nothing renews it any more: it lapses.
   await eventually("the lease to lapse", 5_000, async () => (await inspect(name)).held === false);
