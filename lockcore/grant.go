@@ -96,7 +96,7 @@ func (s *Service) fresh(g Grant) bool {
 }
 
 // freshLag: see fresh.
-const freshLag = 250 * time.Millisecond
+const freshLag = 500 * time.Millisecond
 
 // tooLate gives back grant g of req, answered too late to be of use (see fresh), and says so. A
 // request with an Idempotency-Key keeps it for its retry, which replays it with what it has left.

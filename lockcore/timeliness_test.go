@@ -56,7 +56,7 @@ func TestGrantAnsweredTooLateIsGivenBack(t *testing.T) {
 	t.Parallel()
 	w := newWaitWorld(t, lockcore.Options{})
 	ctx := context.Background()
-	const ttl = 600 * time.Millisecond
+	const ttl = 1200 * time.Millisecond
 	pause := strconv.FormatInt((ttl * 3 / 4).Milliseconds(), 10)
 
 	w.redis.MustDo(t, "CLIENT", "PAUSE", pause, "WRITE")
