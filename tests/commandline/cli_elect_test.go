@@ -219,18 +219,25 @@ func TestCLIElectNeverOverlaps(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "log")
 	bin, err := harness.GatewayBinary()
 	require.NoError(t, err)
-	// Each term works 100-190 ms; SIGTERM ends it with its stop line too.
-	script := `echo "start $LEASEGATE_FENCE $(date +%s%N) $$" >> "$0"
-stop() { echo "stop $LEASEGATE_FENCE $(date +%s%N)" >> "$0"; exit 0; }
+	// Each term works 100-190 ms; SIGTERM ends it with its stop line too (the trap is set before
+	// the start line, and writes a stop line only after one, so a SIGTERM at any point leaves
+	// both or neither).
+	script := `stop() { grep -q "^start $LEASEGATE_FENCE " "$0" && echo "stop $LEASEGATE_FENCE $(date +%s%N)" >> "$0"; exit 0; }
 trap stop TERM
+echo "start $LEASEGATE_FENCE $(date +%s%N) $$" >> "$0"
 sleep 0.1$(( $$ % 10 )) &
 wait $!
 stop`
+	// A leader whose renewal is not answered in time is stopped, rightly, and SIGKILLed after its
+	// grace, leaving its term without a stop line: with a 1 s TTL and a 200 ms grace (a renewal had
+	// 367 ms, 167 ms a try through each replica, and the command 200 ms to write its line), that
+	// happened at load 20-30. 6 s and 2 s leave 1.4 s, 1 s and 2 s. The TTL only sets how soon the
+	// killed leader's lead lapses.
 	var cands []*candidate
 	for i := range 3 {
 		c := &candidate{exited: make(chan struct{})}
 		c.cmd = exec.Command(bin, "elect", "jobs", "--value", fmt.Sprint(i), "--owner", fmt.Sprint("c", i), "--again",
-			"--ttl", "1s", "--grace", "200ms", "--server", e.Gateway.URL+","+gw2.URL, "--", "sh", "-c", script, log)
+			"--ttl", "6s", "--grace", "2s", "--server", e.Gateway.URL+","+gw2.URL, "--", "sh", "-c", script, log)
 		c.cmd.Env, c.cmd.Stderr = e.cliEnv(), &c.stderr
 		require.NoError(t, c.cmd.Start())
 		go func() { _ = c.cmd.Wait(); close(c.exited) }()
