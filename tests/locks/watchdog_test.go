@@ -66,9 +66,9 @@ func TestWatchdogStopsAtMaxHold(t *testing.T) {
 }
 
 // TestWatchdogOutlivesItsReplica: a watchdog lease whose replica is killed or stopped is renewed by
-// the others. Its TTL is 2 s: a renewal the dead replica had claimed is retried by another only
+// the others. Its TTL is 3 s: a renewal the dead replica had claimed is retried by another only
 // after the claim's hold (250 ms) and a sweep (100 ms), which a 1 s TTL left about 300 ms for on a
-// loaded machine.
+// loaded machine (see TestMultiLockWatchdogOutlivesItsReplica for 2 s).
 func TestWatchdogOutlivesItsReplica(t *testing.T) {
 	for _, how := range []string{"kill -9", "SIGTERM"} {
 		t.Run(how, func(t *testing.T) {
@@ -79,14 +79,14 @@ func TestWatchdogOutlivesItsReplica(t *testing.T) {
 				gw := harness.NewGateway(t, e.GatewayOptions(e.Gateway.KeyPrefix, nil))
 				others[i] = harness.NewClient(t, gw.URL)
 			}
-			r := e.Client.Do(http.MethodPost, "/locks/job", nil, testkit.WatchdogBody("job-1", 2000, ""))
+			r := e.Client.Do(http.MethodPost, "/locks/job", nil, testkit.WatchdogBody("job-1", 3000, ""))
 			require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 			if how == "kill -9" {
 				require.NoError(t, e.Gateway.Kill())
 			} else {
 				require.NoError(t, e.Gateway.Stop())
 			}
-			testkit.HeldThroughout(t, others[0], "job", r.Int("fence"), time.Now(), 6*time.Second)
+			testkit.HeldThroughout(t, others[0], "job", r.Int("fence"), time.Now(), 9*time.Second)
 			rel := others[1].Do(http.MethodDelete, "/locks/job", testkit.TokenHeader(r.Str("token")), "")
 			require.Equal(t, http.StatusOK, rel.Status, string(rel.Body))
 			assert.Equal(t, true, rel.JSON()["released"])
