@@ -14,7 +14,9 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/leasegate/leasegate/api"
 	"github.com/leasegate/leasegate/handlers"
+	"github.com/leasegate/leasegate/lockcore"
 )
 
 // Config is read from LEASEGATE_* environment variables (docs/configuration.md lists them).
@@ -58,6 +60,10 @@ type Config struct {
 	AuthFailureRate   float64       `split_words:"true" default:"20"`
 	TrustedProxies    string        `split_words:"true"`
 	MetricsAuth       string        `split_words:"true" default:"open"`
+	// Names shared with Redisson (docs/redisson.md): lock-name prefixes ("*": every name) whose
+	// locks are Redisson RLocks, and RReadWriteLocks.
+	RedissonLocks   []string `split_words:"true"`
+	RedissonRWLocks []string `envconfig:"REDISSON_RWLOCKS"`
 }
 
 // authQuotaDefaults are the quotas every principal has when an auth file is set and the variable
@@ -88,7 +94,8 @@ func loadConfig() (Config, error) {
 		"REDLOCK_URLS", "REPLICA_ACKS", "REPLICA_ACK_TIMEOUT", "TOKEN_SECRET", "KEY_PREFIX",
 		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "MAX_STREAMS", "MAX_STREAM_LIFETIME", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL",
 		"TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE", "AUTH_FILE", "METRICS_AUTH",
-		"QUOTA_RATE", "QUOTA_BURST", "QUOTA_PARKED", "QUOTA_HELD", "QUOTA_STREAMS", "AUTH_FAILURE_RATE"} {
+		"QUOTA_RATE", "QUOTA_BURST", "QUOTA_PARKED", "QUOTA_HELD", "QUOTA_STREAMS", "AUTH_FAILURE_RATE",
+		"REDISSON_LOCKS", "REDISSON_RWLOCKS"} {
 		if v, ok := os.LookupEnv("LEASEGATE_" + name); ok && strings.TrimSpace(v) == "" {
 			return Config{}, fmt.Errorf("LEASEGATE_%s is set but empty; unset it to use the default", name)
 		}
@@ -114,6 +121,9 @@ func loadConfig() (Config, error) {
 			"and LEASEGATE_REDIS_URL or LEASEGATE_REDIS_ADDR are both set: give one deployment"),
 		check(len(cfg.RedlockURLs) == 0 || cfg.ReplicaAcks.off(), "REPLICA_ACKS",
 			"does not apply to RedLock's independent masters (LEASEGATE_REDLOCK_URLS)"),
+		check(len(cfg.RedlockURLs) == 0 || len(cfg.RedissonLocks)+len(cfg.RedissonRWLocks) == 0, "REDISSON_LOCKS",
+			"(and LEASEGATE_REDISSON_RWLOCKS) do not apply to RedLock (LEASEGATE_REDLOCK_URLS): a Redisson lock lives on one Redis"),
+		redissonPrefixes(cfg),
 		check(cfg.ReplicaAckTimeout > 0, "REPLICA_ACK_TIMEOUT", "must be positive, got %v", cfg.ReplicaAckTimeout),
 		check(cfg.TokenSecret == "" || len(cfg.TokenSecret) >= 16, "TOKEN_SECRET", "must be at least 16 bytes"),
 		check(!strings.ContainsAny(cfg.KeyPrefix, "{}"), "KEY_PREFIX", "%q must not contain '{' or '}'", cfg.KeyPrefix),
@@ -180,4 +190,25 @@ func (r ReplicaAcks) String() string {
 		return "all"
 	}
 	return strconv.Itoa(r.N)
+}
+
+// redissonPrefixes checks LEASEGATE_REDISSON_LOCKS and LEASEGATE_REDISSON_RWLOCKS: each prefix is
+// "*" or what may start a lock name (api.ValidateLockName's characters), and lockcore refuses
+// prefixes that overlap each other or the key prefix (checked at start, with the same message).
+func redissonPrefixes(cfg Config) error {
+	for name, list := range map[string][]string{"REDISSON_LOCKS": cfg.RedissonLocks, "REDISSON_RWLOCKS": cfg.RedissonRWLocks} {
+		for _, p := range list {
+			if p == "*" {
+				continue
+			}
+			if err := api.ValidateLockName(p); err != nil {
+				return fmt.Errorf("LEASEGATE_%s: prefix %q: %w", name, p, err)
+			}
+		}
+	}
+	opts := lockcore.RedissonNames{Locks: cfg.RedissonLocks, RWLocks: cfg.RedissonRWLocks}
+	if err := opts.Check(cfg.KeyPrefix); err != nil {
+		return fmt.Errorf("LEASEGATE_REDISSON_LOCKS / LEASEGATE_REDISSON_RWLOCKS: %w", err)
+	}
+	return nil
 }

@@ -115,6 +115,18 @@ type LockState struct {
 	Holders     []Holder `json:"holders,omitempty"`
 	HolderCount *int64   `json:"holder_count,omitempty"`
 	Yours       *bool    `json:"yours,omitempty"`
+	// RedissonHolders are the holders that are Redisson's own clients (a name shared with
+	// Redisson, docs/redisson.md), the first 100.
+	RedissonHolders []RedissonHolder `json:"redisson_holders,omitempty"`
+}
+
+// RedissonHolder is a Redisson client's hold of a name shared with Redisson.
+type RedissonHolder struct {
+	// Field is its field in Redisson's hash: `<client id>:<thread id>`, `:write` after a writer's.
+	Field string `json:"field"`
+	Mode  string `json:"mode"`
+	Holds int64  `json:"holds"`
+	TTLms int64  `json:"ttl_ms"`
 }
 
 // SemaphoreState is the body of GET /semaphores/{name}.

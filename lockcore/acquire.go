@@ -39,6 +39,9 @@ func (s *Service) acquire(ctx context.Context, req *AcquireRequest, g *Grant) (e
 	if req.Kind == KindElection {
 		return errCampaignOnly(req.ref(), "campaign for it (Campaign) rather than acquire it")
 	}
+	if err := s.space.admits(req.ref(), req.TTL); err != nil {
+		return err
+	}
 	if req.IdempotencyKey != "" {
 		if err := s.claimIdempotencyKey(ctx, req.IdempotencyKey, req.fingerprint(req.Token), req.TTL); err != nil {
 			return err

@@ -296,10 +296,11 @@ func unexpectedReply(op, lock string, reply any, err error) error {
 // [grants channel prefix, claim_ms, liveness_ms, fence_ttl_ms, the deployment's clock, kind].
 func (e *engine) lockCall(ref Ref) *lockCall {
 	k := e.keys(ref)
-	return &lockCall{keys: k, common: e.commonArgs(k.lock, kindArg(ref.Kind))}
+	return &lockCall{keys: k, common: e.commonArgs(k.lock, e.space.kindArg(ref))}
 }
 
-// commonArgs is the common ARGV of a lib.lua script on the lock with key lockKey, of kind (kindArg).
+// commonArgs is the common ARGV of a lib.lua script on the lock with key lockKey, of kind
+// (lockSpace.kindArg).
 func (e *engine) commonArgs(lockKey, kind string) []string {
 	return []string{e.dep.grants(lockKey), e.space.claimMs, e.space.livenessMs, e.space.fenceTTLMs, e.dep.clock(), kind}
 }

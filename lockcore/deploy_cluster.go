@@ -62,6 +62,12 @@ func (d *redisCluster) ready(l listener, lockKey string) <-chan struct{} {
 	return ready
 }
 
+// redissonFeed: Redisson 3.22+ announces releases on a Cluster with SPUBLISH, heard on the
+// channel's slot's node alone.
+func (d *redisCluster) redissonFeed(channel string) (feed, bool) {
+	return feed{client: d.client, channel: channel, sharded: true, slot: keySlot(channel)}, true
+}
+
 // masters returns each Cluster master, in address order.
 func (d *redisCluster) masters(ctx context.Context) ([]rueidis.Client, error) {
 	known := d.client.Nodes()

@@ -58,6 +58,8 @@ func (d *oneRedis) listen(l listener) {
 	})
 }
 
+func (d *oneRedis) redissonFeed(string) (feed, bool) { return feed{}, false }
+
 // ready: messages about any lock reach this process once its subscription is first confirmed
 // (after a start while Redis is down, that is when Redis comes back).
 func (d *oneRedis) ready(listener, string) <-chan struct{} { return d.subscribed }

@@ -210,8 +210,8 @@ func (st *Stream) snapshot(ctx context.Context) (snapshot, error) {
 	defer end()
 	k := st.hub.e.keys(st.ref)
 	taken := time.Now()
-	reply, err := st.hub.e.dep.run(ctx, call{script: scripts.watchSnapshot, keys: []string{k.lock, k.q, k.qd, k.sh, k.shm, watchKey(k.lock)},
-		args: []string{st.lease, st.hub.ws.replica, ms(watchTTL)}})
+	reply, err := st.hub.e.dep.run(ctx, call{script: scripts.watchSnapshot, keys: []string{k.lock, k.q, k.qd, k.sh, k.shm, k.rs, watchKey(k.lock)},
+		args: []string{st.lease, string(st.hub.e.space.layoutOf(st.ref)), st.hub.ws.replica, ms(watchTTL)}})
 	if err != nil {
 		return snapshot{}, err
 	}

@@ -198,10 +198,10 @@ func (ws *waiters) keepaliveOf(locks []*lockHeartbeat, leases int) keepaliveCall
 		ws.beatBufs = ws.beatBufs[:n-1]
 	}
 	buf.keys, buf.args = fit(buf.keys, nKeys), fit(buf.args, nArgs)
-	buf.args = append(buf.args, ws.e.commonArgs(locks[0].keys[0], kindArg(locks[0].ref.Kind))...)
+	buf.args = append(buf.args, ws.e.commonArgs(locks[0].keys[0], ws.e.space.kindArg(locks[0].ref))...)
 	for _, hb := range locks {
 		buf.keys = append(buf.keys, hb.keys...)
-		buf.args = append(buf.args, kindArg(hb.ref.Kind), strconv.Itoa(len(hb.leases)))
+		buf.args = append(buf.args, ws.e.space.kindArg(hb.ref), strconv.Itoa(len(hb.leases)))
 		for l := range hb.leases {
 			buf.args = append(buf.args, l)
 		}

@@ -23,7 +23,8 @@ func (s *Service) Inspect(ctx context.Context, ref Ref, token string) (State, er
 		lease = l.ID
 	}
 	k := s.keys(ref)
-	reply, err := s.dep.run(ctx, call{script: scripts.inspect, keys: []string{k.lock, k.q, k.qd, k.sh, k.shm}, args: []string{lease}})
+	reply, err := s.dep.run(ctx, call{script: scripts.inspect, keys: []string{k.lock, k.q, k.qd, k.sh, k.shm, k.rs},
+		args: []string{lease, string(s.space.layoutOf(ref))}})
 	if err != nil {
 		return State{}, err
 	}

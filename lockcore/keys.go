@@ -46,6 +46,9 @@ func ElectionRef(name string) Ref  { return Ref{KindElection, name} }
 // keys are the Redis keys of one lock or semaphore; see package luascripts for the layout.
 type keys struct {
 	lock, q, qd, qm, sh, shm string
+	// rs is Redisson's object of a name shared with Redisson (see layout.go), else lock again: the
+	// scripts' eighth key.
+	rs string
 	// fence is the fence floor the lock's grants draw from, which the deployment lays out (see
 	// deployment.fences): not the lock's own key, so it is set by engine.keys.
 	fence string
@@ -60,11 +63,15 @@ func (ls lockSpace) keys(r Ref) keys {
 	case KindElection:
 		base += ":elect"
 	}
-	return keys{lock: base, q: base + ":q", qd: base + ":qd", qm: base + ":qm", sh: base + ":sh", shm: base + ":shm"}
+	k := keys{lock: base, q: base + ":q", qd: base + ":qd", qm: base + ":qm", sh: base + ":sh", shm: base + ":shm", rs: base}
+	if ls.layoutOf(r).shared() {
+		k.rs = redissonKey(r.Name)
+	}
+	return k
 }
 
 // all returns the keys the granting scripts take, in their KEYS order.
-func (k keys) all() []string { return []string{k.lock, k.fence, k.q, k.qd, k.qm, k.sh, k.shm} }
+func (k keys) all() []string { return []string{k.lock, k.fence, k.q, k.qd, k.qm, k.sh, k.shm, k.rs} }
 
 // leader and log are an election's announced leader (a hash) and its log (a stream); see
 // luascripts/lib_election.lua.
@@ -116,4 +123,6 @@ type lockSpace struct {
 	// after the last announcement or check.
 	electionLog         int
 	electionRetentionMs string
+	// redisson: the lock names that are Redisson's objects (see layout.go).
+	redisson RedissonNames
 }

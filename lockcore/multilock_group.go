@@ -186,12 +186,16 @@ func (s *Service) runRenewGroup(ctx context.Context, m MultiLease, names []strin
 
 // runGroup runs a multi_*.lua script over the keys of the locks names.
 func (s *Service) runGroup(ctx context.Context, sc *script, names []string, args ...string) ([]rueidis.RedisMessage, error) {
-	lc := s.lockCall(LockRef(names[0])) // the first's common ARGV serves all: one slot
-	keys := make([]string, 0, 7*len(names))
-	for _, name := range names {
-		keys = append(keys, s.keys(LockRef(name)).all()...)
+	lc := s.lockCall(LockRef(names[0])) // the first's common ARGV serves all (one slot) but its kind
+	keys := make([]string, 0, 8*len(names))
+	refs := make([]Ref, len(names))
+	for i, name := range names {
+		refs[i] = LockRef(name)
+		keys = append(keys, s.keys(refs[i]).all()...)
 	}
-	return s.dep.run(ctx, call{script: sc, keys: keys, args: append(lc.common, args...)})
+	common := slices.Clone(lc.common)
+	common[len(common)-1] = s.space.kindArg(refs...)
+	return s.dep.run(ctx, call{script: sc, keys: keys, args: append(common, args...)})
 }
 
 // errWatchdogDone: a watchdog renewal found the group past its max hold (or without a watchdog).

@@ -12,6 +12,9 @@ type Options struct {
 	// '{' or '}', which would break the per-lock hash tag, nor whitespace or control characters,
 	// which would break the pub/sub messages that carry lock keys (see notify in lib.lua).
 	KeyPrefix string
+	// Redisson names the locks that are Redisson's objects of the same name (see layout.go): their
+	// holds exclude Redisson's clients' and the other way round. Redis 7 or later; not on RedLock.
+	Redisson RedissonNames
 	// PingTimeout bounds Ping. Default 2s.
 	PingTimeout time.Duration
 	// Logger receives what lockcore has to report outside any request. Default slog.Default().

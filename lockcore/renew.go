@@ -20,6 +20,9 @@ func (s *Service) Renew(ctx context.Context, ref Ref, token string, ttl time.Dur
 	if err != nil {
 		return Grant{}, err
 	}
+	if err := s.space.admits(ref, ttl); err != nil {
+		return Grant{}, err
+	}
 	g, err := s.renewLease(ctx, l, ttl, time.Now(), false)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {

@@ -73,7 +73,7 @@ func newService(dep deployment, tokens *Tokens, opts Options) *Service {
 	s := &Service{
 		engine: engine{dep: dep, log: opts.Logger, obs: opts.Observer,
 			space: lockSpace{prefix: opts.KeyPrefix, claimMs: ms(opts.ClaimTTL), livenessMs: ms(opts.Liveness), fenceTTLMs: ms(opts.FenceTTL),
-				electionLog: opts.ElectionLog, electionRetentionMs: ms(opts.ElectionRetention)}},
+				electionLog: opts.ElectionLog, electionRetentionMs: ms(opts.ElectionRetention), redisson: opts.Redisson}},
 		tokens: tokens,
 		cfg: settings{pingTimeout: opts.PingTimeout, claimTTL: opts.ClaimTTL, ticketGrace: opts.TicketGrace,
 			idemWindow: opts.IdempotencyWindow},
@@ -89,6 +89,9 @@ func newService(dep deployment, tokens *Tokens, opts Options) *Service {
 	s.waiters.events = s.events
 	s.elections = newElectionHub(s)
 	dep.listen(s.waiters)
+	if opts.Redisson.any() {
+		s.waiters.followRedisson(dep.copies()[0])
+	}
 	s.waiters.keepInLine()
 	s.watchdog = newRenewer(e, s)
 	e.wg.Go(s.watchdog.sweep)
@@ -105,6 +108,12 @@ func newService(dep deployment, tokens *Tokens, opts Options) *Service {
 func (opts Options) withDefaults() (Options, error) {
 	if opts.KeyPrefix == "" {
 		opts.KeyPrefix = "leasegate:"
+	}
+	if err := opts.Redisson.Check(opts.KeyPrefix); err != nil {
+		return opts, err
+	}
+	if opts.Redisson.WatchdogTimeout <= 0 {
+		opts.Redisson.WatchdogTimeout = 30 * time.Second
 	}
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
 		return opts, fmt.Errorf("%w: key prefix %q must not contain '{' or '}'", ErrInvalid, opts.KeyPrefix)

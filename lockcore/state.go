@@ -22,10 +22,23 @@ type State struct {
 	Permits int64 // a semaphore's size (0 when nobody holds or waits)
 	// Yours is set only when Inspect was given a token: whether that lease holds (either way).
 	Yours *bool
+	// Redisson are the first 100 holders of a name shared with Redisson that are Redisson's own
+	// clients, not the gateway's leases (see layout.go).
+	Redisson []RedissonHolder
+}
+
+// RedissonHolder is a Redisson client's hold of a name shared with Redisson: its hash field
+// (`<client id>:<thread id>`, `:write` after a writer's), the mode it holds (a read-write lock's
+// reader holds it shared), its re-entry count and the time Redisson's object has left.
+type RedissonHolder struct {
+	Field string
+	Mode  Mode
+	Holds int64
+	TTL   time.Duration
 }
 
 // Held reports whether anyone holds it.
-func (st State) Held() bool { return st.Exclusive != nil || st.SharedCount > 0 }
+func (st State) Held() bool { return st.Exclusive != nil || st.SharedCount > 0 || len(st.Redisson) > 0 }
 
 // holders returns every hold st lists: the exclusive one, if any, then the shared ones.
 func (st State) holders() []Holder {
@@ -111,6 +124,27 @@ func readState(ref Ref, r []any) (State, bool) {
 			return st, false
 		}
 		st.Exclusive, r = &h, r[7:]
+	}
+	if len(r) < 1 {
+		return st, false
+	}
+	theirs, ok := r[0].(int64)
+	if !ok || int64(len(r)) < 1+4*theirs {
+		return st, false
+	}
+	for r = r[1:]; theirs > 0; r, theirs = r[4:], theirs-1 {
+		field, ok1 := r[0].(string)
+		mode, ok2 := r[1].(string)
+		holds, ok3 := r[2].(int64)
+		pttl, ok4 := r[3].(int64)
+		if !(ok1 && ok2 && ok3 && ok4) {
+			return st, false
+		}
+		m := Exclusive
+		if mode == "s" {
+			m = Shared
+		}
+		st.Redisson = append(st.Redisson, RedissonHolder{Field: field, Mode: m, Holds: holds, TTL: time.Duration(pttl) * time.Millisecond})
 	}
 	if len(r) < 1 {
 		return st, false

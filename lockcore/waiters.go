@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // waiters are this process's waiting acquires. They share one pub/sub subscription to the
@@ -25,6 +27,9 @@ type waiters struct {
 	planned    time.Time                 // when tend looks next for a due check (zero: when poked)
 
 	events eventSink // live event streams, which ride on the same subscription (event_hub.go)
+	// heardRedisson handles a message on a Redisson channel (set by followRedisson, if any name
+	// is shared with Redisson; see redisson_wakeups.go).
+	heardRedisson func(rueidis.PubSubMessage)
 }
 
 // eventSink hears what the subscriptions carry for live event streams (the event hub): their
@@ -139,6 +144,11 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 		hb = &lockHeartbeat{ref: ref, keys: e.keys(ref).all(), slot: e.dep.slot(key),
 			leases: map[string]struct{}{}}
 		ws.heartbeats[key] = hb
+		if l := e.space.layoutOf(ref); l.shared() {
+			if f, ok := e.dep.redissonFeed(redissonChannel(l, ref.Name)); ok {
+				hb.unfollow = ws.followRedissonFeed(f)
+			}
+		}
 	}
 	hb.leases[lease] = struct{}{}
 	return w, nil
@@ -152,6 +162,9 @@ func (ws *waiters) leave(w *waiter) {
 		delete(hb.leases, w.lease)
 		if len(hb.leases) == 0 {
 			delete(ws.heartbeats, w.key)
+			if hb.unfollow != nil {
+				hb.unfollow()
+			}
 		}
 	}
 	ws.mu.Unlock()
@@ -162,9 +175,12 @@ func (ws *waiters) leave(w *waiter) {
 // waiters.mu, but for args, which only the lock's check uses (one at a time: checking).
 type lockHeartbeat struct {
 	ref    Ref
-	keys   []string            // its seven keys (keys.all), made once
+	keys   []string            // its eight keys (keys.all), made once
 	slot   int                 // its keys' slot (deployment.slot)
 	leases map[string]struct{} // this process's waiting leases for it
+	// unfollow ends the subscription of a name shared with Redisson to Redisson's sharded
+	// releases (Redis Cluster; nil elsewhere), once nobody here waits on it.
+	unfollow func()
 
 	due      time.Time // when tend runs heartbeat.lua on it next; zero: when something asks
 	checking bool      // heartbeat.lua runs on it now

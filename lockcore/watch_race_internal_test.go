@@ -26,7 +26,7 @@ func (c *snapshotGateClient) Do(ctx context.Context, cmd rueidis.Completed) ruei
 	args := cmd.Commands()
 	isScript := len(args) > 3 && (args[0] == "EVALSHA" || args[0] == "EVAL")
 	switch {
-	case isScript && args[2] == "6" && len(args) > 8 && strings.HasSuffix(args[8], ":watch"):
+	case isScript && args[2] == "7" && len(args) > 9 && strings.HasSuffix(args[9], ":watch"):
 		select {
 		case <-c.armed:
 			select {

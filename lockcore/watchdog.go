@@ -215,8 +215,9 @@ func (w *renewer) renewDue(ctx context.Context, member string) int64 {
 	}
 	lc := e.lockCall(ref)
 	k := lc.keys
-	reply, err := e.dep.run(ctx, call{script: scripts.watchdogRenew, keys: []string{k.lock, k.sh, k.shm}, args: []string{lease},
-		on: lc, about: about{lease: lease}})
+	reply, err := e.dep.run(ctx, call{script: scripts.watchdogRenew, keys: []string{k.lock, k.sh, k.shm, k.rs},
+		args: []string{lease, string(e.space.layoutOf(ref)), lc.common[0]},
+		on:   lc, about: about{lease: lease}})
 	var r []int64
 	if err == nil {
 		if r, err = ints(reply); err == nil && (len(r) == 0 || (r[0] == 1 && len(r) != 2)) {

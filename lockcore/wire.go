@@ -81,14 +81,6 @@ func groupHeldMembers(m MultiLease) []string {
 	return out
 }
 
-// kindArg is the kind argument of the scripts built on lib.lua: an election's lock is a lock.
-func kindArg(k Kind) string {
-	if k == KindSemaphore {
-		return "s"
-	}
-	return "l"
-}
-
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 func flag(b bool) string {

@@ -1,5 +1,5 @@
--- acquire.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[8] = a queue ticket's key (wait mode:
---   taken once; a missing key is a newcomer), KEYS[9] = the Idempotency-Key record;
+-- acquire.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[9] = a queue ticket's key (wait mode:
+--   taken once; a missing key is a newcomer), KEYS[10] = the Idempotency-Key record;
 --   ARGV[1..6] as in lib.lua, then
 --   ARGV[7..] = [lease, ttl_ms, owner, watchdog (0|1), mode ('try'|'wait'), replica,
 --                arrival_us (to keep when queueing again within one wait; 0 = the ticket's, else
@@ -20,7 +20,7 @@
 -- holds (a retried call whose reply was lost, or a waiter queueing again just as a grant reached
 -- it) is granted, never queued behind itself.
 local lease, ttl, owner, wd, mode, replica = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]
-local arrival, hold, idem_ms, record = tonumber(ARGV[13]), ARGV[14], tonumber(ARGV[15]), KEYS[9]
+local arrival, hold, idem_ms, record = tonumber(ARGV[13]), ARGV[14], tonumber(ARGV[15]), KEYS[10]
 local want, permits = ARGV[16], tonumber(ARGV[17])
 
 -- used is a semaphore's permits in use (0 for a lock: nobody asks).
@@ -61,7 +61,7 @@ local function new_grant()
 end
 
 -- The uncontended path: nothing holds and nobody waits (one call to know it).
-if redis.call('EXISTS', lock, sh, q) == 0 then
+if redis.call('EXISTS', lock, sh, q) == 0 and not foreign(want) then
   if kind == 's' then
     redis.call('HSET', shm, ':size', permits)
   end
@@ -117,7 +117,7 @@ end
 -- place is considered with everyone else; then hand out what fits, which may be this waiter's.
 local now = now_us()
 if arrival == 0 then
-  arrival = tonumber(redis.call('GETDEL', KEYS[8]) or gw_us or now) -- gw_us: see core.lua
+  arrival = tonumber(redis.call('GETDEL', KEYS[9]) or gw_us or now) -- gw_us: see core.lua
 end
 local meta = {r = replica, o = owner, t = ttl, w = wd, h = hold}
 if want == 's' then

@@ -1,12 +1,12 @@
 -- dequeue.lua (+ lib.lua): a waiter gives up (its wait ran out, its client left, its gateway closes).
---   KEYS as in lib.lua, then KEYS[8] = the key of the queue ticket to hand out;
+--   KEYS as in lib.lua, then KEYS[9] = the key of the queue ticket to hand out;
 --   ARGV[1..6] as in lib.lua, then ARGV[7..9] = [lease, ticket_ms (0: no ticket), arrival_us (the
 --   waiter's arrival as its gateway knows it, used when Redis lost the entry; 0: unknown)]
 --   => {1, ticketed}        a hold had already been handed to lease: it was passed on to the
 --                           next waiters (or freed), so a grant never lands on someone who has gone
 --    | {0, ms, ticketed}    lease left the queue; ms is how long until the earliest hold runs out
 --                           (-2: nothing holds)
---   ticketed is 1 when the waiter's arrival was kept under KEYS[8] for ticket_ms, for its next
+--   ticketed is 1 when the waiter's arrival was kept under KEYS[9] for ticket_ms, for its next
 --   waiting acquire to resume (see acquire.lua).
 local lease, ticket_ms, arrival = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 
@@ -14,7 +14,7 @@ local ticketed = 0
 if ticket_ms > 0 then
   arrival = tonumber(redis.call('ZSCORE', q, lease)) or arrival
   if arrival > 0 then
-    redis.call('SET', KEYS[8], string.format('%d', arrival), 'PX', ticket_ms)
+    redis.call('SET', KEYS[9], string.format('%d', arrival), 'PX', ticket_ms)
     ticketed = 1
   end
 end

@@ -11,6 +11,7 @@
 --   long as the fence key (ARGV[4]), so that a 410 to its token can say it was force-released
 --   rather than expired or released (forced.lua reads it). A gateway that does not read marks
 --   ignores them; they take no part in any grant.
+--   On a name shared with Redisson (see lib_layout.lua), Redisson's holders are removed too.
 local reply = {0, 0}
 local holds = {}
 local marked = {}
@@ -39,6 +40,12 @@ if kind == 'l' then
   if holder then
     take(holder, meta[':owner'] or '', tonumber(meta[':fence']) or 0, 'x', meta[':wd'])
     redis.call('DEL', lock)
+  end
+  -- On a name shared with Redisson, Redisson's own holders go too, as its forceUnlock takes them
+  -- (their unlock then fails and their watchdog stops): listed by their hash field, owner
+  -- 'redisson', fence 0.
+  for _, f in ipairs(evict_foreign()) do
+    take(f[1], 'redisson', 0, f[2], 0)
   end
 end
 

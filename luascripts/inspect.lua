@@ -1,12 +1,14 @@
--- inspect.lua (read-only): KEYS = [lock, q, qd, sh, shm] (see lib.lua)  ARGV = [lease or '']
+-- inspect.lua (read-only): KEYS = [lock, q, qd, sh, shm, rs] (see lib.lua)  ARGV = [lease or '', layout]
 --   => {waiters, size, yours, exclusive, [lease, owner, fence, holds, pttl, watchdog, hold_left_ms]
---       if exclusive is 1, shared_count, [lease, owner, fence, holds, pttl, watchdog, hold_left_ms]
---       for each of the first 100 shared holders (in expiry order)}
+--       if exclusive is 1, redisson_count, [field, mode ('x'|'s'), holds, pttl] for each of the
+--       first 100 of Redisson's own holders of a name shared with Redisson (layout 'r' or 'w', see
+--       lib_layout.lua; 0 of them otherwise), shared_count, [lease, owner, fence, holds, pttl,
+--       watchdog, hold_left_ms] for each of the first 100 shared holders (in expiry order)}
 --   waiters = live queue entries; size = a semaphore's permits (0 for a lock, and for a semaphore
 --   nobody holds or waits on); yours = 1 when the
 --   given lease holds (either way); hold_left_ms is how much longer the watchdog renews a lease
 --   (0 without a watchdog).
-local lock, q, qd, sh, shm, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
+local lock, q, qd, sh, shm, rs, lease, layout = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[1], ARGV[2]
 
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -38,6 +40,30 @@ if #h > 0 then
   end
 end
 
+-- Redisson's own holders (not the gateway's, see lib_layout.lua): an RLock's holder excludes; a
+-- read-write lock's field ending ':write' is its writer, the others its readers.
+local theirs = {}
+if (layout == 'r' or layout == 'w') and redis.call('EXISTS', rs) == 1 then
+  local h = redis.call('HGETALL', rs)
+  local pttl = redis.call('PTTL', rs)
+  for i = 1, #h, 2 do
+    local f = h[i]
+    if f ~= 'mode' and string.sub(f, 1, 10) ~= 'leasegate:' and #theirs < 400 then
+      local mode = 'x'
+      if layout == 'w' and string.sub(f, -6) ~= ':write' then
+        mode = 's'
+      end
+      for _, v in ipairs({f, mode, tonumber(h[i + 1]) or 0, pttl}) do
+        theirs[#theirs + 1] = v
+      end
+    end
+  end
+end
+reply[#reply + 1] = #theirs / 4
+for _, v in ipairs(theirs) do
+  reply[#reply + 1] = v
+end
+
 local shared_count = redis.call('ZCOUNT', sh, '(' .. now_ms, '+inf')
 reply[#reply + 1] = shared_count
 if shared_count == 0 and reply[1] == 0 then
@@ -58,4 +84,5 @@ for i = 1, #shared, 2 do
     end
   end
 end
+
 return reply

@@ -1,7 +1,7 @@
 -- keepalive.lua (+ lib.lua): one replica's beat over many queues at once: it keeps its waiters in
 -- line on every lock (or semaphore) of one slot it has waiters for, at a few commands per lock,
 -- and names the locks that need the full care of heartbeat.lua.
---   KEYS: the seven keys of each lock in turn (as in multi_acquire.lua), all in one hash slot on
+--   KEYS: the eight keys of each lock in turn (as in multi_acquire.lua), all in one hash slot on
 --   Redis Cluster; ARGV[1..6] as in lib.lua (its kind is the first lock's), then for each lock
 --   [kind, n, lease 1, ..., lease n]: its kind and that replica's n waiting leases.
 --   For each lock it pushes the given leases' liveness deadlines forward (as heartbeat.lua does),
@@ -16,9 +16,9 @@
 local at = 7
 local deadline = string.format('%d', now_ms() + liveness_ms)
 local reply = {}
-for i = 1, #KEYS / 7 do
+for i = 1, #KEYS / 8 do
   use(i)
-  kind = ARGV[at]
+  of_kind(ARGV[at])
   local first, last = at + 2, at + 1 + tonumber(ARGV[at + 1])
   at = last + 1
   local kept = 0

@@ -3,13 +3,16 @@
 -- its helpers by concept: lib_notify.lua (live events), lib_holders.lua, lib_idempotency.lua and
 -- lib_queue.lua, in that order.
 --
--- Every such script takes KEYS = [lock, fence, q, qd, qm, sh, shm] (fence: the fence floor the
--- lock's grants draw from, see next_fence in core.lua) and starts its ARGV with
+-- Every such script takes KEYS = [lock, fence, q, qd, qm, sh, shm, rs] (fence: the fence floor the
+-- lock's grants draw from, see next_fence in core.lua; rs: the Redisson object of the lock's name,
+-- or the lock's own key again in the gateway's own layout, see lib_layout.lua) and starts its ARGV with
 --   [chanprefix, claim_ms, liveness_ms, fence_ttl_ms, clock_us, kind]; its own arguments follow
 --   from ARGV[7]. clock_us is "" (the script reads the Redis clock) or, on RedLock, the calling
 --   gateway's clock (see core.lua).
 -- kind is 'l' for a lock (exclusive and shared holds) or 's' for a semaphore (permits: shared holds,
--- at most its size at once, and no exclusive ones).
+-- at most its size at once, and no exclusive ones), followed by the layout of each lock the script
+-- takes, in KEYS order: '-' (or nothing) for the gateway's own, 'r' or 'w' for a name shared with
+-- Redisson (see lib_layout.lua).
 --
 -- Holders of resource N (a lock or a semaphore; all keys under the hash tag {N}):
 --   lock  hash  the exclusive holder: <lease> -> reentry count, plus :owner, :fence, :ttl, :wd,
@@ -40,17 +43,27 @@
 --   watch  hash  replica -> until when it streams the lock's events, :seq, :epoch; exists only
 --             while someone watches (see notify)
 -- The fence floor expires fence_ttl_ms after the last grant under it (see next_fence in core.lua).
-local lock, fencekey, q, qd, qm, sh, shm = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local lock, fencekey, q, qd, qm, sh, shm, rs = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
+  KEYS[8]
 local chanprefix, claim_ms, liveness_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local kind = ARGV[6]
+local kinds = ARGV[6]
+local kind, layout = string.sub(kinds, 1, 1), string.sub(kinds, 2, 2)
 local queue_ttl_ms = liveness_ms * 10
 
 -- use points every helper below at the keys of the i-th lock of a script that works on several (a
--- multi-lock's: its KEYS are the seven above for each member in turn, in name order).
+-- multi-lock's: its KEYS are the eight above for each member in turn, in name order), and at its
+-- layout.
 local function use(i)
-  local b = (i - 1) * 7
-  lock, fencekey, q, qd, qm, sh, shm = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4], KEYS[b + 5], KEYS[b + 6],
-    KEYS[b + 7]
+  local b = (i - 1) * 8
+  lock, fencekey, q, qd, qm, sh, shm, rs = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4], KEYS[b + 5], KEYS[b + 6],
+    KEYS[b + 7], KEYS[b + 8]
+  layout = string.sub(kinds, i + 1, i + 1)
+end
+
+-- of_kind sets the kind and layout of the lock in use from a kind argument (see above) of that
+-- lock alone (keepalive.lua's per-lock kinds).
+local function of_kind(k)
+  kind, layout = string.sub(k, 1, 1), string.sub(k, 2, 2)
 end
 
 -- Redis caps the arguments one command may take from Lua's unpack() (~8000), so long lists go in

@@ -61,7 +61,7 @@ local function fits(mode, n)
     reclaim()
     return redis.call('ZCARD', sh) < (size() or tonumber(n) or 0)
   end
-  if redis.call('EXISTS', lock) == 1 then
+  if redis.call('EXISTS', lock) == 1 or foreign(mode) then
     return false
   end
   if mode == 's' or redis.call('EXISTS', sh) == 0 then
@@ -72,9 +72,17 @@ local function fits(mode, n)
 end
 
 -- busy_ms is how long until the earliest current hold runs out (-2: nothing holds): when a waiter
--- should look again, an expiry publishing nothing by itself.
+-- should look again, an expiry publishing nothing by itself. A Redisson holder of a name shared
+-- with Redisson counts as a hold (an exclusive one: what it keeps out of a waiter's way).
 local function busy_ms()
   local best = redis.call('PTTL', lock)
+  local theirs = foreign_ms('s')
+  if theirs == -2 then
+    theirs = foreign_ms('x')
+  end
+  if theirs >= 0 and (best < 0 or theirs < best) then
+    best = theirs
+  end
   local first = redis.call('ZRANGE', sh, 0, 0, 'WITHSCORES')
   if first[2] then
     local left = math.max(tonumber(first[2]) - now_ms(), 0)

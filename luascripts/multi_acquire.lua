@@ -1,5 +1,5 @@
 -- multi_acquire.lua (+ lib.lua): a multi-lock's try, all or nothing, in one step.
---   KEYS = lib.lua's seven keys of each member in turn (members in name order); ARGV[1..6] as in
+--   KEYS = lib.lua's eight keys of each member in turn (members in name order); ARGV[1..6] as in
 --   lib.lua (kind 'l'), then ARGV[7..12] = [lease, ttl_ms, owner, watchdog (0|1), max_hold_ms,
 --   hold ('x' exclusive | 's' shared)]
 --   => {1, fence...}      every member granted to lease for ttl_ms, with a fence each (KEYS order)
@@ -10,13 +10,13 @@
 -- its members obey one set of rules; a member that fits but has waiters is handed to its head
 -- waiter, as a single try would.
 local lease, ttl, owner, wd, hold_ms, want = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]
-local n = #KEYS / 7
+local n = #KEYS / 8
 
 local busy, wait_ms = {}, -2
 for i = 1, n do
   use(i)
   -- The uncontended path: nothing holds and nobody waits (one call to know it).
-  if redis.call('EXISTS', lock, sh, q) > 0 then
+  if redis.call('EXISTS', lock, sh, q) > 0 or foreign(want) then
     local free = fits(want, 0)
     if free and first_live() then
       promote()

@@ -5,7 +5,7 @@
 --                            no longer held; watchdog is 1 when the group had a watchdog duty,
 --                            which the caller drops
 local lease, want = ARGV[7], ARGV[8]
-local n = #KEYS / 7
+local n = #KEYS / 8
 
 local reply = {0}
 for i = 1, n do

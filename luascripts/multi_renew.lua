@@ -13,7 +13,7 @@
 --                                  max hold: nothing changed (its members run out their last TTL)
 -- Never resurrects a member. Also confirms the members a waiting group took one by one.
 local lease, want, ttl, by_watchdog, confirm = ARGV[7], ARGV[8], tonumber(ARGV[9]), ARGV[10], ARGV[11]
-local n = #KEYS / 7
+local n = #KEYS / 8
 
 local fences, lost = {}, {}
 for i = 1, n do

@@ -1,4 +1,4 @@
--- reenter.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[8] = the Idempotency-Key record;
+-- reenter.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[9] = the Idempotency-Key record;
 --   ARGV[1..6] as in lib.lua, then ARGV[7..11] = [lease, ttl_ms, idem_ms (0: no key),
 --   want ('x' exclusive | 's' shared), permits (a semaphore's size; 0 for a lock)]
 --   => {holds, fence, watchdog, pttl, used}  held that way: count incremented, TTL reset to
@@ -13,7 +13,7 @@
 -- watchers its new TTL (notify 't'; unwatched, that costs one EXISTS). A retry of a re-entry that was applied
 -- (same Idempotency-Key) adds no hold: while the lease holds it gets the first answer with the
 -- remaining pttl (not the TTL the first answer set, which has partly run); once it is gone, {0}.
-local lease, ttl, idem_ms, want, permits, record = ARGV[7], ARGV[8], tonumber(ARGV[9]), ARGV[10], tonumber(ARGV[11]), KEYS[8]
+local lease, ttl, idem_ms, want, permits, record = ARGV[7], ARGV[8], tonumber(ARGV[9]), ARGV[10], tonumber(ARGV[11]), KEYS[9]
 
 local exclusive = kind == 'l' and redis.call('HEXISTS', lock, lease) == 1
 local shared = shared_hold(lease)

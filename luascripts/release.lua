@@ -1,4 +1,4 @@
--- release.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[8] = the Idempotency-Key record;
+-- release.lua (+ lib.lua): KEYS as in lib.lua, then KEYS[9] = the Idempotency-Key record;
 --   ARGV[1..6] as in lib.lua, then ARGV[7..9] = [lease, idem_ms (0: no key),
 --   which ('' = the exclusive hold if the lease has one, else the shared one; 'x'; 's')]
 --   => {-1}                   lease does not hold (that way); nothing changed
@@ -13,7 +13,7 @@
 -- first, so a hold can never be handed straight back to it. A retry of a release that was applied
 -- (same Idempotency-Key) gets the first answer again and changes nothing, so a reentrant lease is
 -- never decremented twice.
-local lease, idem_ms, which, record = ARGV[7], tonumber(ARGV[8]), ARGV[9], KEYS[8]
+local lease, idem_ms, which, record = ARGV[7], tonumber(ARGV[8]), ARGV[9], KEYS[9]
 
 local prev = replay(record, idem_ms)
 if prev then

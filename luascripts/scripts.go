@@ -45,10 +45,14 @@ import _ "embed"
 var core string
 
 // lib.lua's helpers come in files by concept, joined in this order (each uses only those before
-// it): the common keys and arguments, live events, holders, idempotency records, the queue.
+// it): the common keys and arguments, the layout (names shared with Redisson), live events,
+// holders, idempotency records, the queue.
 
 //go:embed lib.lua
 var libBase string
+
+//go:embed lib_layout.lua
+var libLayout string
 
 //go:embed lib_notify.lua
 var libNotify string
@@ -62,9 +66,15 @@ var libIdempotency string
 //go:embed lib_queue.lua
 var libQueue string
 
-var libBody = libBase + libNotify + libHolders + libIdempotency + libQueue
+var libBody = libBase + libLayout + libNotify + libHolders + libIdempotency + libQueue
 
 var lib = core + libBody
+
+// settled runs body, a script that changes holds, as a function, then settle (lib_layout.lua):
+// the layout's last word on every lock the script took, whichever way the body returned.
+func settled(body string) string {
+	return "local function body()\n" + body + "\nend\nlocal reply = body()\nsettle()\nreturn reply\n"
+}
 
 //go:embed acquire.lua
 var acquire string
@@ -73,7 +83,7 @@ var acquire string
 var acquireFast string
 
 // Acquire grants a free lock to a new lease, or queues the lease behind the holder.
-var Acquire = core + acquireFast + libBody + acquire
+var Acquire = core + acquireFast + libBody + settled(acquire)
 
 //go:embed release.lua
 var release string
@@ -82,20 +92,20 @@ var release string
 var releaseFast string
 
 // Release decrements a lease's reentry count; at zero it hands the lock to the first waiter.
-var Release = core + releaseFast + libBody + release
+var Release = core + releaseFast + libBody + settled(release)
 
 //go:embed dequeue.lua
 var dequeue string
 
 // Dequeue takes a waiter that gave up out of the queue, passing on a grant that reached it.
-var Dequeue = lib + dequeue
+var Dequeue = lib + settled(dequeue)
 
 //go:embed heartbeat.lua
 var heartbeat string
 
 // Heartbeat looks after one lock for one replica's waiters: it keeps them in line, hands a lock
 // whose holder expired on, and finds grants and queue entries that pub/sub or Redis lost.
-var Heartbeat = lib + heartbeat
+var Heartbeat = lib + settled(heartbeat)
 
 //go:embed keepalive.lua
 var keepalive string
@@ -108,7 +118,7 @@ var Keepalive = lib + keepalive
 var reenter string
 
 // Reenter increments the reentry count of a held lease.
-var Reenter = lib + reenter
+var Reenter = lib + settled(reenter)
 
 //go:embed renew.lua
 var renew string
@@ -117,12 +127,18 @@ var renew string
 var renewFast string
 
 // Renew sets a held lease's TTL; it also confirms a lock handed to a waiter.
-var Renew = core + renewFast + libBody + renew
+var Renew = core + renewFast + libBody + settled(renew)
+
+//go:embed watchdog_renew.lua
+var watchdogRenew string
 
 // WatchdogRenew renews one watchdog lease when it is due.
-//
-//go:embed watchdog_renew.lua
-var WatchdogRenew string
+var WatchdogRenew = core + watchdogLayout + libLayout + watchdogRenew
+
+// watchdogLayout gives lib_layout.lua what it needs in watchdog_renew.lua (see lib.lua).
+const watchdogLayout = `local lock, sh, rs, layout = KEYS[1], KEYS[2], KEYS[4], ARGV[2] or ''
+local sharded = string.find(ARGV[3] or '', '{', 1, true) ~= nil
+`
 
 // WatchdogSchedule enrolls, reschedules and claims due watchdog renewals.
 //
@@ -138,19 +154,19 @@ var Inspect string
 var multiAcquire string
 
 // MultiAcquire grants every member of a multi-lock to one lease, or none.
-var MultiAcquire = lib + multiAcquire
+var MultiAcquire = lib + settled(multiAcquire)
 
 //go:embed multi_release.lua
 var multiRelease string
 
 // MultiRelease gives back every member a multi-lock's lease holds.
-var MultiRelease = lib + multiRelease
+var MultiRelease = lib + settled(multiRelease)
 
 //go:embed multi_renew.lua
 var multiRenew string
 
 // MultiRenew renews every member of a multi-lock's lease, or gives back what is left of it.
-var MultiRenew = lib + multiRenew
+var MultiRenew = lib + settled(multiRenew)
 
 // WatchdogDue tells whether a watchdog schedule shard has a renewal due (Redis Cluster).
 //
@@ -162,7 +178,7 @@ var force string
 
 // Force takes every hold off a lock or semaphore (force release) and hands it to the head of its
 // line.
-var Force = lib + force
+var Force = lib + settled(force)
 
 // Forced tells whether a lease was force-released, and when (the mark force.lua leaves).
 //

@@ -1,13 +1,14 @@
 -- watch_snapshot.lua (+ inspect.lua, as the function snapshot): a replica starts watching a lock
 --   (or semaphore) for live events, or checks on one it watches, and reads its state in the same
 --   step, so that the events sent to it afterwards are exactly those that follow that state.
---   KEYS = [lock, q, qd, sh, shm, watch] (inspect.lua's keys, then the lock's key .. ':watch', see
---   notify in lib.lua); ARGV = [lease or '', replica, ttl_ms]
+--   KEYS = [lock, q, qd, sh, shm, rs, watch] (inspect.lua's keys, then the lock's key .. ':watch',
+--   see notify in lib.lua); ARGV = [lease or '', layout, replica, ttl_ms] (inspect.lua's, then
+--   this script's)
 --   => {epoch, seq, mine_ms, mine_owner, <inspect.lua's reply>...}: the watch hash's epoch and the
 --   number of the lock's last event (:seq); mine_ms and mine_owner: the given lease's shared hold,
 --   whether or not inspect lists it among its first 100 (-1 and '' when it has none); the
 --   replica's entry lasts ttl_ms more, and so does the hash.
-local watch, replica, ttl = KEYS[6], ARGV[2], tonumber(ARGV[3])
+local watch, replica, ttl = KEYS[7], ARGV[3], tonumber(ARGV[4])
 
 local t = redis.call('TIME')
 redis.call('HSETNX', watch, ':epoch', string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])))

@@ -1,5 +1,7 @@
 -- watchdog_renew.lua: renews one watchdog lease when its schedule says it is due.
---   KEYS = [lock, sh, shm] (see lib.lua)  ARGV = [lease]
+--   KEYS = [lock, sh, shm, rs] (see lib.lua)  ARGV = [lease, layout, grants channel prefix]
+--   (layout and the prefix as lib.lua's: the renewal is mirrored into a Redisson object, see
+--   lib_layout.lua, which comes before this file with core.lua)
 --   => {1, due_ms}  renewed to its TTL (each hold it has: exclusive, shared); the next renewal is
 --                   due at due_ms (Redis time, a third of the shortest TTL on)
 --    | {0}          drop the duty: the lease holds nothing, is no watchdog lease, or is past its
@@ -34,6 +36,7 @@ if raw then
   end
 end
 
+mirror()
 if not next_due then
   return {0}
 end
