@@ -64,6 +64,9 @@ type Config struct {
 	// locks are Redisson RLocks, and RReadWriteLocks.
 	RedissonLocks   []string `split_words:"true"`
 	RedissonRWLocks []string `envconfig:"REDISSON_RWLOCKS"`
+	// RedissonWatchdogTimeout is the Redisson clients' lockWatchdogTimeout: the longest TTL on
+	// read-write lock names shared with Redisson.
+	RedissonWatchdogTimeout time.Duration `split_words:"true" default:"30s"`
 }
 
 // authQuotaDefaults are the quotas every principal has when an auth file is set and the variable
@@ -95,7 +98,7 @@ func loadConfig() (Config, error) {
 		"DEFAULT_TTL", "MAX_TTL", "MAX_WAIT", "MAX_HOLD", "MAX_WAITERS", "MAX_STREAMS", "MAX_STREAM_LIFETIME", "FENCE_TTL", "SHUTDOWN_TIMEOUT", "LOG_LEVEL",
 		"TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CLIENT_CA_FILE", "AUTH_FILE", "METRICS_AUTH",
 		"QUOTA_RATE", "QUOTA_BURST", "QUOTA_PARKED", "QUOTA_HELD", "QUOTA_STREAMS", "AUTH_FAILURE_RATE",
-		"REDISSON_LOCKS", "REDISSON_RWLOCKS"} {
+		"REDISSON_LOCKS", "REDISSON_RWLOCKS", "REDISSON_WATCHDOG_TIMEOUT"} {
 		if v, ok := os.LookupEnv("LEASEGATE_" + name); ok && strings.TrimSpace(v) == "" {
 			return Config{}, fmt.Errorf("LEASEGATE_%s is set but empty; unset it to use the default", name)
 		}
@@ -124,6 +127,7 @@ func loadConfig() (Config, error) {
 		check(len(cfg.RedlockURLs) == 0 || len(cfg.RedissonLocks)+len(cfg.RedissonRWLocks) == 0, "REDISSON_LOCKS",
 			"(and LEASEGATE_REDISSON_RWLOCKS) do not apply to RedLock (LEASEGATE_REDLOCK_URLS): a Redisson lock lives on one Redis"),
 		redissonPrefixes(cfg),
+		check(cfg.RedissonWatchdogTimeout >= time.Second, "REDISSON_WATCHDOG_TIMEOUT", "must be at least 1s, got %v", cfg.RedissonWatchdogTimeout),
 		check(cfg.ReplicaAckTimeout > 0, "REPLICA_ACK_TIMEOUT", "must be positive, got %v", cfg.ReplicaAckTimeout),
 		check(cfg.TokenSecret == "" || len(cfg.TokenSecret) >= 16, "TOKEN_SECRET", "must be at least 16 bytes"),
 		check(!strings.ContainsAny(cfg.KeyPrefix, "{}"), "KEY_PREFIX", "%q must not contain '{' or '}'", cfg.KeyPrefix),

@@ -267,7 +267,8 @@ func engineOptions(cfg Config, log *slog.Logger, m *metrics.Metrics) lockcore.Op
 		RestartGuard: cfg.MaxTTL + time.Second, RedLockNewDeployment: cfg.RedlockNew,
 		MaxHeld:     cfg.QuotaHeld,
 		ElectionLog: cfg.ElectionLog, ElectionRetention: cfg.ElectionRetention,
-		Redisson: lockcore.RedissonNames{Locks: cfg.RedissonLocks, RWLocks: cfg.RedissonRWLocks},
+		Redisson: lockcore.RedissonNames{Locks: cfg.RedissonLocks, RWLocks: cfg.RedissonRWLocks,
+			WatchdogTimeout: cfg.RedissonWatchdogTimeout},
 	}
 }
 

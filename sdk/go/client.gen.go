@@ -717,6 +717,9 @@ type LockState struct {
 	// Example: billing-worker-7
 	Owner *Owner `json:"owner,omitempty"`
 
+	// RedissonHolders On a name shared with Redisson (`LEASEGATE_REDISSON_LOCKS`, `LEASEGATE_REDISSON_RWLOCKS`; see docs/redisson.md), the holders that are Redisson's own clients (the first 100), not the gateway's leases. `held` is true while there is one, and `mode` is its mode when no gateway lease holds the lock.
+	RedissonHolders *[]RedissonHolder `json:"redisson_holders,omitempty"`
+
 	// TtlMs The holder's remaining time to live in milliseconds. Only while held.
 	TtlMs *int64 `json:"ttl_ms,omitempty"`
 
@@ -946,6 +949,22 @@ type Proclamation struct {
 	//
 	// Example: 10.0.3.7:8080
 	Value LeaderValue `json:"value"`
+}
+
+// RedissonHolder A Redisson client's hold of a name shared with Redisson.
+type RedissonHolder struct {
+	// Field Its field in Redisson's hash, `<client id>:<thread id>` (a writer's ends `:write`).
+	Field string `json:"field"`
+
+	// Holds Its re-entry count.
+	Holds int64 `json:"holds"`
+
+	// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
+	// and no exclusive one).
+	Mode Mode `json:"mode"`
+
+	// TtlMs The time Redisson's object has left, in milliseconds.
+	TtlMs int64 `json:"ttl_ms"`
 }
 
 // Release defines model for Release.

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/internal/redisson"
 	"github.com/leasegate/leasegate/internal/testkit"
 )
@@ -266,6 +267,17 @@ func TestMixedClientsNeverHoldAtOnce(t *testing.T) {
 	gateway := slices.IndexFunc(order, func(s string) bool { return s[0] == 'g' })
 	redissonAt := slices.IndexFunc(order, func(s string) bool { return s[0] == 'r' })
 	assert.True(t, gateway >= 0 && redissonAt >= 0, "both kinds of client held the lock")
+	// How the two sides shared it: the longest run of grants to one side.
+	longest, run := 0, 0
+	for i := range order {
+		if i > 0 && order[i][0] == order[i-1][0] {
+			run++
+		} else {
+			run = 1
+		}
+		longest = max(longest, run)
+	}
+	t.Logf("%d grants, %d to each side; longest run of grants to one side: %d", len(order), 4*rounds, longest)
 }
 
 // TestRedissonNameValidation: prefixes are checked at start, and names shared with Redisson keep
@@ -279,4 +291,40 @@ func TestRedissonNameValidation(t *testing.T) {
 	r = w.acquire("rw.long", testkit.AcquireBody("web", 60_000))
 	require.Equal(t, http.StatusBadRequest, r.Status, string(r.Body))
 	assert.Contains(t, string(r.Body), "RReadWriteLock")
+}
+
+// TestMultiLockTakesRedissonMembersAsRLocks: a multi-lock whose members include names shared with
+// Redisson is refused while a Redisson client holds one of them, waits for it and is woken by its
+// unlock, and, once granted, keeps Redisson's clients out of every shared member.
+func TestMultiLockTakesRedissonMembersAsRLocks(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := t.Context()
+	c := w.jvm(t, redisson.Options{})
+	a, b := c.Lock("rs.m.a", 1), c.Lock("rs.m.b", 1)
+	members := []string{"plain.m", "rs.m.a", "rs.m.b"}
+	require.True(t, tryOnce(t, a, -1))
+
+	r := testkit.LockAll(w.Client, "web", members, 10_000, 0, "")
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	assert.False(t, w.Held("plain.m"), "all or nothing")
+	waiting := make(chan time.Time, 1)
+	var g *harness.Response
+	go func() {
+		g = testkit.LockAll(w.Client, "web", members, 10_000, 15_000, "")
+		waiting <- time.Now()
+	}()
+	testkit.EventuallyPaced(t, 10*time.Second, "the multi-lock in line", func() bool { return w.Waiters(t, "rs.m.a") == 1 })
+	unlocked := time.Now()
+	require.NoError(t, a.Unlock(ctx))
+	at := testkit.Receive(t, waiting, 15*time.Second, "the multi-lock")
+	require.Equal(t, http.StatusCreated, g.Status, string(g.Body))
+	within(t, at.Sub(unlocked), time.Second, "the multi-lock's grant after Redisson's unlock")
+
+	assert.False(t, tryOnce(t, a, -1))
+	assert.False(t, tryOnce(t, b, -1))
+	rel := w.Client.Do(http.MethodDelete, "/multilocks/"+g.Str("id"), testkit.TokenHeader(g.Str("token")), "")
+	require.Equal(t, http.StatusOK, rel.Status, string(rel.Body))
+	assert.True(t, tryOnce(t, b, -1))
+	require.NoError(t, b.Unlock(ctx))
 }

@@ -235,8 +235,9 @@ class MultiLocks(unittest.TestCase):
             self.gw.lock_all([a, c], "writer")
         self.assertEqual(sorted(cm.exception.locks or []), [a, c])
         # A shared watchdog group finds its holds among the holders.
-        with self.gw.multilock([a, c], "reader-3", mode="shared", ttl_ms=600, watchdog=True, max_hold_ms=60000) as g3:
-            deadline = time.monotonic() + 1.5
+        # (3 s TTLs, renewed every second: a 600 ms TTL lapsed on a busy machine.)
+        with self.gw.multilock([a, c], "reader-3", mode="shared", ttl_ms=3000, watchdog=True, max_hold_ms=60000) as g3:
+            deadline = time.monotonic() + 3.5
             while time.monotonic() < deadline:
                 g3.check()
                 g3.lost.wait(0.05)

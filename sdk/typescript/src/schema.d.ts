@@ -980,6 +980,22 @@ export interface components {
             /** @description Whether the lease of the sent `Lease-Token` holds a permit. Only when one was sent. */
             yours?: boolean;
         };
+        /** @description A Redisson client's hold of a name shared with Redisson. */
+        RedissonHolder: {
+            /** @description Its field in Redisson's hash, `<client id>:<thread id>` (a writer's ends `:write`). */
+            field: string;
+            mode: components["schemas"]["Mode"];
+            /**
+             * Format: int64
+             * @description Its re-entry count.
+             */
+            holds: number;
+            /**
+             * Format: int64
+             * @description The time Redisson's object has left, in milliseconds.
+             */
+            ttl_ms: number;
+        };
         LockState: {
             lock: components["schemas"]["LockName"];
             /** @description Whether a lease holds the lock. */
@@ -992,6 +1008,8 @@ export interface components {
              * @description How many shared holders there are. Only while shared holds exist.
              */
             holder_count?: number;
+            /** @description On a name shared with Redisson (`LEASEGATE_REDISSON_LOCKS`, `LEASEGATE_REDISSON_RWLOCKS`; see docs/redisson.md), the holders that are Redisson's own clients (the first 100), not the gateway's leases. `held` is true while there is one, and `mode` is its mode when no gateway lease holds the lock. */
+            redisson_holders?: components["schemas"]["RedissonHolder"][];
             owner?: components["schemas"]["Owner"];
             /**
              * Format: int64
