@@ -26,6 +26,7 @@ var (
 	buildOnce sync.Once
 	binPath   string
 	buildErr  error
+	binShared bool // binPath is LEASEGATE_TEST_GATEWAY_BINARY's, not this process's
 )
 
 // GatewayBinary builds this module's gateway once per test process (with -race when the tests
@@ -33,8 +34,20 @@ var (
 // os.TempDir() that RemoveGatewayBinary removes; what a process killed before it could (a test
 // timeout, an interrupted run) left behind is removed by the next process that builds one (see
 // claimBinaryDir).
+//
+// LEASEGATE_TEST_GATEWAY_BINARY, when set, names a gateway built beforehand for every test process
+// of a run (scripts/test builds one, with -race when the tests run with it: each package linking
+// its own cost the run a link of the same 40 MB binary per package); it is used as it is, and
+// left where it is.
 func GatewayBinary() (string, error) {
 	buildOnce.Do(func() {
+		if prebuilt := os.Getenv("LEASEGATE_TEST_GATEWAY_BINARY"); prebuilt != "" {
+			if _, err := os.Stat(prebuilt); err != nil {
+				buildErr = fmt.Errorf("LEASEGATE_TEST_GATEWAY_BINARY: %w", err)
+			}
+			binPath, binShared = prebuilt, true
+			return
+		}
 		root, err := ModuleRoot()
 		if err != nil {
 			buildErr = err
@@ -63,7 +76,7 @@ func GatewayBinary() (string, error) {
 // RemoveGatewayBinary removes what GatewayBinary built, if anything: call it once this process
 // starts no more gateways (or CLI processes), at the end of TestMain.
 func RemoveGatewayBinary() error {
-	if binPath == "" {
+	if binPath == "" || binShared {
 		return nil
 	}
 	releaseBinaryDir()

@@ -31,6 +31,7 @@ var (
 	faultDuration = flag.Duration("faultcheck.duration", 15*time.Second, "how long each fault-check run injects faults")
 	faultBinary   = flag.String("faultcheck.binary", "", "a gateway binary to check instead of this tree's (e.g. a deliberately broken build)")
 	faultModeList = flag.String("faultcheck.modes", "", "comma-separated fault-check modes to run (e.g. sentinel-acks-all,redlock); all when empty")
+	faultRedisson = flag.Int("faultcheck.redisson", 2, "Redisson-protocol clients taking the checked locks beside the gateway's (every mode but redlock; 0: none)")
 	faultKinds    = flag.String("faultcheck.faults", "", "comma-separated kinds of fault to inject (e.g. \"SENTINEL FAILOVER,master kill -9 (failover)\"); all of the mode's when empty")
 )
 
@@ -182,6 +183,9 @@ type faultCheck struct {
 	notes    []string // what was injected, when
 
 	h history
+	// redisson: the gateways share the checked locks with Redisson's clients, and some of the
+	// workload's clients are Redisson's (redisson_workload_test.go).
+	redisson bool
 	// obs is the election's observer (elections_test.go); nil without an election.
 	obs *observer
 }
@@ -195,8 +199,9 @@ const faultRecovery = 1500 * time.Millisecond
 func newFaultCheck(t *testing.T, m faultMode, d *deployment) *faultCheck {
 	fc := &faultCheck{t: t, mode: m, d: d, prefix: harness.RandomPrefix(), locks: []string{"fc-a", "fc-b", "fc-c"},
 		faults: pickFaults(t, append(slices.Clone(d.faults), gatewayFaults...)), crashes: map[*harness.Gateway]bool{}}
-	if d.quorum == 0 { // RedLock offers no elections
+	if d.quorum == 0 { // RedLock offers no elections, nor locks shared with Redisson
 		fc.locks = append(fc.locks, electionPrefix+"fc-e")
+		fc.redisson = *faultRedisson > 0
 	}
 	t.Cleanup(func() {
 		fc.mu.Lock()
@@ -238,6 +243,9 @@ func (fc *faultCheck) startGateway(extra map[string]string) (*harness.Gateway, e
 	opts.KeyPrefix, opts.Binary = fc.prefix, *faultBinary
 	// The election's log keeps the whole run, for the check of every leader in it.
 	opts.Env = map[string]string{"LEASEGATE_LOG_LEVEL": "warn", "LEASEGATE_ELECTION_LOG": "1000000"}
+	if fc.redisson {
+		opts.Env["LEASEGATE_REDISSON_LOCKS"] = redissonPrefix
+	}
 	for _, env := range []map[string]string{fc.d.gateway.Env, extra} {
 		for k, v := range env {
 			opts.Env[k] = v
@@ -304,6 +312,14 @@ func (fc *faultCheck) run(d time.Duration) {
 	var wg sync.WaitGroup
 	for i := range 12 {
 		wg.Go(func() { fc.worker(i, stop) })
+	}
+	if fc.redisson {
+		c, closeRedisson, err := fc.redissonClient()
+		require.NoError(fc.t, err)
+		defer closeRedisson()
+		for i := range *faultRedisson {
+			wg.Go(func() { fc.redissonWorker(i, c, stop) })
+		}
 	}
 	watched := make(chan struct{})
 	go func() { defer close(watched); fc.watchCrashes(stop) }()

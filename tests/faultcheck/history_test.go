@@ -33,6 +33,8 @@ type held struct {
 	unknown               bool // a watchdog lease whose release had no answer: it may be held on
 	unanswered            bool // its release had no answer (after retries)
 	confirmed             bool // its release answered 200: Redis still had it then
+	// redisson: a Redisson client's hold (no fence, no token; see redisson_workload_test.go).
+	redisson bool
 }
 
 // end is when the lease could lapse by its client's reckoning: validUntil, or a watchdog lease's
@@ -242,6 +244,10 @@ func (h *history) check(p promise, quorum int) *report {
 	byLock := map[string][]*held{}
 	for _, g := range h.grants {
 		byLock[g.lock] = append(byLock[g.lock], g)
+		if g.redisson { // Redisson's holds wait for no replica: the gateway promises nothing of them
+			rep.redisson++
+			continue
+		}
 		switch {
 		case g.lostWhileValid():
 			rep.lost++
@@ -274,6 +280,9 @@ func (h *history) check(p promise, quorum int) *report {
 		return overlap(span{from, to}, h.twoMasters) > 0
 	}
 	stayedValid := func(g *held) bool {
+		if g.redisson { // held until its unlock answered: Redis had it then
+			return g.confirmed && !split(g)
+		}
 		if p == keepsGrants {
 			return !g.unknown && !g.lostWhileValid()
 		}
@@ -299,7 +308,7 @@ func (h *history) check(p promise, quorum int) *report {
 		// 3. Fences in grant order.
 		for i, a := range gs {
 			for _, b := range gs[i+1:] {
-				if a.answered.Before(b.sent) && a.fence >= b.fence {
+				if a.answered.Before(b.sent) && a.fence >= b.fence && !a.redisson && !b.redisson {
 					rep.add("fence order", fmt.Sprintf("%s: %s's fence %d, answered %s, is not below %s's %d, asked %s",
 						lock, a.owner, a.fence, a.answered.Format("15:04:05.000"), b.owner, b.fence, b.sent.Format("15:04:05.000")))
 				}
@@ -460,6 +469,7 @@ type report struct {
 	excused              map[string]int
 	lostSeen             []string // some lost leases that are no violation, for the log
 	grants, writes       int
+	redisson             int // of the grants, Redisson clients' holds
 	refused              int // writes the fenced store refused
 	statuses             map[int]int
 	idle, waiting        time.Duration
@@ -535,11 +545,11 @@ func (r *report) figures(h *history) string {
 	for _, n := range r.excused {
 		excused += n
 	}
-	return fmt.Sprintf("%d ops (%d answered 503, %d failed in transport), %d grants; %d faults %s; %d violations %s; "+
+	return fmt.Sprintf("%d ops (%d answered 503, %d failed in transport), %d grants (%d of them Redisson clients' holds); %d faults %s; %d violations %s; "+
 		"%d leases lost while valid (%d excused %s), %d ended by a 410 after they could lapse, %d not known to have stayed valid, "+
 		"%d overlaps of released leases while two masters took writes, %d grants after an unanswered release; "+
 		"%d writes (%d refused by the fenced store); waits answered %v, the latest %v past its wait_ms; outside faults, locks idle while requests waited: %v of %v (%.1f %%)%s",
-		h.ops, h.unavailable, h.failed, r.grants, nfaults, counts(h.kinds), nviolations, counts(violations),
+		h.ops, h.unavailable, h.failed, r.grants, r.redisson, nfaults, counts(h.kinds), nviolations, counts(violations),
 		r.lost, excused, counts(r.excused), r.lapsed, r.unsure, r.splitOverlaps, len(r.afterUnanswered), r.writes, r.refused, r.statuses, r.slowest.Round(time.Millisecond),
 		r.idle.Round(time.Millisecond), r.waiting.Round(time.Millisecond), 100*r.idle.Seconds()/max(r.waiting.Seconds(), 1e-9), r.election)
 }
