@@ -53,6 +53,11 @@ func (s *Service) acquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 	if req.Mode != Shared {
 		req.Mode = Exclusive
 	}
+	for _, name := range names {
+		if err := s.space.admits(LockRef(name), req.TTL); err != nil {
+			return MultiGrant{}, err
+		}
+	}
 	m := MultiLease{ID: multiLeasePrefix + uuid.NewString(), Owner: req.Owner, Locks: names, Mode: req.Mode, Principal: req.Principal}
 	counted := groupHeldMembers(m)
 	if err := s.ledgers.held.count(ctx, m.Principal, req.HeldCap, heldSpan(req.TTL, req.Wait, req.Watchdog, req.MaxHold), counted...); err != nil {
@@ -170,6 +175,11 @@ func (s *Service) RenewAll(ctx context.Context, token, id string, ttl time.Durat
 	m, err := s.tokens.ParseMulti(token, id)
 	if err != nil {
 		return MultiGrant{}, err
+	}
+	for _, name := range m.Locks {
+		if err := s.space.admits(LockRef(name), ttl); err != nil {
+			return MultiGrant{}, err
+		}
 	}
 	start := time.Now()
 	r, err := s.renewGroup(ctx, m, m.Locks, ttl, false)

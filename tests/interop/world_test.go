@@ -32,7 +32,8 @@ const (
 type world struct {
 	*testkit.Env
 	redis   rueidis.ClientOption
-	sharded bool // Redisson 3.22+ on a Cluster: SSUBSCRIBE and SPUBLISH
+	sharded bool                // Redisson 3.22+ on a Cluster: SSUBSCRIBE and SPUBLISH
+	rig     *harness.ClusterRig // newClusterWorld's
 }
 
 // sharedEnv is the gateway environment that shares the rs. and rw. prefixes.
@@ -54,7 +55,9 @@ func newClusterWorld(t *testing.T) *world {
 	deploy := harness.GatewayOptions{RedisURL: rig.URL()}
 	gw := harness.NewGateway(t, testkit.WithEnv(deploy, "", sharedEnv))
 	e := &testkit.Env{Redis: rig.Masters()[0], Gateway: gw, Client: harness.NewClient(t, gw.URL), Deploy: deploy}
-	return worldOn(t, e)
+	w := worldOn(t, e)
+	w.rig = rig
+	return w
 }
 
 func worldOn(t *testing.T, e *testkit.Env) *world {
