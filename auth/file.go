@@ -290,12 +290,39 @@ func checkPrincipal(pf principalFormat, jwtNamed bool) (*Principal, [][sha256.Si
 	return p, hashes, nil
 }
 
-// parseKeyHash reads "sha256:<64 lower-case hex digits>".
+// keyPlaceholder starts the keys of the example auth file (deploy/auth.example.json), which
+// parseKeyHash refuses: an example must not be loadable as it is.
+const keyPlaceholder = "sha256:REPLACE"
+
+// guessableKeys are keys nobody should be let in with: the empty key, words an example or a test
+// would use, and the keys of earlier example auth files (sha256 of foo, bar, baz, and one more).
+var guessableKeys = func() map[[sha256.Size]byte]bool {
+	m := map[[sha256.Size]byte]bool{}
+	for _, k := range []string{"", "foo", "bar", "baz", "qux", "test", "password", "secret", "admin", "changeme", "example", "key", "apikey"} {
+		m[sha256.Sum256([]byte(k))] = true
+	}
+	for _, h := range []string{"6a5857265b01b8081e84feab0a3ac87ec405d1aa2259b2f962a0e385006d6750"} {
+		var b [sha256.Size]byte
+		if _, err := hex.Decode(b[:], []byte(h)); err == nil {
+			m[b] = true
+		}
+	}
+	return m
+}()
+
+// parseKeyHash reads "sha256:<64 lower-case hex digits>", refusing placeholders and the hashes of
+// guessable keys.
 func parseKeyHash(s string) ([sha256.Size]byte, error) {
 	var h [sha256.Size]byte
+	if strings.HasPrefix(s, keyPlaceholder) {
+		return h, fmt.Errorf(`key %q is a placeholder: make a key with "leasegate auth-key" and put the "sha256:..." line it prints here`, abbreviate(s))
+	}
 	hexDigits, ok := strings.CutPrefix(s, keyHashPrefix)
 	if ok && len(hexDigits) == 2*sha256.Size && strings.ToLower(hexDigits) == hexDigits {
 		if _, err := hex.Decode(h[:], []byte(hexDigits)); err == nil {
+			if guessableKeys[h] {
+				return h, fmt.Errorf(`key %q is the hash of an empty or guessable key (an example's): make a key with "leasegate auth-key"`, abbreviate(s))
+			}
 			return h, nil
 		}
 	}
