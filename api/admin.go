@@ -30,6 +30,7 @@ type ListedLock struct {
 // semaphore's permit; AgeMs is the time since its grant; Multilock the id of the multi-lock whose
 // member it is: the same id on several locks is one group's lease.
 type ListedHolder struct {
+	// Owner is, for a Redisson client's hold (Redisson), its field in Redisson's hash.
 	Owner     string `json:"owner"`
 	Mode      string `json:"mode,omitempty"`
 	Fence     int64  `json:"fence"`
@@ -38,6 +39,8 @@ type ListedHolder struct {
 	TTLms     int64  `json:"ttl_ms"`
 	Watchdog  bool   `json:"watchdog"`
 	Multilock string `json:"multilock,omitempty"`
+	// Redisson marks a Redisson client's hold of a name shared with Redisson: no fence, no age.
+	Redisson bool `json:"redisson,omitempty"`
 }
 
 // ListedWaiter is one waiter in a listing: who, for which hold (Mode, absent for a semaphore), and

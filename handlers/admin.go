@@ -72,16 +72,22 @@ func (h *adminHandlers) listLocks(w http.ResponseWriter, r *http.Request) {
 	for _, st := range states {
 		l := api.ListedLock{Lock: st.Ref.Name, Waiters: st.Waiters}
 		first := st.Exclusive
-		if first != nil {
+		switch {
+		case first != nil:
 			l.Mode, l.Holders = string(lockcore.Exclusive), 1
-		} else if len(st.Shared) > 0 {
+		case len(st.Shared) > 0:
 			first = &st.Shared[0]
 			l.Mode, l.Holders = string(lockcore.Shared), st.SharedCount
-		} else {
+		case len(st.Redisson) > 0: // held by Redisson's clients alone (a name shared with Redisson)
+			r := st.Redisson[0]
+			l.Mode, l.Holders, l.Owner, l.TTLms = string(r.Mode), int64(len(st.Redisson)), r.Field, r.TTL.Milliseconds()
+		default:
 			continue
 		}
-		l.Owner, l.Fence, l.TTLms, l.Watchdog = first.Owner, first.Fence, first.TTL.Milliseconds(), first.Watchdog
-		l.Multilock = lockcore.GroupOf(first.Lease)
+		if first != nil {
+			l.Owner, l.Fence, l.TTLms, l.Watchdog = first.Owner, first.Fence, first.TTL.Milliseconds(), first.Watchdog
+			l.Multilock = lockcore.GroupOf(first.Lease)
+		}
 		l.AgeMs = st.OldestHold(now).Milliseconds()
 		l.HeldBy, l.Waiting = listedHolders(st, now, true), listedWaiters(st.Waiting, true)
 		body.Locks = append(body.Locks, l)
@@ -147,6 +153,13 @@ func listedHolders(st lockcore.State, now time.Time, withMode bool) []api.Listed
 	}
 	for _, h := range st.Shared {
 		add(h, lockcore.Shared)
+	}
+	for _, h := range st.Redisson {
+		l := api.ListedHolder{Owner: h.Field, Holds: h.Holds, TTLms: h.TTL.Milliseconds(), Redisson: true}
+		if withMode {
+			l.Mode = string(h.Mode)
+		}
+		out = append(out, l)
 	}
 	return out
 }

@@ -35,7 +35,7 @@ func (s *Service) ListElections(ctx context.Context, prefix, cursor string, limi
 		go func() {
 			defer wg.Done()
 			var r electionReply
-			r, errs[i] = s.announce(ctx, ref, electionArgs{op: "check"})
+			r, errs[i] = s.announce(ctx, ref.Ref, electionArgs{op: "check"})
 			states[i] = r.state
 		}()
 	}

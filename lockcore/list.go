@@ -22,6 +22,11 @@ import (
 // twice), and one taken or freed meanwhile may or may not. A page may hold a few more than limit entries (SCAN returns
 // whole hash buckets) or fewer. On Redis Cluster the walk goes master by master; the cursor
 // carries the master's position, so a resharding during a listing may skip or repeat names.
+//
+// Locks whose names are shared with Redisson (layout.go) and that only Redisson's clients hold
+// leave none of the gateway's keys: after the gateway's keys, the walk goes on over Redisson's
+// objects (hash keys named as the lock) under each shared prefix, and lists those held by
+// Redisson's clients alone (the others were listed already).
 func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, limit int) ([]State, string, error) {
 	refs, next, err := s.scanRefs(ctx, kind, prefix, cursor, limit)
 	if err != nil {
@@ -30,13 +35,13 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 	states := make([]State, len(refs))
 	errs := make([]error, len(refs))
 	var wg sync.WaitGroup
-	for i, ref := range refs { // concurrent calls share rueidis's pipeline
+	for i, found := range refs { // concurrent calls share rueidis's pipeline
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			states[i], errs[i] = s.Inspect(ctx, ref, "")
+			states[i], errs[i] = s.Inspect(ctx, found.Ref, "")
 			if errs[i] == nil && states[i].Held() && states[i].Waiters > 0 {
-				states[i].Waiting, errs[i] = s.waiting(ctx, ref, ListedWaiters)
+				states[i].Waiting, errs[i] = s.waiting(ctx, found.Ref, ListedWaiters)
 			}
 		}()
 	}
@@ -46,6 +51,9 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 		if errs[i] != nil {
 			return nil, "", errs[i]
 		}
+		if refs[i].redisson && (st.Exclusive != nil || st.SharedCount > 0) {
+			continue // held by the gateway too: listed by the walk of its keys
+		}
 		if st.Held() {
 			out = append(out, st)
 		}
@@ -54,9 +62,16 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 	return out, next, nil
 }
 
-// scanRefs walks one page of List's SCAN: the refs of kind whose keys heldKeyRef recognises, each
-// once, and the cursor of the next page ("" when the walk is complete).
-func (s *Service) scanRefs(ctx context.Context, kind Kind, prefix, cursor string, limit int) ([]Ref, string, error) {
+// foundRef is a name List's walk found, and whether it was found as a Redisson object.
+type foundRef struct {
+	Ref
+	redisson bool
+}
+
+// scanRefs walks one page of List's SCAN: the refs of kind whose keys heldKeyRef (or, on the
+// walks of Redisson's objects, redissonKeyRef) recognises, each once, and the cursor of the next
+// page ("" when the walk is complete).
+func (s *Service) scanRefs(ctx context.Context, kind Kind, prefix, cursor string, limit int) ([]foundRef, string, error) {
 	if err := s.dep.offers(featureListing); err != nil {
 		return nil, "", err
 	}
@@ -64,35 +79,76 @@ func (s *Service) scanRefs(ctx context.Context, kind Kind, prefix, cursor string
 	if err != nil {
 		return nil, "", err
 	}
-	node, scan, err := parseListCursor(cursor, len(masters))
+	walks := s.listWalks(kind, prefix)
+	walk, node, scan, err := parseListCursor(cursor, len(walks), len(masters))
 	if err != nil {
 		return nil, "", err
 	}
-	match := s.space.prefix + "{" + prefix + "*"
-	var refs []Ref
+	var refs []foundRef
 	seen := map[Ref]bool{}
-	for rounds := 0; node < len(masters) && len(refs) < limit && rounds < 16; rounds++ {
+	for rounds := 0; walk < len(walks) && len(refs) < limit && rounds < 16; rounds++ {
 		c := masters[node]
-		entry, err := c.Do(ctx, c.B().Scan().Cursor(scan).Match(match).Count(int64(limit)).Type("hash").Build()).AsScanEntry()
+		entry, err := c.Do(ctx, c.B().Scan().Cursor(scan).Match(walks[walk]).Count(int64(limit)).Type("hash").Build()).AsScanEntry()
 		if err != nil {
 			return nil, "", classify(err)
 		}
 		for _, key := range entry.Elements {
-			if ref, ok := s.heldKeyRef(key, kind); ok && !seen[ref] {
+			ref, ok := s.heldKeyRef(key, kind)
+			if walk > 0 {
+				ref, ok = s.redissonKeyRef(key)
+			}
+			if ok && !seen[ref] {
 				seen[ref] = true
-				refs = append(refs, ref)
+				refs = append(refs, foundRef{ref, walk > 0})
 			}
 		}
 		scan = entry.Cursor
 		if scan == 0 {
-			node++
+			if node++; node == len(masters) {
+				walk, node = walk+1, 0
+			}
 		}
 	}
 	next := ""
-	if node < len(masters) {
+	if walk < len(walks) {
 		next = strconv.Itoa(node) + "-" + strconv.FormatUint(scan, 10)
+		if walk > 0 {
+			next = strconv.Itoa(walk) + "-" + next
+		}
 	}
 	return refs, next, nil
+}
+
+// listWalks are the MATCH patterns of List's walks, one after the other: the gateway's own keys of
+// names starting with prefix, then, for locks, Redisson's objects (named as the lock) under each
+// prefix shared with Redisson that such names may have. Names hold no glob characters.
+func (s *Service) listWalks(kind Kind, prefix string) []string {
+	walks := []string{s.space.prefix + "{" + prefix + "*"}
+	if kind != KindLock {
+		return walks
+	}
+	for _, shared := range [][]string{s.space.redisson.Locks, s.space.redisson.RWLocks} {
+		for _, p := range shared {
+			switch {
+			case p == "*" || strings.HasPrefix(prefix, p):
+				walks = append(walks, prefix+"*")
+			case strings.HasPrefix(p, prefix):
+				walks = append(walks, p+"*")
+			}
+		}
+	}
+	return walks
+}
+
+// redissonKeyRef tells which lock a hash key found on a walk of Redisson's objects is: a name
+// shared with Redisson (never one under the gateway's key prefix, nor one holding a brace, which
+// no lock name does).
+func (s *Service) redissonKeyRef(key string) (Ref, bool) {
+	ref := LockRef(key)
+	if strings.ContainsAny(key, "{}") || !s.space.layoutOf(ref).shared() {
+		return Ref{}, false
+	}
+	return ref, true
 }
 
 // waiting reads the first limit live waiters of ref's line (waiting.lua; see Waiter). It is read
@@ -166,16 +222,25 @@ func (s *Service) heldKeyRef(key string, kind Kind) (Ref, bool) {
 	return Ref{}, false
 }
 
-// parseListCursor reads List's cursor: "" (the start), or "<master>-<scan cursor>".
-func parseListCursor(cursor string, masters int) (node int, scan uint64, err error) {
+// parseListCursor reads List's cursor: "" (the start), "<master>-<scan cursor>" (on the walk of
+// the gateway's keys) or "<walk>-<master>-<scan cursor>" (see listWalks).
+func parseListCursor(cursor string, walks, masters int) (walk, node int, scan uint64, err error) {
 	if cursor == "" {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
-	n, c, ok := strings.Cut(cursor, "-")
-	node, err1 := strconv.Atoi(n)
-	scan, err2 := strconv.ParseUint(c, 10, 64)
-	if !ok || err1 != nil || err2 != nil || node < 0 || node >= masters {
-		return 0, 0, fmt.Errorf("%w: cursor %q is not one a listing returned", ErrInvalid, cursor)
+	parts := strings.Split(cursor, "-")
+	if len(parts) == 2 {
+		parts = append([]string{"0"}, parts...)
 	}
-	return node, scan, nil
+	bad := fmt.Errorf("%w: cursor %q is not one a listing returned", ErrInvalid, cursor)
+	if len(parts) != 3 {
+		return 0, 0, 0, bad
+	}
+	walk, err1 := strconv.Atoi(parts[0])
+	node, err2 := strconv.Atoi(parts[1])
+	scan, err3 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || walk < 0 || walk >= walks || node < 0 || node >= masters {
+		return 0, 0, 0, bad
+	}
+	return walk, node, scan, nil
 }

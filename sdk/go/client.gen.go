@@ -602,6 +602,10 @@ type ListedHolder struct {
 	Multilock *string `json:"multilock,omitempty"`
 	Owner     string  `json:"owner"`
 
+	// Redisson A Redisson client's hold of a name shared with Redisson (docs/redisson.md): `owner` is
+	// its field in Redisson's hash (`<client id>:<thread id>`), without fence or age.
+	Redisson *bool `json:"redisson,omitempty"`
+
 	// TtlMs Its remaining time to live.
 	TtlMs    int64 `json:"ttl_ms"`
 	Watchdog bool  `json:"watchdog"`

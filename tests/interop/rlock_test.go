@@ -328,3 +328,43 @@ func TestMultiLockTakesRedissonMembersAsRLocks(t *testing.T) {
 	assert.True(t, tryOnce(t, b, -1))
 	require.NoError(t, b.Unlock(ctx))
 }
+
+// TestListingShowsRedissonHolders: GET /locks (the dashboard's listing) shows a lock held by
+// a Redisson client alone, its holder marked as Redisson's, and a lock the gateway holds once.
+func TestListingShowsRedissonHolders(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := t.Context()
+	l := w.jvm(t, redisson.Options{}).Lock("rs.listed.theirs", 1)
+	require.True(t, tryOnce(t, l, -1))
+	g := w.acquire("rs.listed.ours", testkit.AcquireBody("web", 20_000))
+	require.Equal(t, http.StatusCreated, g.Status, string(g.Body))
+
+	r := w.Client.Do(http.MethodGet, "/locks?prefix=rs.listed.&limit=2", nil, "")
+	require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+	byName := map[string]map[string]any{}
+	cursor := r.Str("next_cursor")
+	collect := func(r *harness.Response) {
+		for _, e := range r.JSON()["locks"].([]any) {
+			m := e.(map[string]any)
+			require.NotContains(t, byName, m["lock"], "listed twice")
+			byName[m["lock"].(string)] = m
+		}
+	}
+	collect(r)
+	for cursor != "" {
+		r = w.Client.Do(http.MethodGet, "/locks?prefix=rs.listed.&limit=2&cursor="+cursor, nil, "")
+		require.Equal(t, http.StatusOK, r.Status, string(r.Body))
+		collect(r)
+		cursor = r.Str("next_cursor")
+	}
+	require.Len(t, byName, 2, "%v", byName)
+	theirs := byName["rs.listed.theirs"]
+	assert.Equal(t, l.Field(), theirs["owner"])
+	holders := theirs["held_by"].([]any)
+	require.Len(t, holders, 1)
+	assert.Equal(t, true, holders[0].(map[string]any)["redisson"])
+	assert.Equal(t, "web", byName["rs.listed.ours"]["owner"])
+	require.NoError(t, l.Unlock(ctx))
+	w.release(t, "rs.listed.ours", g)
+}

@@ -311,12 +311,13 @@
 
   function holderCells(kind, h, long) {
     const cells = [
-      el("td", { class: "owner", title: h.owner }, el("span", { class: "who" }, h.owner ?? ""), h.multilock ? groupBadge(h.multilock) : ""),
+      el("td", { class: "owner", title: h.owner }, el("span", { class: "who" }, h.owner ?? ""), h.multilock ? groupBadge(h.multilock) : "",
+        h.redisson ? el("span", { class: "badge redisson", title: "a Redisson client's hold (its field in Redisson's hash)" }, "Redisson") : ""),
     ];
     if (kind === "lock") cells.push(el("td", { class: "mode" }, h.mode ? el("span", { class: `badge ${h.mode}` }, h.mode) : ""));
     cells.push(
-      el("td", { class: "fence num" }, h.fence ?? "–"),
-      el("td", { class: classes("age num", long && "long"), title: `${h.age_ms} ms` }, duration(h.age_ms)),
+      el("td", { class: "fence num" }, h.redisson ? "–" : h.fence ?? "–"),
+      el("td", { class: classes("age num", long && "long"), title: `${h.age_ms} ms` }, h.redisson ? "–" : duration(h.age_ms)),
       el("td", { class: "ttl num" }, duration(h.ttl_ms)),
       el("td", { class: `watchdog ${h.watchdog ? "on" : "off"}` }, h.watchdog ? "on" : "off"),
     );

@@ -1345,6 +1345,11 @@ export interface components {
             ttl_ms: number;
             watchdog: boolean;
             /**
+             * @description A Redisson client's hold of a name shared with Redisson (docs/redisson.md): `owner` is
+             *     its field in Redisson's hash (`<client id>:<thread id>`), without fence or age.
+             */
+            redisson?: boolean;
+            /**
              * @description The id of the multi-lock holding this member. A multi-lock's members are held by one
              *     lease, whose id this is: holds with the same id on several locks are one group (Redis
              *     records the group nowhere else; its token carries the member list).
