@@ -65,6 +65,9 @@ func (d *redisCluster) ready(l listener, lockKey string) <-chan struct{} {
 // redissonFeed: Redisson 3.22+ announces releases on a Cluster with SPUBLISH, heard on the
 // channel's slot's node alone.
 func (d *redisCluster) redissonFeed(channel string) (feed, bool) {
+	if channel == "" {
+		return feed{}, false
+	}
 	return feed{client: d.client, channel: channel, sharded: true, slot: keySlot(channel)}, true
 }
 

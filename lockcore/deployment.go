@@ -55,7 +55,8 @@ type deployment interface {
 	ready(l listener, lockKey string) <-chan struct{}
 	// redissonFeed is how this process hears Redisson's sharded releases on channel (SPUBLISH, a
 	// Redis Cluster's), when the deployment has them: a feed to follow while it waits on the name
-	// (see redisson_wakeups.go). Elsewhere the pattern subscription hears every release.
+	// (see redisson_wakeups.go). Elsewhere the pattern subscription hears every release; and a
+	// name not shared with Redisson has no channel ("").
 	redissonFeed(channel string) (feed, bool)
 	// slot tells which keys one script may take together: keys of the same slot.
 	slot(key string) int

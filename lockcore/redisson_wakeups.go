@@ -47,7 +47,8 @@ func redissonPatterns(rn RedissonNames) []string {
 	return out
 }
 
-// redissonChannel is the channel Redisson announces a release of the lock name on (the layout's).
+// redissonChannel is the channel Redisson announces a release of the lock name on (the layout's;
+// "" in the gateway's own layout).
 func redissonChannel(l layout, name string) string {
 	for _, ch := range redissonChannels {
 		if ch.layout == l {

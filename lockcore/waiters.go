@@ -144,10 +144,8 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 		hb = &lockHeartbeat{ref: ref, keys: e.keys(ref).all(), slot: e.dep.slot(key),
 			leases: map[string]struct{}{}}
 		ws.heartbeats[key] = hb
-		if l := e.space.layoutOf(ref); l.shared() {
-			if f, ok := e.dep.redissonFeed(redissonChannel(l, ref.Name)); ok {
-				hb.unfollow = ws.followRedissonFeed(f)
-			}
+		if f, ok := e.dep.redissonFeed(redissonChannel(e.space.layoutOf(ref), ref.Name)); ok {
+			hb.unfollow = ws.followRedissonFeed(f)
 		}
 	}
 	hb.leases[lease] = struct{}{}
