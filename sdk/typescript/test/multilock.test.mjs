@@ -303,7 +303,10 @@ test("keepAlive keeps a 900 ms group held past its TTL; release frees every memb
     assert.deepEqual(g.locks, group.members, "same members, same fences");
   }
 
-  // A renewal by hand, with another TTL.
+  // A renewal by hand, with another TTL. Keep-alive stops first: it renews with the TTL it started
+  // with (900 ms), and one of its renewals landing after this one set the members back to 900 ms
+  // on a busy machine.
+  group.stopKeepAlive();
   const before = group.expiresAt.getTime();
   const renewed = await group.renew(20_000);
   assert.equal(renewed.ttl_ms, 20_000);
