@@ -30,9 +30,10 @@ type nodeRedisson struct {
 	lines chan string
 }
 
-// startNodeRedisson starts node/driver.mjs on the Redis at addr; it stops when t ends. The
-// package's npm modules are installed by scripts/test (npm ci --prefix tests/interop/node).
-func startNodeRedisson(t *testing.T, addr string) *nodeRedisson {
+// startNodeRedisson starts node/driver.mjs on the Redis at addr, or on the Redis Cluster with the
+// seeds cluster (addr ""); it stops when t ends. The package's npm modules are installed by
+// scripts/test (npm ci --prefix tests/interop/node).
+func startNodeRedisson(t *testing.T, addr string, cluster ...string) *nodeRedisson {
 	t.Helper()
 	node := testkit.DebianTool(t, "nodejs", "node")
 	root, err := harness.ModuleRoot()
@@ -41,12 +42,16 @@ func startNodeRedisson(t *testing.T, addr string) *nodeRedisson {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-redisson")); err != nil {
 		t.Fatalf("node-redisson is not installed: run npm ci --prefix tests/interop/node (scripts/test does): %v", err)
 	}
-	host, port, err := net.SplitHostPort(addr)
-	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, node, "driver.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "REDIS_HOST="+host, "REDIS_PORT="+port)
+	if len(cluster) > 0 {
+		cmd.Env = append(os.Environ(), "REDIS_CLUSTER="+strings.Join(cluster, ","))
+	} else {
+		host, port, err := net.SplitHostPort(addr)
+		require.NoError(t, err)
+		cmd.Env = append(os.Environ(), "REDIS_HOST="+host, "REDIS_PORT="+port)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	in, err := cmd.StdinPipe()
@@ -149,4 +154,43 @@ func TestNodeRedissonAndTheGatewayExcludeEachOther(t *testing.T) {
 	r = w.acquire("rs.jobs", testkit.AcquireBody("web", 5000))
 	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
 	require.Equal(t, "unlocked", n.do(t, "unlock", "rs.jobs"))
+}
+
+// TestNodeRedissonOnACluster: node-redisson through ioredis's Cluster client (classic pub/sub, as
+// it always publishes) and the gateway exclude each other on a Redis Cluster and wake each other.
+func TestNodeRedissonOnACluster(t *testing.T) {
+	t.Parallel()
+	w := newClusterWorld(t)
+	n := startNodeRedisson(t, "", w.rig.SeedAddrs()...)
+
+	require.Equal(t, "try true", n.do(t, "try", "rs.cluster.node"))
+	r := w.acquire("rs.cluster.node", testkit.AcquireBody("web", 5000))
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	waiting := testkit.StartWaiter(w.Client, t.Context(), "rs.cluster.node", "web", 5000, 20_000)
+	testkit.EventuallyPaced(t, 10*time.Second, "the gateway waiter in line", func() bool { return w.Waiters(t, "rs.cluster.node") == 1 })
+	unlocked := time.Now()
+	require.Equal(t, "unlocked", n.do(t, "unlock", "rs.cluster.node"))
+	g := testkit.Receive(t, waiting, 15*time.Second, "the gateway waiter")
+	require.Equal(t, http.StatusCreated, g.Status, string(g.Body))
+	within(t, time.Since(unlocked), time.Second, "the gateway's grant after node-redisson's unlock")
+
+	assert.Equal(t, "try false", n.do(t, "try", "rs.cluster.node"))
+	n.send(t, "lock", "rs.cluster.node")
+	testkit.EventuallyPaced(t, 10*time.Second, "node-redisson's subscription", func() bool {
+		for _, node := range w.rig.Nodes() {
+			if r, err := node.DoList("PUBSUB", "NUMSUB", "redisson_lock__channel:{rs.cluster.node}"); err == nil && len(r) == 2 && r[1] != "0" {
+				return true
+			}
+		}
+		return false
+	})
+	released := time.Now()
+	w.release(t, "rs.cluster.node", g)
+	line := n.next(t, 15*time.Second)
+	at, ok := strings.CutPrefix(line, "locked ")
+	require.True(t, ok, line)
+	ms, err := strconv.ParseInt(at, 10, 64)
+	require.NoError(t, err)
+	within(t, time.UnixMilli(ms).Sub(released), time.Second, "node-redisson's lock() after the gateway's release")
+	require.Equal(t, "unlocked", n.do(t, "unlock", "rs.cluster.node"))
 }

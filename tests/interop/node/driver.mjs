@@ -3,12 +3,19 @@
 //   try NAME      -> "try true" | "try false"   (tryLock without waiting, watchdog lease)
 //   lock NAME     -> "locked <unix ms>"          (lock(): waits as long as it takes, watchdog)
 //   unlock NAME   -> "unlocked" | "error <message>"
-// REDIS_PORT (and REDIS_HOST, default 127.0.0.1) name the Redis; one lock object per name.
+// REDIS_PORT (and REDIS_HOST, default 127.0.0.1) name the Redis, or REDIS_CLUSTER (host:port,...)
+// a Redis Cluster's seeds (ioredis's Cluster client); one lock object per name.
 import { createInterface } from 'node:readline';
 import { Redisson } from 'node-redisson';
 
+const seeds = (process.env.REDIS_CLUSTER || '').split(',').filter((s) => s !== '').map((s) => {
+  const i = s.lastIndexOf(':');
+  return { host: s.slice(0, i), port: Number(s.slice(i + 1)) };
+});
 const redisson = new Redisson({
-  redis: { options: { host: process.env.REDIS_HOST || '127.0.0.1', port: Number(process.env.REDIS_PORT) } },
+  redis: seeds.length > 0
+    ? { clusters: seeds }
+    : { options: { host: process.env.REDIS_HOST || '127.0.0.1', port: Number(process.env.REDIS_PORT) } },
 });
 const locks = new Map();
 const lockOf = (name) => {
