@@ -34,6 +34,11 @@ func (h *lockHandlers) acquireMulti(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// One request of the rate quota per member: the guard took the first.
+	if err := h.quotas.allowN(p, len(req.Locks)-1); err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
 	if req.Wait > 0 {
 		done, err := h.quotas.admitWait(p)
 		if err != nil {

@@ -77,7 +77,13 @@ local function foreign(mode)
     return redis.call('HEXISTS', rs, redisson_x) == 0
   end
   if mode == 's' then
-    return redis.call('HGET', rs, 'mode') == 'write' and redis.call('HEXISTS', rs, redisson_w) == 0
+    local m = redis.call('HGET', rs, 'mode')
+    if m == 'read' then
+      return false
+    elseif m == 'write' then
+      return redis.call('HEXISTS', rs, redisson_w) == 0
+    end
+    return redisson_holders() > 0 -- no mode: not a read-write lock's hash (an RLock's), which excludes
   end
   return redisson_holders() > 0
 end
@@ -126,6 +132,9 @@ local function mirror_rwlock()
     sat = nil
   end
   local had = redis.call('HMGET', rs, redisson_w, redisson_s)
+  if xat == -2 and not sat and not had[1] and not had[2] then
+    return -- nothing of the gateway's in rs, before or now
+  end
   if xat ~= -2 then
     redis.call('HSET', rs, 'mode', 'write', redisson_w, 1)
   elseif had[1] then
@@ -142,7 +151,7 @@ local function mirror_rwlock()
     redis.call('HDEL', rs, redisson_s)
     redis.call('DEL', timeout)
   end
-  if redis.call('HLEN', rs) <= 1 then -- 'mode' alone: nobody holds it
+  if redisson_holders() == 0 and xat == -2 and not sat then -- 'mode' alone: nobody holds it
     redis.call('DEL', rs)
     if had[1] then
       redisson_announce('1')

@@ -169,3 +169,25 @@ func awaitRedissonSubscriber(t *testing.T, w *world, channel string) {
 		return err == nil && len(n) == 2 && n[1] != "0"
 	})
 }
+
+// TestAnRLockOnAReadWriteNameKeepsTheGatewayOut: a Redisson client that takes a read-write name
+// with getLock (not getReadWriteLock) holds a hash without a mode; the gateway's readers and
+// writers take it for an exclusive holder, and its scripts (a waiter's too, which end by mirroring
+// the gateway's holds) leave it alone.
+func TestAnRLockOnAReadWriteNameKeepsTheGatewayOut(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	l := w.jvm(t, redisson.Options{}).Lock("rw.misused", 1)
+	require.True(t, tryOnce(t, l, -1))
+	for _, body := range []string{testkit.SharedBody("web", 5000, 0), testkit.AcquireBody("web", 5000)} {
+		r := w.acquire("rw.misused", body)
+		require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	}
+	waiting := testkit.StartWaiter(w.Client, t.Context(), "rw.misused", "web", 5000, 1000)
+	r := testkit.Receive(t, waiting, 10*time.Second, "the waiter")
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	held, err := l.IsHeldByCurrentThread(t.Context())
+	require.NoError(t, err)
+	assert.True(t, held, "Redisson's hold is left alone")
+	require.NoError(t, l.Unlock(t.Context()))
+}

@@ -404,3 +404,63 @@ func TestRedisGrowthOfOnePrincipalIsBoundedByDefault(t *testing.T) {
 		"%d holds left (their release refused), expiring with their lease; other keys %v, expiring within 10 minutes",
 		attempts, clients, took, served, limited, held, others)
 }
+
+// TestMultiLocksCostTheirMembersAgainstTheRateQuota: a multi-lock takes one request of the rate
+// quota per member (the outside probe's 64-member requests each counted as one and left ~65 KB
+// in Redis apiece), so that the quota bounds the holds a principal makes Redis keep whichever way
+// it asks for them. With the default quota (100 a second, burst 100), 8 clients asking for
+// 16-member multi-locks on fresh names get no more members than the burst plus the rate allows.
+func TestMultiLocksCostTheirMembersAgainstTheRateQuota(t *testing.T) {
+	t.Parallel()
+	e := newAuthEnv(t, nil)
+	const members, clients, perClient = 16, 8, 8
+	var (
+		mu                sync.Mutex
+		granted, released int // multi-locks granted; releases answered 200
+		limited           int
+		unexpected        []string
+		wg                sync.WaitGroup
+	)
+	start := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			for i := range perClient {
+				names := make([]string, members)
+				for m := range names {
+					names[m] = fmt.Sprintf("billing.%s-%d-%d-%d", strings.Repeat("m", 150), c, i, m)
+				}
+				r := e.Client.Do(http.MethodPost, "/multilocks", e.as("billing", ""), testkit.MultiBody("w", names, 5000, 0, ""))
+				mu.Lock()
+				switch r.Status {
+				case http.StatusCreated:
+					granted++
+				case http.StatusTooManyRequests:
+					limited++
+					assert.Equal(t, probQuotaExceeded, r.Str("type"))
+				default:
+					unexpected = append(unexpected, fmt.Sprintf("%d: %s", r.Status, r.Body))
+				}
+				mu.Unlock()
+				if r.Status == http.StatusCreated {
+					rel := e.Client.Do(http.MethodDelete, "/multilocks/"+r.Str("id"), e.as("billing", r.Str("token")), "")
+					if rel.Status == http.StatusOK {
+						mu.Lock()
+						released++
+						mu.Unlock()
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start).Seconds()
+	require.Empty(t, unexpected, "multi-locks answered neither 201 nor 429")
+	// Every granted multi-lock took members requests, every answered release one more.
+	spent := float64(granted*members + released)
+	t.Logf("%d multi-locks of %d members asked by %d clients in %.2f s: %d granted (%d members), %d refused 429, %d releases",
+		clients*perClient, members, clients, took, granted, granted*members, limited, released)
+	assert.LessOrEqual(t, spent, 100+100*took+members, "members held within the default burst plus rate")
+	if asked := float64(clients * perClient * members); asked > 100+100*took+members {
+		assert.Positive(t, limited, "the rate quota bites: %.0f requests' worth of members asked in %.2f s", asked, took)
+	}
+}
