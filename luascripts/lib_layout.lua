@@ -42,17 +42,22 @@ local function redisson_read_timeout()
 end
 
 -- redisson_announce tells Redisson's waiters on rs that it may be free, as Redisson's own unlock
--- does: msg on its channel ('0' wakes one waiter per client, '1' every waiter of a read-write
--- lock), by PUBLISH and, on Redis Cluster, by SPUBLISH too: Redisson 3.22+ listens there with
--- SSUBSCRIBE, older Redisson and node-redisson with SUBSCRIBE, and neither hears the other's kind.
-local function redisson_announce(msg)
-  local channel = redisson_channel('redisson_rwlock')
+-- does, on its channel, by PUBLISH and, on Redis Cluster, by SPUBLISH too: Redisson 3.22+ listens
+-- there with SSUBSCRIBE, older Redisson and node-redisson with SUBSCRIBE, and neither hears the
+-- other's kind. An RLock's message is '0' (one more try for one waiter per client). A read-write
+-- lock's is '1' (every wait blocked now looks again) and then '0': Redisson's '1' wakes only waits
+-- already blocked, and a waiter between its subscription and its wait (or between two tries)
+-- missed it until its hold's TTL (seen: 5 s, the hold's TTL); the '0' leaves it one more try.
+local function redisson_announce()
+  local channel, msgs = redisson_channel('redisson_rwlock'), {'1', '0'}
   if layout == 'r' then
-    channel = redisson_channel('redisson_lock__channel')
+    channel, msgs = redisson_channel('redisson_lock__channel'), {'0'}
   end
-  redis.call('PUBLISH', channel, msg)
-  if sharded then
-    redis.call('SPUBLISH', channel, msg)
+  for _, msg in ipairs(msgs) do
+    redis.call('PUBLISH', channel, msg)
+    if sharded then
+      redis.call('SPUBLISH', channel, msg)
+    end
   end
 end
 
@@ -116,7 +121,7 @@ local function mirror_rlock()
     redis.call('HSET', rs, redisson_x, 1)
     expire_rs(at)
   elseif redis.call('HDEL', rs, redisson_x) == 1 and redis.call('EXISTS', rs) == 0 then
-    redisson_announce('0')
+    redisson_announce()
   end
 end
 
@@ -153,16 +158,12 @@ local function mirror_rwlock()
   end
   if redisson_holders() == 0 and xat == -2 and not sat then -- 'mode' alone: nobody holds it
     redis.call('DEL', rs)
-    if had[1] then
-      redisson_announce('1')
-    elseif had[2] then
-      redisson_announce('0')
-    end
+    redisson_announce()
     return
   end
   expire_rs(math.max(xat, sat or 0))
   if had[1] and xat == -2 then
-    redisson_announce('1')
+    redisson_announce()
   end
 end
 
@@ -199,11 +200,7 @@ local function evict_foreign()
   end
   if #out > 0 then
     redis.call('DEL', rs)
-    if layout == 'w' then
-      redisson_announce('1')
-    else
-      redisson_announce('0')
-    end
+    redisson_announce()
   end
   return out
 end
