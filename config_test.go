@@ -61,3 +61,33 @@ func TestElectionSettings(t *testing.T) {
 	_, err = loadConfig()
 	assert.ErrorContains(t, err, "LEASEGATE_ELECTION_LOG")
 }
+
+// TestRedissonSettings: names shared with Redisson are refused at start, naming the variable, when
+// a name could be both kinds of Redisson lock, when a prefix overlaps the key prefix or holds a
+// character no lock name may, and on RedLock.
+func TestRedissonSettings(t *testing.T) {
+	t.Setenv("LEASEGATE_REDISSON_LOCKS", "orders.,jobs.")
+	t.Setenv("LEASEGATE_REDISSON_RWLOCKS", "reports.")
+	cfg, err := loadConfig()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"orders.", "jobs."}, cfg.RedissonLocks)
+	assert.Equal(t, 30*time.Second, cfg.RedissonWatchdogTimeout)
+
+	for _, bad := range []struct{ locks, rwlocks, want string }{
+		{"orders.", "orders.big.", "make the prefixes disjoint"},
+		{"*", "reports.", "make the prefixes disjoint"},
+		{"lease", "reports.", "overlaps the gateway's key prefix"},
+		{"a{b}", "reports.", "LEASEGATE_REDISSON_LOCKS: prefix \"a{b}\""},
+	} {
+		t.Setenv("LEASEGATE_REDISSON_LOCKS", bad.locks)
+		t.Setenv("LEASEGATE_REDISSON_RWLOCKS", bad.rwlocks)
+		_, err := loadConfig()
+		assert.ErrorContains(t, err, bad.want, "%s / %s", bad.locks, bad.rwlocks)
+	}
+
+	t.Setenv("LEASEGATE_REDISSON_LOCKS", "orders.")
+	t.Setenv("LEASEGATE_REDISSON_RWLOCKS", "reports.")
+	t.Setenv("LEASEGATE_REDLOCK_URLS", "redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3")
+	_, err = loadConfig()
+	assert.ErrorContains(t, err, "do not apply to RedLock")
+}
