@@ -49,9 +49,16 @@ func TestGrantsNobodyReceivedAreGivenBack(t *testing.T) {
 	for i := range n {
 		resetAfterSending(t, e.Gateway.URL, http.MethodPost, fmt.Sprintf("/locks/reset-%d", i), testkit.AcquireBody("gone", 600000))
 	}
-	// Every request has been logged (answered, or 499 when the client was gone).
-	harness.Eventually(t, 20*time.Second, "every request logged", func() bool {
-		return strings.Count(e.Gateway.Logs(), `"path":"/locks/reset-`) == n
+	// Every request the gateway read has been logged (answered, or 499 when the client was gone)
+	// once the count stops growing for 2 s. A reset that reached the gateway before it read the
+	// request discards it unread (seen once in 300 on a busy machine): such a request grants
+	// nothing, and its name is checked below like the others.
+	logged, changed := -1, time.Now()
+	harness.Eventually(t, 30*time.Second, "the gateway to log what it read", func() bool {
+		if c := strings.Count(e.Gateway.Logs(), `"path":"/locks/reset-`); c != logged {
+			logged, changed = c, time.Now()
+		}
+		return logged == n || time.Since(changed) >= 2*time.Second
 	})
 	logs := e.Gateway.Logs()
 	held, delivered := 0, 0
@@ -66,8 +73,8 @@ func TestGrantsNobodyReceivedAreGivenBack(t *testing.T) {
 			delivered++
 		}
 	}
-	t.Logf("%d of %d grants still held; %d logged as delivered (201), %d as client gone (499)",
-		held, n, delivered, strings.Count(logs, `"status":499`))
+	t.Logf("%d of %d grants still held; %d logged as delivered (201), %d as client gone (499), %d never read",
+		held, n, delivered, strings.Count(logs, `"status":499`), n-strings.Count(logs, `"path":"/locks/reset-`))
 	assert.Equal(t, delivered, held, "a lock stays held exactly when its grant was logged as delivered")
 	assert.LessOrEqual(t, delivered, 2, "grants written to a reset connection are given back")
 }
