@@ -78,9 +78,7 @@ func (h *adminHandlers) listLocks(w http.ResponseWriter, r *http.Request) {
 		case len(st.Shared) > 0:
 			first = &st.Shared[0]
 			l.Mode, l.Holders = string(lockcore.Shared), st.SharedCount
-		case len(st.Redisson) > 0: // held by Redisson's clients alone (a name shared with Redisson)
-			r := st.Redisson[0]
-			l.Mode, l.Holders, l.Owner, l.TTLms = string(r.Mode), int64(len(st.Redisson)), r.Field, r.TTL.Milliseconds()
+		case listRedissonHolder(&l, st): // held by Redisson's clients alone
 		default:
 			continue
 		}
@@ -154,14 +152,7 @@ func listedHolders(st lockcore.State, now time.Time, withMode bool) []api.Listed
 	for _, h := range st.Shared {
 		add(h, lockcore.Shared)
 	}
-	for _, h := range st.Redisson {
-		l := api.ListedHolder{Owner: h.Field, Holds: h.Holds, TTLms: h.TTL.Milliseconds(), Redisson: true}
-		if withMode {
-			l.Mode = string(h.Mode)
-		}
-		out = append(out, l)
-	}
-	return out
+	return append(out, listedRedissonHolders(st, withMode)...)
 }
 
 // listedWaiters lists a listing's waiters; modes only for a lock's (withMode).

@@ -233,13 +233,7 @@ func lockStateBody(name string, st lockcore.State) api.LockState {
 	if st.SharedCount > 0 {
 		body.Holders, body.HolderCount = holders(st.Shared), ptr(st.SharedCount)
 	}
-	for _, h := range st.Redisson {
-		body.RedissonHolders = append(body.RedissonHolders, api.RedissonHolder{Field: h.Field, Mode: string(h.Mode), Holds: h.Holds,
-			TTLms: h.TTL.Milliseconds()})
-		if body.Mode == "" {
-			body.Mode = string(h.Mode)
-		}
-	}
+	addRedissonHolders(&body, st)
 	return body
 }
 

@@ -62,9 +62,9 @@ func (d *redisCluster) ready(l listener, lockKey string) <-chan struct{} {
 	return ready
 }
 
-// redissonFeed: Redisson 3.22+ announces releases on a Cluster with SPUBLISH, heard on the
+// releaseFeed: Redisson 3.22+ announces releases on a Cluster with SPUBLISH, heard on the
 // channel's slot's node alone.
-func (d *redisCluster) redissonFeed(channel string) (feed, bool) {
+func (d *redisCluster) releaseFeed(channel string) (feed, bool) {
 	if channel == "" {
 		return feed{}, false
 	}

@@ -58,7 +58,7 @@ func (d *oneRedis) listen(l listener) {
 	})
 }
 
-func (d *oneRedis) redissonFeed(string) (feed, bool) { return feed{}, false }
+func (d *oneRedis) releaseFeed(string) (feed, bool) { return feed{}, false }
 
 // ready: messages about any lock reach this process once its subscription is first confirmed
 // (after a start while Redis is down, that is when Redis comes back).

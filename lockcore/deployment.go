@@ -53,11 +53,11 @@ type deployment interface {
 	// needed (call it with l's lock held, before the Service closes).
 	listen(l listener)
 	ready(l listener, lockKey string) <-chan struct{}
-	// redissonFeed is how this process hears Redisson's sharded releases on channel (SPUBLISH, a
-	// Redis Cluster's), when the deployment has them: a feed to follow while it waits on the name
+	// releaseFeed is how this process hears another client's sharded releases on channel (a
+	// Redisson client's SPUBLISH on a Redis Cluster), when the deployment has them: a feed to follow while it waits on the name
 	// (see redisson_wakeups.go). Elsewhere the pattern subscription hears every release; and a
 	// name not shared with Redisson has no channel ("").
-	redissonFeed(channel string) (feed, bool)
+	releaseFeed(channel string) (feed, bool)
 	// slot tells which keys one script may take together: keys of the same slot.
 	slot(key string) int
 	// fences is the key of the fence floor the grants of the lock with key lockKey draw from: the

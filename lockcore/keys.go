@@ -46,8 +46,7 @@ func ElectionRef(name string) Ref  { return Ref{KindElection, name} }
 // keys are the Redis keys of one lock or semaphore; see package luascripts for the layout.
 type keys struct {
 	lock, q, qd, qm, sh, shm string
-	// rs is Redisson's object of a name shared with Redisson (see layout.go), else lock again: the
-	// scripts' eighth key.
+	// rs is the layout's object of the name (layout.objectKey), the scripts' eighth key.
 	rs string
 	// fence is the fence floor the lock's grants draw from, which the deployment lays out (see
 	// deployment.fences): not the lock's own key, so it is set by engine.keys.
@@ -63,11 +62,8 @@ func (ls lockSpace) keys(r Ref) keys {
 	case KindElection:
 		base += ":elect"
 	}
-	k := keys{lock: base, q: base + ":q", qd: base + ":qd", qm: base + ":qm", sh: base + ":sh", shm: base + ":shm", rs: base}
-	if ls.layoutOf(r).shared() {
-		k.rs = redissonKey(r.Name)
-	}
-	return k
+	return keys{lock: base, q: base + ":q", qd: base + ":qd", qm: base + ":qm", sh: base + ":sh", shm: base + ":shm",
+		rs: ls.layoutOf(r).objectKey(base, r.Name)}
 }
 
 // all returns the keys the granting scripts take, in their KEYS order.

@@ -49,6 +49,23 @@ type RedissonNames struct {
 	WatchdogTimeout time.Duration
 }
 
+// withDefaults checks rn (see Check) and fills in the default watchdog timeout.
+func (rn RedissonNames) withDefaults(keyPrefix string) (RedissonNames, error) {
+	if rn.WatchdogTimeout <= 0 {
+		rn.WatchdogTimeout = 30 * time.Second
+	}
+	return rn, rn.Check(keyPrefix)
+}
+
+// offeredOnRedLock refuses names shared with Redisson on RedLock: a Redisson lock lives on one
+// Redis.
+func (rn RedissonNames) offeredOnRedLock() error {
+	if rn.any() {
+		return fmt.Errorf("%w: locks shared with Redisson are not offered on RedLock (a Redisson RLock lives on one Redis; use standalone, Sentinel or Cluster)", ErrInvalid)
+	}
+	return nil
+}
+
 // any says whether some name is shared with Redisson.
 func (rn RedissonNames) any() bool { return len(rn.Locks)+len(rn.RWLocks) > 0 }
 
@@ -135,7 +152,44 @@ func (ls lockSpace) kindArg(refs ...Ref) string {
 	return kind + string(letters)
 }
 
-// redissonKey is the key of Redisson's object named name: the name itself (RedissonObject's
-// getRawName). The gateway's keys of that lock share its Cluster slot: names shared with Redisson
-// hold no '{' (see api.ValidateLockName), so both hash on the whole name.
-func redissonKey(name string) string { return name }
+// objectKey is the key of the layout's object of the lock name, whose own keys start with base:
+// base itself in the gateway's own layout (its scripts never touch it); Redisson's object, the
+// name itself (RedissonObject's getRawName), in Redisson's. The gateway's keys of that lock share
+// its Cluster slot: names shared with Redisson hold no '{' (see api.ValidateLockName), so both hash
+// on the whole name.
+func (l layout) objectKey(base, name string) string {
+	if l.shared() {
+		return name
+	}
+	return base
+}
+
+// objectWalks are the MATCH patterns of List's walks of the layouts' objects (after the gateway's
+// own keys): Redisson's objects (named as the lock) under each prefix shared with Redisson that
+// names starting with prefix may have, so that a lock held by Redisson's clients alone is listed
+// too. Names hold no glob characters.
+func (ls lockSpace) objectWalks(prefix string) []string {
+	var walks []string
+	for _, shared := range [][]string{ls.redisson.Locks, ls.redisson.RWLocks} {
+		for _, p := range shared {
+			switch {
+			case p == "*" || strings.HasPrefix(prefix, p):
+				walks = append(walks, prefix+"*")
+			case strings.HasPrefix(p, prefix):
+				walks = append(walks, p+"*")
+			}
+		}
+	}
+	return walks
+}
+
+// objectRef tells which lock a hash key found on a walk of the layouts' objects is: a name shared
+// with Redisson (never one under the gateway's key prefix, nor one holding a brace, which no lock
+// name does).
+func (ls lockSpace) objectRef(key string) (Ref, bool) {
+	ref := LockRef(key)
+	if strings.ContainsAny(key, "{}") || !ls.layoutOf(ref).shared() {
+		return Ref{}, false
+	}
+	return ref, true
+}

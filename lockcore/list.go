@@ -51,7 +51,7 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 		if errs[i] != nil {
 			return nil, "", errs[i]
 		}
-		if refs[i].redisson && (st.Exclusive != nil || st.SharedCount > 0) {
+		if refs[i].object && (st.Exclusive != nil || st.SharedCount > 0) {
 			continue // held by the gateway too: listed by the walk of its keys
 		}
 		if st.Held() {
@@ -62,14 +62,15 @@ func (s *Service) List(ctx context.Context, kind Kind, prefix, cursor string, li
 	return out, next, nil
 }
 
-// foundRef is a name List's walk found, and whether it was found as a Redisson object.
+// foundRef is a name List's walk found, and whether it was found as a layout's object (see
+// objectWalks) rather than by the gateway's keys.
 type foundRef struct {
 	Ref
-	redisson bool
+	object bool
 }
 
 // scanRefs walks one page of List's SCAN: the refs of kind whose keys heldKeyRef (or, on the
-// walks of Redisson's objects, redissonKeyRef) recognises, each once, and the cursor of the next
+// walks of the layouts' objects, objectRef) recognises, each once, and the cursor of the next
 // page ("" when the walk is complete).
 func (s *Service) scanRefs(ctx context.Context, kind Kind, prefix, cursor string, limit int) ([]foundRef, string, error) {
 	if err := s.dep.offers(featureListing); err != nil {
@@ -95,7 +96,7 @@ func (s *Service) scanRefs(ctx context.Context, kind Kind, prefix, cursor string
 		for _, key := range entry.Elements {
 			ref, ok := s.heldKeyRef(key, kind)
 			if walk > 0 {
-				ref, ok = s.redissonKeyRef(key)
+				ref, ok = s.space.objectRef(key)
 			}
 			if ok && !seen[ref] {
 				seen[ref] = true
@@ -120,35 +121,13 @@ func (s *Service) scanRefs(ctx context.Context, kind Kind, prefix, cursor string
 }
 
 // listWalks are the MATCH patterns of List's walks, one after the other: the gateway's own keys of
-// names starting with prefix, then, for locks, Redisson's objects (named as the lock) under each
-// prefix shared with Redisson that such names may have. Names hold no glob characters.
+// names starting with prefix, then, for locks, the layouts' objects of such names (objectWalks).
 func (s *Service) listWalks(kind Kind, prefix string) []string {
 	walks := []string{s.space.prefix + "{" + prefix + "*"}
 	if kind != KindLock {
 		return walks
 	}
-	for _, shared := range [][]string{s.space.redisson.Locks, s.space.redisson.RWLocks} {
-		for _, p := range shared {
-			switch {
-			case p == "*" || strings.HasPrefix(prefix, p):
-				walks = append(walks, prefix+"*")
-			case strings.HasPrefix(p, prefix):
-				walks = append(walks, p+"*")
-			}
-		}
-	}
-	return walks
-}
-
-// redissonKeyRef tells which lock a hash key found on a walk of Redisson's objects is: a name
-// shared with Redisson (never one under the gateway's key prefix, nor one holding a brace, which
-// no lock name does).
-func (s *Service) redissonKeyRef(key string) (Ref, bool) {
-	ref := LockRef(key)
-	if strings.ContainsAny(key, "{}") || !s.space.layoutOf(ref).shared() {
-		return Ref{}, false
-	}
-	return ref, true
+	return append(walks, s.space.objectWalks(prefix)...)
 }
 
 // waiting reads the first limit live waiters of ref's line (waiting.lua; see Waiter). It is read

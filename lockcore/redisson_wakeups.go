@@ -17,7 +17,7 @@ import (
 //
 // On Redis Cluster, Redisson 3.22+ publishes with SPUBLISH, which only SSUBSCRIBE on the slot's
 // node hears, one channel at a time: the deployment follows the names this process waits on
-// (deployment.followRedisson). Every deployment also hears PUBLISH (older Redisson, node-redisson,
+// (deployment.releaseFeed). Every deployment also hears PUBLISH (older Redisson, node-redisson,
 // and every Redis that is not a Cluster) through one pattern subscription per prefix.
 
 // redissonChannels are the channel prefixes of Redisson's locks, with the layout each belongs to.
@@ -47,9 +47,9 @@ func redissonPatterns(rn RedissonNames) []string {
 	return out
 }
 
-// redissonChannel is the channel Redisson announces a release of the lock name on (the layout's;
-// "" in the gateway's own layout).
-func redissonChannel(l layout, name string) string {
+// releaseChannel is the channel another client announces a release of the lock name on in layout
+// l (Redisson's); "" in the gateway's own layout.
+func (l layout) releaseChannel(name string) string {
 	for _, ch := range redissonChannels {
 		if ch.layout == l {
 			return ch.prefix + name + "}"
@@ -72,9 +72,9 @@ func redissonName(channel string) (string, bool) {
 // (the heartbeat finds what is dropped).
 const redissonWakeups = 1024
 
-// followRedisson has this process hear Redisson's releases of the names shared with Redisson on
+// followReleases has this process hear Redisson's releases of the names shared with Redisson on
 // client (see above), until the Service closes.
-func (ws *waiters) followRedisson(client rueidis.Client) {
+func (ws *waiters) followReleases(client rueidis.Client) {
 	e := ws.e
 	patterns := redissonPatterns(e.space.redisson)
 	if len(patterns) == 0 {
@@ -91,7 +91,7 @@ func (ws *waiters) followRedisson(client rueidis.Client) {
 			}
 		}
 	})
-	ws.heardRedisson = func(m rueidis.PubSubMessage) {
+	ws.heardRelease = func(m rueidis.PubSubMessage) {
 		if name, ok := redissonName(m.Channel); ok {
 			select {
 			case names <- name:
@@ -101,7 +101,7 @@ func (ws *waiters) followRedisson(client rueidis.Client) {
 	}
 	e.wg.Go(func() {
 		for e.ctx.Err() == nil {
-			_ = client.Receive(e.ctx, client.B().Psubscribe().Pattern(patterns...).Build(), ws.heardRedisson)
+			_ = client.Receive(e.ctx, client.B().Psubscribe().Pattern(patterns...).Build(), ws.heardRelease)
 			select { // Redis unreachable: again shortly
 			case <-e.ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -110,15 +110,15 @@ func (ws *waiters) followRedisson(client rueidis.Client) {
 	})
 }
 
-// followRedissonFeed follows f (a name's Redisson channel, sharded) until the returned function
+// followReleaseFeed follows f (a name's Redisson channel, sharded) until the returned function
 // is called, which unsubscribes. Called with ws.mu held, and unfollowed likewise (while this
 // process still waits on the name, so the Service's WaitGroup is not done).
-func (ws *waiters) followRedissonFeed(f feed) (unfollow func()) {
+func (ws *waiters) followReleaseFeed(f feed) (unfollow func()) {
 	e := ws.e
 	ctx, cancel := context.WithCancel(e.ctx)
 	e.wg.Go(func() {
 		for ctx.Err() == nil {
-			_ = f.client.Receive(ctx, f.client.B().Ssubscribe().Channel(f.channel).Build(), ws.heardRedisson)
+			_ = f.client.Receive(ctx, f.client.B().Ssubscribe().Channel(f.channel).Build(), ws.heardRelease)
 			select { // the slot moved, or Redis is unreachable: again shortly
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):

@@ -349,7 +349,7 @@ func (rl *redlock) offers(f feature) error {
 func (rl *redlock) grants(string) string { return rl.chanPrefix }
 
 // listen subscribes to this replica's grants channel on every master: each hands locks on.
-func (rl *redlock) redissonFeed(string) (feed, bool) { return feed{}, false }
+func (rl *redlock) releaseFeed(string) (feed, bool) { return feed{}, false }
 
 func (rl *redlock) listen(l listener) {
 	for i, m := range rl.nodes {
@@ -462,8 +462,8 @@ func NewRedLock(masters []rueidis.ClientOption, tokens *Tokens, opts Options) (*
 	if opts.ReplicaAcks > 0 || opts.CountReplicas != nil {
 		return nil, fmt.Errorf("%w: replica acks do not apply to RedLock's independent masters", ErrInvalid)
 	}
-	if opts.Redisson.any() {
-		return nil, fmt.Errorf("%w: locks shared with Redisson are not offered on RedLock (a Redisson RLock lives on one Redis; use standalone, Sentinel or Cluster)", ErrInvalid)
+	if err := opts.Redisson.offeredOnRedLock(); err != nil {
+		return nil, err
 	}
 	opts, err := opts.withDefaults()
 	if err != nil {

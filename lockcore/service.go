@@ -89,9 +89,7 @@ func newService(dep deployment, tokens *Tokens, opts Options) *Service {
 	s.waiters.events = s.events
 	s.elections = newElectionHub(s)
 	dep.listen(s.waiters)
-	if opts.Redisson.any() {
-		s.waiters.followRedisson(dep.copies()[0])
-	}
+	s.waiters.followReleases(dep.copies()[0])
 	s.waiters.keepInLine()
 	s.watchdog = newRenewer(e, s)
 	e.wg.Go(s.watchdog.sweep)
@@ -109,11 +107,9 @@ func (opts Options) withDefaults() (Options, error) {
 	if opts.KeyPrefix == "" {
 		opts.KeyPrefix = "leasegate:"
 	}
-	if err := opts.Redisson.Check(opts.KeyPrefix); err != nil {
+	var err error
+	if opts.Redisson, err = opts.Redisson.withDefaults(opts.KeyPrefix); err != nil {
 		return opts, err
-	}
-	if opts.Redisson.WatchdogTimeout <= 0 {
-		opts.Redisson.WatchdogTimeout = 30 * time.Second
 	}
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
 		return opts, fmt.Errorf("%w: key prefix %q must not contain '{' or '}'", ErrInvalid, opts.KeyPrefix)

@@ -27,16 +27,6 @@ type State struct {
 	Redisson []RedissonHolder
 }
 
-// RedissonHolder is a Redisson client's hold of a name shared with Redisson: its hash field
-// (`<client id>:<thread id>`, `:write` after a writer's), the mode it holds (a read-write lock's
-// reader holds it shared), its re-entry count and the time Redisson's object has left.
-type RedissonHolder struct {
-	Field string
-	Mode  Mode
-	Holds int64
-	TTL   time.Duration
-}
-
 // Held reports whether anyone holds it.
 func (st State) Held() bool { return st.Exclusive != nil || st.SharedCount > 0 || len(st.Redisson) > 0 }
 
@@ -128,25 +118,8 @@ func readState(ref Ref, r []any) (State, bool) {
 	if len(r) < 1 {
 		return st, false
 	}
-	theirs, ok := r[0].(int64)
-	if !ok || int64(len(r)) < 1+4*theirs {
-		return st, false
-	}
-	for r = r[1:]; theirs > 0; r, theirs = r[4:], theirs-1 {
-		field, ok1 := r[0].(string)
-		mode, ok2 := r[1].(string)
-		holds, ok3 := r[2].(int64)
-		pttl, ok4 := r[3].(int64)
-		if !(ok1 && ok2 && ok3 && ok4) {
-			return st, false
-		}
-		m := Exclusive
-		if mode == "s" {
-			m = Shared
-		}
-		st.Redisson = append(st.Redisson, RedissonHolder{Field: field, Mode: m, Holds: holds, TTL: time.Duration(pttl) * time.Millisecond})
-	}
-	if len(r) < 1 {
+	var ok bool
+	if st.Redisson, r, ok = readRedissonHolders(r); !ok || len(r) < 1 {
 		return st, false
 	}
 	count, ok := r[0].(int64)

@@ -27,9 +27,9 @@ type waiters struct {
 	planned    time.Time                 // when tend looks next for a due check (zero: when poked)
 
 	events eventSink // live event streams, which ride on the same subscription (event_hub.go)
-	// heardRedisson handles a message on a Redisson channel (set by followRedisson, if any name
-	// is shared with Redisson; see redisson_wakeups.go).
-	heardRedisson func(rueidis.PubSubMessage)
+	// heardRelease handles another client's release message on a layout's channel (set by
+	// followReleases when some layout has them; see redisson_wakeups.go).
+	heardRelease func(rueidis.PubSubMessage)
 }
 
 // eventSink hears what the subscriptions carry for live event streams (the event hub): their
@@ -144,8 +144,8 @@ func (ws *waiters) join(ref Ref, lease string) (*waiter, error) {
 		hb = &lockHeartbeat{ref: ref, keys: e.keys(ref).all(), slot: e.dep.slot(key),
 			leases: map[string]struct{}{}}
 		ws.heartbeats[key] = hb
-		if f, ok := e.dep.redissonFeed(redissonChannel(e.space.layoutOf(ref), ref.Name)); ok {
-			hb.unfollow = ws.followRedissonFeed(f)
+		if f, ok := e.dep.releaseFeed(e.space.layoutOf(ref).releaseChannel(ref.Name)); ok {
+			hb.unfollow = ws.followReleaseFeed(f)
 		}
 	}
 	hb.leases[lease] = struct{}{}
@@ -176,8 +176,8 @@ type lockHeartbeat struct {
 	keys   []string            // its eight keys (keys.all), made once
 	slot   int                 // its keys' slot (deployment.slot)
 	leases map[string]struct{} // this process's waiting leases for it
-	// unfollow ends the subscription of a name shared with Redisson to Redisson's sharded
-	// releases (Redis Cluster; nil elsewhere), once nobody here waits on it.
+	// unfollow ends the subscription to the sharded release channel of the lock's layout (a name
+	// shared with Redisson, on Redis Cluster; nil elsewhere), once nobody here waits on it.
 	unfollow func()
 
 	due      time.Time // when tend runs heartbeat.lua on it next; zero: when something asks
