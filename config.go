@@ -42,7 +42,8 @@ type Config struct {
 	MaxStreamLifetime time.Duration `split_words:"true" default:"1h"`
 	FenceTTL          time.Duration `split_words:"true" default:"10m"`
 	ElectionLog       int           `split_words:"true" default:"1000"`
-	ElectionRetention time.Duration `split_words:"true" default:"24h"`
+	ElectionLogBytes  int           `split_words:"true" default:"131072"`
+	ElectionRetention time.Duration `split_words:"true" default:"1h"`
 	ShutdownTimeout   time.Duration `split_words:"true" default:"30s"`
 	LogLevel          string        `split_words:"true" default:"info"`
 	AccessLog         string        `split_words:"true" default:"errors"`
@@ -142,6 +143,7 @@ func loadConfig() (Config, error) {
 		check(cfg.MaxStreamLifetime >= 0, "MAX_STREAM_LIFETIME", "must not be negative, got %v", cfg.MaxStreamLifetime),
 		check(cfg.FenceTTL >= time.Minute, "FENCE_TTL", "must be at least 1m, got %v", cfg.FenceTTL),
 		check(cfg.ElectionLog >= 1 && cfg.ElectionLog <= 1000000, "ELECTION_LOG", "must be between 1 and 1000000 events, got %d", cfg.ElectionLog),
+		check(cfg.ElectionLogBytes >= 1024 && cfg.ElectionLogBytes <= 64<<20, "ELECTION_LOG_BYTES", "must be between 1024 and 67108864 bytes, got %d", cfg.ElectionLogBytes),
 		check(cfg.ElectionRetention >= max(time.Minute, cfg.MaxTTL), "ELECTION_RETENTION",
 			"must be at least 1m and LEASEGATE_MAX_TTL (%v: a leader's value must outlive its lease), got %v", cfg.MaxTTL, cfg.ElectionRetention),
 		check(cfg.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT", "must be positive, got %v", cfg.ShutdownTimeout),

@@ -43,13 +43,15 @@ func TestNoAuthNoQuotas(t *testing.T) {
 	assert.ErrorContains(t, err, "need LEASEGATE_AUTH_FILE")
 }
 
-// TestElectionSettings: an election's log keeps 1000 events for 24 h by default, and its
-// retention must outlive the longest lease (LEASEGATE_MAX_TTL).
+// TestElectionSettings: an election's log keeps 1000 events and 128 KiB of them for 1 h by
+// default (docs/auth.md's bound), and its retention must outlive the longest lease
+// (LEASEGATE_MAX_TTL).
 func TestElectionSettings(t *testing.T) {
 	cfg, err := loadConfig()
 	require.NoError(t, err)
 	assert.Equal(t, 1000, cfg.ElectionLog)
-	assert.Equal(t, 24*time.Hour, cfg.ElectionRetention)
+	assert.Equal(t, 128<<10, cfg.ElectionLogBytes)
+	assert.Equal(t, time.Hour, cfg.ElectionRetention)
 
 	t.Setenv("LEASEGATE_ELECTION_RETENTION", "30m")
 	_, err = loadConfig()
@@ -57,6 +59,10 @@ func TestElectionSettings(t *testing.T) {
 	t.Setenv("LEASEGATE_MAX_TTL", "10m")
 	_, err = loadConfig()
 	assert.NoError(t, err)
+	t.Setenv("LEASEGATE_ELECTION_LOG_BYTES", "100")
+	_, err = loadConfig()
+	assert.ErrorContains(t, err, "LEASEGATE_ELECTION_LOG_BYTES")
+	t.Setenv("LEASEGATE_ELECTION_LOG_BYTES", "4096")
 	t.Setenv("LEASEGATE_ELECTION_LOG", "0")
 	_, err = loadConfig()
 	assert.ErrorContains(t, err, "LEASEGATE_ELECTION_LOG")

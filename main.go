@@ -266,7 +266,7 @@ func engineOptions(cfg Config, log *slog.Logger, m *metrics.Metrics) lockcore.Op
 		// out or been renewed without it (see lockcore/redlock.go).
 		RestartGuard: cfg.MaxTTL + time.Second, RedLockNewDeployment: cfg.RedlockNew,
 		MaxHeld:     cfg.QuotaHeld,
-		ElectionLog: cfg.ElectionLog, ElectionRetention: cfg.ElectionRetention,
+		ElectionLog: cfg.ElectionLog, ElectionLogBytes: cfg.ElectionLogBytes, ElectionRetention: cfg.ElectionRetention,
 		Redisson: lockcore.RedissonNames{Locks: cfg.RedissonLocks, RWLocks: cfg.RedissonRWLocks,
 			WatchdogTimeout: cfg.RedissonWatchdogTimeout},
 	}

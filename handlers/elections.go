@@ -64,9 +64,13 @@ func (h *electionHandlers) campaign(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
+	p := principalFrom(r.Context())
+	if err := h.quotas.allowN(p, valueRequests(req.Value)); err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
 	creq := lockcore.CampaignRequest{Election: name, Owner: req.Owner, Value: req.Value, TTL: req.TTL, Wait: req.Wait,
 		Watchdog: req.Watchdog, MaxHold: req.MaxHold, QueueTicket: req.QueueTicket, IdempotencyKey: idem}
-	p := principalFrom(r.Context())
 	if p != nil {
 		creq.Principal, creq.HeldCap = p.Name, heldCap(p)
 	}
@@ -108,6 +112,9 @@ func (h *electionHandlers) proclaim(w http.ResponseWriter, r *http.Request) {
 	}
 	if err == nil {
 		value, err = readBody[string, api.ProclaimRequest](w, r, h.limits, false)
+	}
+	if err == nil {
+		err = h.quotas.allowN(principalFrom(r.Context()), valueRequests(value))
 	}
 	if err != nil {
 		writeError(w, r, h.log, err)

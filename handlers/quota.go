@@ -139,6 +139,12 @@ func (q *quotas) allowN(p *auth.Principal, n int) error {
 	return &quotaError{principal: p.Name, limit: fmt.Sprintf("%g requests per second", perSecond), retryAfter: wait}
 }
 
+// valueRequests is how many more requests of the rate quota than the guard's one an election's
+// campaign or proclaim of value costs: one per KiB of it begun, since Redis keeps the value twice
+// (the leader hash and the log) for the election retention, so that no request of the quota
+// leaves more than docs/auth.md's bound. A 4 KiB value costs 5, a 1-byte one 2, an empty one 1.
+func valueRequests(value string) int { return (len(value) + 1023) / 1024 }
+
 // admitWait counts a waiting request of p until done is called, or refuses it when p has its quota of
 // parked requests already.
 func (q *quotas) admitWait(p *auth.Principal) (done func(), err error) {

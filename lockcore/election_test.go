@@ -3,6 +3,7 @@ package lockcore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,6 +163,42 @@ func TestElectionResumesAfterAnEventOrRestates(t *testing.T) {
 
 	_, err = w.svc.Observe(ctx, "e3", "not-an-id")
 	require.ErrorIs(t, err, lockcore.ErrInvalid)
+}
+
+// TestElectionLogKeepsItsBytes: the log drops its oldest entries past ElectionLogBytes as well as
+// past ElectionLog entries, and always keeps the last, however large.
+func TestElectionLogKeepsItsBytes(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{ElectionLogBytes: 1024})
+	ctx := context.Background()
+	big := strings.Repeat("v", 300)
+	a, err := w.svc.Campaign(ctx, lockcore.CampaignRequest{Election: "e4", Owner: "a", Value: "1" + big, TTL: 30 * time.Second})
+	require.NoError(t, err)
+	p2, err := w.svc.Proclaim(ctx, lockcore.ProclaimRequest{Election: "e4", Token: a.Token, Value: "2" + big})
+	require.NoError(t, err)
+	st := observe(t, w.svc, "e4", a.EventID)
+	assert.Equal(t, "2"+big, nextElectionEvent(t, st, 5*time.Second).Value, "two entries of ~400 bytes fit in 1 KiB")
+
+	// Two more push the first two out: 1 KiB holds two entries of ~370 bytes, not three.
+	p3, err := w.svc.Proclaim(ctx, lockcore.ProclaimRequest{Election: "e4", Token: a.Token, Value: "3" + big})
+	require.NoError(t, err)
+	_, err = w.svc.Proclaim(ctx, lockcore.ProclaimRequest{Election: "e4", Token: a.Token, Value: "4" + big})
+	require.NoError(t, err)
+	ev := nextElectionEvent(t, observe(t, w.svc, "e4", p2.EventID), 5*time.Second)
+	assert.Equal(t, lockcore.ElectionStateEvent, ev.Type)
+	assert.True(t, ev.Gap, "the second entry was dropped")
+	ev = nextElectionEvent(t, observe(t, w.svc, "e4", p3.EventID), 5*time.Second)
+	assert.Equal(t, "4"+big, ev.Value, "the last two are kept")
+
+	// An entry larger than the bound is kept alone.
+	huge, err := w.svc.Proclaim(ctx, lockcore.ProclaimRequest{Election: "e4", Token: a.Token, Value: strings.Repeat("h", 2000)})
+	require.NoError(t, err)
+	s, err := w.svc.Leader(ctx, "e4")
+	require.NoError(t, err)
+	assert.Equal(t, huge.EventID, s.LastEventID)
+	assert.Equal(t, strings.Repeat("h", 2000), s.Leader.Value)
+	ev = nextElectionEvent(t, observe(t, w.svc, "e4", p3.EventID), 5*time.Second)
+	assert.True(t, ev.Gap, "only the last entry is left")
 }
 
 func TestElectionTokensAreTheirOwnKind(t *testing.T) {

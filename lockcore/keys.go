@@ -115,10 +115,10 @@ func (m Mode) arg() string {
 type lockSpace struct {
 	prefix                          string
 	claimMs, livenessMs, fenceTTLMs string
-	// An election's log: how many entries it keeps, and how long (ms) it and the leader hash last
-	// after the last announcement or check.
-	electionLog         int
-	electionRetentionMs string
+	// An election's log: how many entries and bytes it keeps, and how long (ms) it and the leader
+	// hash last after the last announcement or check.
+	electionLog, electionLogBytes int
+	electionRetentionMs           string
 	// redisson: the lock names that are Redisson's objects (see layout.go).
 	redisson RedissonNames
 }

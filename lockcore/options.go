@@ -67,11 +67,14 @@ type Options struct {
 	// at once across every replica, counting its waiting requests (0: no cap; see held_quota.go).
 	// Not on RedLock.
 	MaxHeld int
-	// ElectionLog is how many entries an election's log keeps (default 1000): an observer that
-	// comes back with the id of an older one gets a fresh state (see ElectionStream).
-	// ElectionRetention is how long an election's log and announced value are kept after its
-	// last announcement or check (a leader's renewal checks; default 24h).
+	// ElectionLog is how many entries an election's log keeps (default 1000), ElectionLogBytes how
+	// many bytes of them (default 128 KiB; an entry counts its fields' names and values and 16, and
+	// the last entry is always kept): an observer that comes back with the id of an older one gets
+	// a fresh state (see ElectionStream). ElectionRetention is how long an election's log and
+	// announced value are kept after its last announcement or check (a leader's renewal checks;
+	// default 1h).
 	ElectionLog       int
+	ElectionLogBytes  int
 	ElectionRetention time.Duration
 	LongHold          time.Duration
 	OnLongHoldSweep   func(n int, oldest time.Duration)

@@ -73,7 +73,7 @@ func newService(dep deployment, tokens *Tokens, opts Options) *Service {
 	s := &Service{
 		engine: engine{dep: dep, log: opts.Logger, obs: opts.Observer,
 			space: lockSpace{prefix: opts.KeyPrefix, claimMs: ms(opts.ClaimTTL), livenessMs: ms(opts.Liveness), fenceTTLMs: ms(opts.FenceTTL),
-				electionLog: opts.ElectionLog, electionRetentionMs: ms(opts.ElectionRetention), redisson: opts.Redisson}},
+				electionLog: opts.ElectionLog, electionLogBytes: opts.ElectionLogBytes, electionRetentionMs: ms(opts.ElectionRetention), redisson: opts.Redisson}},
 		tokens: tokens,
 		cfg: settings{pingTimeout: opts.PingTimeout, claimTTL: opts.ClaimTTL, ticketGrace: opts.TicketGrace,
 			idemWindow: opts.IdempotencyWindow},
@@ -129,7 +129,8 @@ func (opts Options) withDefaults() (Options, error) {
 	opts.ReplicaAckTimeout = cmp.Or(opts.ReplicaAckTimeout, 500*time.Millisecond)
 	opts.LongHold = cmp.Or(opts.LongHold, 10*time.Minute)
 	opts.ElectionLog = cmp.Or(opts.ElectionLog, 1000)
-	opts.ElectionRetention = cmp.Or(opts.ElectionRetention, 24*time.Hour)
+	opts.ElectionLogBytes = cmp.Or(opts.ElectionLogBytes, 128<<10)
+	opts.ElectionRetention = cmp.Or(opts.ElectionRetention, time.Hour)
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
@@ -148,9 +149,9 @@ func (opts Options) withDefaults() (Options, error) {
 	if opts.ReplicaAcks > 0 && opts.CountReplicas != nil {
 		return opts, fmt.Errorf("%w: replica acks are a number or every replica, not both", ErrInvalid)
 	}
-	if opts.ElectionLog < 1 || opts.ElectionRetention < time.Second {
-		return opts, fmt.Errorf("%w: an election's log must keep at least 1 entry for at least 1s, got %d for %v", ErrInvalid,
-			opts.ElectionLog, opts.ElectionRetention)
+	if opts.ElectionLog < 1 || opts.ElectionLogBytes < 1 || opts.ElectionRetention < time.Second {
+		return opts, fmt.Errorf("%w: an election's log must keep at least 1 entry and 1 byte for at least 1s, got %d, %d bytes for %v", ErrInvalid,
+			opts.ElectionLog, opts.ElectionLogBytes, opts.ElectionRetention)
 	}
 	if opts.Liveness <= opts.Heartbeat {
 		return opts, fmt.Errorf("%w: liveness %v must exceed the heartbeat %v", ErrInvalid, opts.Liveness, opts.Heartbeat)

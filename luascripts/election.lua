@@ -2,7 +2,7 @@
 --   KEYS = [lock, qd, leader, log, idempotency record] (the election's lock and live-waiter keys,
 --   see lib.lua; its leader hash and log, see lib_election.lua; the record of a proclaim's
 --   Idempotency-Key)
---   ARGV = [op, lease, fence, owner, value, maxlen, retention_ms, idem_ms]
+--   ARGV = [op, lease, fence, owner, value, maxlen, retention_ms, idem_ms, maxbytes]
 --   op 'elect': lease, granted the lock with fence, is announced leader with value (an `elected`
 --      entry), after the end of the leader announced before it (`vacant`: its lease no longer
 --      holds, since this one does). A lease already announced is not announced again (a retry).
@@ -22,7 +22,7 @@
 --   retention_ms more while they exist.
 local op, lease, fence, owner, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem_ms, record = tonumber(ARGV[8]), KEYS[5]
-el_lock, el_leader, el_log, el_maxlen, el_retention = KEYS[1], KEYS[3], KEYS[4], ARGV[6], ARGV[7]
+el_lock, el_leader, el_log, el_maxlen, el_maxbytes, el_retention = KEYS[1], KEYS[3], KEYS[4], ARGV[6], ARGV[9], ARGV[7]
 
 local function state(ok, cur)
   local last, last_n = '0-0', 0

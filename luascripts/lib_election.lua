@@ -5,18 +5,19 @@
 -- keys an election has two more, under the same hash tag:
 --   leader  hash    the leader the log last announced: lease, fence, owner, value, since (Redis ms
 --                   of its election), eid (its `elected` entry's id), vid (the id of the entry
---                   that set its value); and n, the number of the log's last entry. Without a
---                   leader only n is left.
+--                   that set its value); n, the number of the log's last entry, and bytes, the
+--                   size of the log's entries (see el_size). Without a leader n and bytes are left.
 --   log     stream  the announcements, in order, each with fields e (elected | proclaimed |
 --                   resigned | vacant), n (its number: 1, 2, ...), fence, owner, value (elected
---                   and proclaimed only) and at (Redis ms); the last maxlen are kept (XADD MAXLEN).
+--                   and proclaimed only) and at (Redis ms); the last entries are kept, at most
+--                   maxlen of them and at most maxbytes bytes, but always the last (see el_trim).
 -- Both expire retention_ms after the last announcement or check (see el_keep).
 --
 -- The lock's hash is read through its documented fields only: the field <lease> is present while
 -- that lease holds the lock, and :fence is its fence.
 --
--- Set el_lock, el_leader, el_log, el_maxlen and el_retention before calling these.
-local el_lock, el_leader, el_log, el_maxlen, el_retention
+-- Set el_lock, el_leader, el_log, el_maxlen, el_maxbytes and el_retention before calling these.
+local el_lock, el_leader, el_log, el_maxlen, el_maxbytes, el_retention
 
 local el_time
 local function el_now()
@@ -35,18 +36,45 @@ end
 -- el_appended lists the types of the entries this script appended, in order.
 local el_appended = {}
 
+-- el_size is the size a log entry counts for against maxbytes: the bytes of its fields' names
+-- and values, fields = {name, value, name, value, ...}, and 16 for the entry itself.
+local function el_size(fields)
+  local n = 16
+  for _, f in ipairs(fields) do
+    n = n + #f
+  end
+  return n
+end
+
+-- el_trim drops the log's oldest entries while it keeps more than maxlen of them or more than
+-- maxbytes bytes, never the last; bytes is the size of its entries, stored back in the leader
+-- hash. Each entry is dropped once, so appending costs O(1) steps on average.
+local function el_trim(bytes)
+  local len = redis.call('XLEN', el_log)
+  while len > 1 and (len > tonumber(el_maxlen) or bytes > tonumber(el_maxbytes)) do
+    local oldest = redis.call('XRANGE', el_log, '-', '+', 'COUNT', 1)[1]
+    redis.call('XDEL', el_log, oldest[1])
+    bytes, len = bytes - el_size(oldest[2]), len - 1
+  end
+  redis.call('HSET', el_leader, 'bytes', math.max(bytes, 0))
+end
+
 -- el_append adds an entry to the log and returns its id.
 local function el_append(typ, fence, owner, value)
   el_appended[#el_appended + 1] = typ
   local n = redis.call('HINCRBY', el_leader, 'n', 1)
-  local args = {'XADD', el_log, 'MAXLEN', el_maxlen, '*', 'e', typ, 'n', n, 'fence', fence, 'owner', owner}
+  local fields = {'e', typ, 'n', tostring(n), 'fence', tostring(fence), 'owner', owner}
   if value then
-    args[#args + 1] = 'value'
-    args[#args + 1] = value
+    fields[#fields + 1] = 'value'
+    fields[#fields + 1] = value
   end
-  args[#args + 1] = 'at'
-  args[#args + 1] = el_now()
-  return redis.call(unpack(args))
+  fields[#fields + 1] = 'at'
+  fields[#fields + 1] = tostring(el_now())
+  local id = redis.call('XADD', el_log, '*', unpack(fields))
+  -- A log Redis lost (a failover) while the leader hash stayed counts from nothing again.
+  local bytes = redis.call('XLEN', el_log) > 1 and tonumber(redis.call('HGET', el_leader, 'bytes') or 0) or 0
+  el_trim(bytes + el_size(fields))
+  return id
 end
 
 -- el_keep makes the leader hash and the log last retention_ms more.

@@ -318,7 +318,9 @@ export interface paths {
          *     not be written (Redis failing) is given back (503), unless the request carries an
          *     `Idempotency-Key`: its retry collects and announces the same lead. A grant whose 201
          *     cannot be delivered (the client left) resigns at once, unless it carries an
-         *     `Idempotency-Key`. Not offered on RedLock (501).
+         *     `Idempotency-Key`. Not offered on RedLock (501). With an auth file a campaign, like a
+         *     proclaim, costs one more request of the rate quota per KiB of its `value` begun (429
+         *     `quota-exceeded`).
          */
         post: operations["campaign"];
         /**
@@ -401,8 +403,9 @@ export interface paths {
          *     leaders held the election, with strictly increasing fences, each leader's end
          *     (`resigned` or `vacant`) before the next one's `elected`; nothing is left out or
          *     repeated, across reconnections and gateway restarts, as long as the log still holds the
-         *     event after `Last-Event-ID` (the last `LEASEGATE_ELECTION_LOG` events, default 1,000, kept
-         *     `LEASEGATE_ELECTION_RETENTION` after the last activity, default 24 h). A grant whose
+         *     event after `Last-Event-ID` (the last `LEASEGATE_ELECTION_LOG` events, default 1,000, and
+         *     at most `LEASEGATE_ELECTION_LOG_BYTES` of them, default 128 KiB, kept
+         *     `LEASEGATE_ELECTION_RETENTION` after the last activity, default 1 h). A grant whose
          *     announcement was never written (its gateway died in between) was never answered 201: it
          *     is not announced and runs out with its TTL. A `Last-Event-ID` that is no event id is a
          *     400. Not offered on RedLock (501). The same limits as a lock's stream apply
@@ -1456,7 +1459,7 @@ export interface components {
          *     | `urn:leasegate:problem:idempotency-key-reused` | 422 | The `Idempotency-Key` was first sent with another request (another operation, name, owner, mode, TTL or `Lease-Token`) within its window: this is no retry of it, and nothing was done. Send a fresh key per logical call. |
          *     | `urn:leasegate:problem:unauthenticated` | 401 | The gateway authenticates (`LEASEGATE_AUTH_FILE`) and the request has no `Authorization: Bearer` key, or one no principal has. Sent with `WWW-Authenticate: Bearer`. |
          *     | `urn:leasegate:problem:forbidden` | 403 | The authenticated principal lacks the permission (`permission`) or the lock-name prefix (`name`, or a listing's `prefix`, or `*` for what shows every name) the request needs, or presented a lease token another principal took (or one minted without authentication). |
-         *     | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second, `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
+         *     | `urn:leasegate:problem:quota-exceeded` | 429 | The authenticated principal is over one of its quotas: on this replica, `LEASEGATE_QUOTA_RATE` requests per second (a multi-lock costs one per member, a campaign or proclaim one more per KiB of its value begun), `LEASEGATE_QUOTA_PARKED` parked waiting requests or `LEASEGATE_QUOTA_STREAMS` open event streams; across replicas, `LEASEGATE_QUOTA_HELD` locks and permits held at once (its waiting requests and a multi-lock's members counted). Nothing was done. Retry after `Retry-After` (`retry_after_ms`). |
          *     | `urn:leasegate:problem:not-found` | 404 | No such route. |
          *     | `urn:leasegate:problem:method-not-allowed` | 405 | The path does not support the method. |
          *     | `urn:leasegate:problem:backend-unavailable` | 503 | Redis does not answer (on RedLock: fewer than a majority of the masters answer and count, or they granted too slowly to leave the lease any validity). Retry after `Retry-After`. |
