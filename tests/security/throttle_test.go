@@ -24,7 +24,7 @@ import (
 // in docs/performance.md, 100,000 at a pace that leaves the machine's CPU to spare, without the
 // race detector (whose shadow memory would swamp the figure), with the bounds asserted:
 //
-//	go test ./tests/security -run TestAuthThrottleIsBounded -count=1 -v -throttle.addresses=100000 -throttle.pace=2000 -throttle.measure
+//	go test ./tests/security -run TestAuthThrottleIsBounded -count=1 -v -throttle.addresses=100000 -throttle.pace=1000 -throttle.measure
 var (
 	throttleAddresses = flag.Int("throttle.addresses", 12_000, "client addresses of the failed-authentication flood")
 	throttlePace      = flag.Int("throttle.pace", 0, "the flood's requests per second (0: as fast as 8 connections go)")
