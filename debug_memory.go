@@ -1,7 +1,7 @@
 //go:build memdebug
 
 // A gateway built with -tags memdebug (by go run ./bench -only waitmem, never for a release)
-// serves, on LEASEGATE_DEBUG_LISTEN, net/http/pprof under /debug/pprof/ and GET /debug/memory:
+// serves, on LEASEGATE_DEBUG_LISTEN, net/http/pprof under /debug/pprof/ (CPU profiles too) and GET /debug/memory:
 // after a forced GC, the Go heap's live objects, the goroutine stacks and the goroutines, as JSON.
 // LEASEGATE_DEBUG_MEMPROFILERATE sets runtime.MemProfileRate (1: exact heap profiles).
 // This file stands alone (the standard library only), so the bench can copy it into a tree of
@@ -34,6 +34,7 @@ func init() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile) // CPU profiles, for the cost benches
 	mux.HandleFunc("GET /debug/memory", func(w http.ResponseWriter, _ *http.Request) {
 		runtime.GC()
 		samples := []metrics.Sample{

@@ -3,6 +3,7 @@ package lockcore
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -14,10 +15,28 @@ import (
 // decoder of its reply into named outcomes. A call also says, in words, what it is about (see
 // about), for RedLock to make its masters' replies one.
 
-// idemKey is a request's Idempotency-Key and how long its record is kept ("" key: none).
+// idemKey is a request's Idempotency-Key and how long its record is kept ("" key: none), and the
+// key's claim when the request's script takes it (see idempotency_claims.go).
 type idemKey struct {
 	key    string
 	window time.Duration
+	claim  *idemClaim
+}
+
+// claiming returns i with claim c (nil: none, or taken apart).
+func (i idemKey) claiming(c *idemClaim) idemKey {
+	i.claim = c
+	return i
+}
+
+// on returns c, a call of a script that opens with claim.lua, carrying i's claim if it has one.
+func (i idemKey) on(c call) call {
+	if i.claim == nil {
+		return c
+	}
+	c.keys = append(slices.Clip(c.keys), i.claim.key)
+	c.args = append(slices.Clip(c.args), claimMark, i.claim.fingerprint, i.claim.ms)
+	return c
 }
 
 // ms is the record's window argument: "0" without a key.
@@ -54,7 +73,7 @@ func (a acquireArgs) call(lc *lockCall) call {
 		a.lease, ms(a.ttl), a.owner, flag(a.watchdog), mode, a.replica, strconv.FormatInt(a.arrival, 10), ms(a.maxHold),
 		a.idem.ms(), a.mode.arg(), strconv.FormatInt(a.permits, 10))
 	c.about = about{lease: a.lease, ttl: a.ttl, mode: a.mode.arg(), waiting: a.waiting, idempotent: a.idem.key != ""}
-	return c
+	return a.idem.on(c)
 }
 
 // acquire.lua's statuses.
@@ -126,7 +145,7 @@ func (a reenterArgs) call(lc *lockCall) call {
 	c := lc.call(scripts.reenter, []string{lc.keys.idempotency("reenter", a.lease, a.idem.key)},
 		a.lease, ms(a.ttl), a.idem.ms(), a.mode.arg(), strconv.FormatInt(a.permits, 10))
 	c.about = about{lease: a.lease, ttl: a.ttl, mode: a.mode.arg(), idempotent: a.idem.key != ""}
-	return c
+	return a.idem.on(c)
 }
 
 // reenter.lua's outcomes.
@@ -181,7 +200,7 @@ type releaseArgs struct {
 func (a releaseArgs) call(lc *lockCall) call {
 	c := lc.call(scripts.release, []string{lc.keys.idempotency("release", a.lease, a.idem.key)}, a.lease, a.idem.ms(), a.which)
 	c.about = about{lease: a.lease, mode: a.which, idempotent: a.idem.key != ""}
-	return c
+	return a.idem.on(c)
 }
 
 // releaseReply is release.lua's reply.

@@ -70,7 +70,8 @@ func (s *Service) Campaign(ctx context.Context, req CampaignRequest) (Leadership
 	if err := s.offered(areq.ref()); err != nil {
 		return Leadership{}, err
 	}
-	if err := s.claimIdempotencyKey(ctx, areq.IdempotencyKey, areq.fingerprint("")+"\n"+req.Value, areq.TTL); err != nil {
+	var err error
+	if areq.claim, err = s.claimIdempotencyKey(ctx, areq.ref(), areq.IdempotencyKey, areq.fingerprint("")+"\n"+req.Value, areq.TTL); err != nil {
 		return Leadership{}, err
 	}
 	lease := uuid.NewString()
@@ -79,9 +80,8 @@ func (s *Service) Campaign(ctx context.Context, req CampaignRequest) (Leadership
 		return Leadership{}, err
 	}
 	var (
-		g   Grant
-		l   Leadership
-		err error
+		g Grant
+		l Leadership
 	)
 	if areq.Wait > 0 {
 		g, err = s.waitAs(ctx, areq, lease)
@@ -155,11 +155,12 @@ func (s *Service) Proclaim(ctx context.Context, req ProclaimRequest) (Leader, er
 		return Leader{}, err
 	}
 	fingerprint := strings.Join([]string{"proclaim", ref.Name, l.ID, req.Value}, "\n")
-	if err := s.claimIdempotencyKey(ctx, req.IdempotencyKey, fingerprint, 0); err != nil {
+	claim, err := s.claimIdempotencyKey(ctx, ref, req.IdempotencyKey, fingerprint, 0)
+	if err != nil {
 		return Leader{}, err
 	}
 	r, err := s.announce(ctx, ref, electionArgs{op: "proclaim", lease: l.ID, fence: l.Fence, owner: l.Owner, value: req.Value,
-		idem: s.idem(req.IdempotencyKey)})
+		idem: s.idem(req.IdempotencyKey).claiming(claim)})
 	if err == nil && (!r.ok || r.lease != l.ID) {
 		err = s.leaseLost(ctx, l, "")
 	}
@@ -199,10 +200,11 @@ func (s *Service) Resign(ctx context.Context, req ResignRequest) (Resigned, erro
 	if err != nil {
 		return Resigned{}, err
 	}
-	if err := s.claimIdempotencyKey(ctx, req.IdempotencyKey, releaseFingerprint(l, ""), 0); err != nil {
+	claim, err := s.claimIdempotencyKey(ctx, ref, req.IdempotencyKey, releaseFingerprint(l, ""), 0)
+	if err != nil {
 		return Resigned{}, err
 	}
-	r, err := s.resignLease(ctx, l, req.IdempotencyKey)
+	r, err := s.resignLease(ctx, l, s.idem(req.IdempotencyKey).claiming(claim))
 	if err == nil || errors.Is(err, ErrLeaseLost) {
 		s.ledgers.held.uncount(ctx, l.Principal, heldMember(ref, l.ID))
 	}
@@ -217,13 +219,13 @@ func (s *Service) Resign(ctx context.Context, req ResignRequest) (Resigned, erro
 // resignBack gives back g, a leader's grant it cannot keep, as Resign does (its `resigned` entry,
 // if it was announced, with the release), on a context of its own: the caller's may have ended.
 func (s *Service) resignBack(ctx context.Context, g Grant) {
-	_, _ = s.resignLease(context.WithoutCancel(ctx), g.Lease, "")
+	_, _ = s.resignLease(context.WithoutCancel(ctx), g.Lease, idemKey{})
 }
 
 // resignLease runs election_resign.lua for l: its `resigned` entry if it was the announced
 // leader, and its release.
-func (s *Service) resignLease(ctx context.Context, l Lease, idempotencyKey string) (resignReply, error) {
-	reply, err := s.dep.run(ctx, s.resignCall(l, resignArgs{lease: l.ID, idem: s.idem(idempotencyKey)}))
+func (s *Service) resignLease(ctx context.Context, l Lease, idem idemKey) (resignReply, error) {
+	reply, err := s.dep.run(ctx, s.resignCall(l, resignArgs{lease: l.ID, idem: idem}))
 	if err != nil {
 		return resignReply{}, err
 	}

@@ -33,8 +33,8 @@ func (e *engine) electionCall(ref Ref, a electionArgs) call {
 	if a.op == "check" {
 		sc = scripts.electionCheck
 	}
-	return call{script: sc, keys: []string{k.lock, k.qd, k.leader(), k.log(), k.idempotency("proclaim", a.lease, a.idem.key)},
-		args: []string{a.op, a.lease, fence, a.owner, a.value, strconv.Itoa(e.space.electionLog), e.space.electionRetentionMs, a.idem.ms(), strconv.Itoa(e.space.electionLogBytes)}}
+	return a.idem.on(call{script: sc, keys: []string{k.lock, k.qd, k.leader(), k.log(), k.idempotency("proclaim", a.lease, a.idem.key)},
+		args: []string{a.op, a.lease, fence, a.owner, a.value, strconv.Itoa(e.space.electionLog), e.space.electionRetentionMs, a.idem.ms(), strconv.Itoa(e.space.electionLogBytes)}})
 }
 
 // electionReply is election.lua's reply: whether the lease held (elect, proclaim), the election
@@ -88,7 +88,7 @@ func (e *engine) resignCall(l Lease, a resignArgs) call {
 	c := lc.call(scripts.electionResign, []string{k.idempotency("release", a.lease, a.idem.key), k.leader(), k.log()},
 		a.lease, a.idem.ms(), "", strconv.Itoa(e.space.electionLog), e.space.electionRetentionMs, strconv.Itoa(e.space.electionLogBytes))
 	c.about = about{lease: a.lease, idempotent: a.idem.key != ""}
-	return c
+	return a.idem.on(c)
 }
 
 // resignReply is election_resign.lua's reply: release.lua's, the id of the `resigned` entry ("":

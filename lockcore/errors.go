@@ -188,6 +188,9 @@ func classify(err error) error {
 		return nil
 	}
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
+		if strings.HasPrefix(rerr.Error(), reusedReply) { // claim.lua's refusal
+			return errKeyReused
+		}
 		if transientReply(rerr.Error()) {
 			return fmt.Errorf("%w: %s", ErrUnavailable, rerr.Error())
 		}

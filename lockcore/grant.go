@@ -124,7 +124,7 @@ func (s *Service) newGrant(req AcquireRequest, lease string, r acquireReply, sta
 // with a *notAckedError; any other answer needs no acknowledgement and is returned as it is.
 func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease string, waiting bool, arrival int64, ticketID string) (acquireReply, error) {
 	a := acquireArgs{lease: lease, ttl: req.TTL, owner: req.Owner, watchdog: req.Watchdog, waiting: waiting,
-		replica: s.waiters.replica, arrival: arrival, ticketID: ticketID, maxHold: req.MaxHold, idem: s.idem(req.IdempotencyKey),
+		replica: s.waiters.replica, arrival: arrival, ticketID: ticketID, maxHold: req.MaxHold, idem: s.idem(req.IdempotencyKey).claiming(req.claim),
 		mode: req.mode(), permits: req.Permits}
 	reply, err := s.dep.run(ctx, a.call(s.lockCall(req.ref())))
 	if err != nil && !notAcked(err) {
@@ -149,7 +149,7 @@ func notAcked(err error) bool {
 // giveBack gives back one hold of g, a grant its caller cannot keep, on a context of its own: the
 // caller's may have ended.
 func (s *Service) giveBack(ctx context.Context, g Grant) {
-	_, _ = s.releaseLease(context.WithoutCancel(ctx), g.Lease, "", g.Mode)
+	_, _ = s.releaseLease(context.WithoutCancel(ctx), g.Lease, idemKey{}, g.Mode)
 }
 
 // giveBackUnacked gives back the one hold of mode that a grant the replicas did not acknowledge
@@ -157,7 +157,7 @@ func (s *Service) giveBack(ctx context.Context, g Grant) {
 // reply that says a hold was taken is given back: a refusal took nothing, and giving it back would
 // take a hold the lease had before.
 func (s *Service) giveBackUnacked(ctx context.Context, l Lease, mode Mode) {
-	if _, rerr := s.releaseLease(context.WithoutCancel(ctx), l, "", mode); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+	if _, rerr := s.releaseLease(context.WithoutCancel(ctx), l, idemKey{}, mode); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 		s.log.Warn("giving back a grant the replicas did not acknowledge failed; it runs out with its TTL", l.Kind.String(), l.Lock, "err", rerr)
 	}
 }

@@ -14,29 +14,51 @@ import (
 // same key with another request (another operation, lock, owner, mode, TTL or lease) is refused
 // with ErrIdempotencyKeyReused, as the IETF Idempotency-Key draft asks, instead of being taken for
 // a retry (a release's record would answer an acquire) or for a new request. Each key's first
-// request is kept, as a fingerprint, under a key of its own (idempotency_claim.lua) as long as its
-// answer: one more Redis call for requests with a key, none without. RedLock does not offer it
-// (a majority of masters would have to agree on the first request): there a reused key is not
-// detected.
+// request is kept, as a fingerprint, under a key of its own (Pidem-key:{K}) as long as its answer.
+// Where that key may go in one script with the lock's (the deployment's slot says so: on one
+// Redis, always), the claim rides on the request's scripts (claim.lua opens them) and costs no
+// round trip; elsewhere (a Cluster, where it lives in another slot) it is a call of its own
+// before them (idempotency_claim.lua). RedLock does not offer it (a majority of masters would
+// have to agree on the first request): there a reused key is not detected.
 
-// claimIdempotencyKey records fingerprint as the request of key for window, or refuses the
-// request when key was first sent with another one. Nothing for a request without a key.
-func (s *Service) claimIdempotencyKey(ctx context.Context, key, fingerprint string, window time.Duration) error {
+// idemClaim is a claim to send with a request's scripts: its key, fingerprint and window (ms).
+type idemClaim struct {
+	key, fingerprint, ms string
+}
+
+// claimMark opens a claim's arguments at the end of a script's ARGV (see claim.lua).
+const claimMark = "\x00claim"
+
+// reusedReply starts the error reply of claim.lua for a key first sent with another request.
+const reusedReply = "IDEMPOTENCY_KEY_REUSED"
+
+// errKeyReused is ErrIdempotencyKeyReused, saying what to do.
+var errKeyReused = fmt.Errorf("%w: a retry must repeat its request exactly (the same operation, name, owner, mode, TTL and lease token); use a new key for a new request", ErrIdempotencyKeyReused)
+
+// claimIdempotencyKey claims key for fingerprint, the request on the lock ref, for window (at
+// least the idempotency window): it returns the claim for the request's scripts to take, or
+// takes it now with a call of its own and returns nil, refusing the request when key was first
+// sent with another one. Nothing for a request without a key, or where keys are not claimed.
+func (s *Service) claimIdempotencyKey(ctx context.Context, ref Ref, key, fingerprint string, window time.Duration) (*idemClaim, error) {
 	if key == "" || s.dep.offers(featureKeyReuse) != nil {
-		return nil
+		return nil, nil
 	}
 	sum := sha256.Sum256([]byte(fingerprint))
+	c := &idemClaim{key: s.space.prefix + "idem-key:{" + key + "}", fingerprint: base64.RawURLEncoding.EncodeToString(sum[:16]),
+		ms: ms(max(window, s.cfg.idemWindow))}
+	if s.dep.slot(c.key) == s.dep.slot(s.keys(ref).lock) {
+		return c, nil
+	}
 	// As the call it guards, the claim goes on when the client leaves: its retry comes with the key.
-	res := s.do(context.WithoutCancel(ctx), scripts.idempotencyClaim, []string{s.space.prefix + "idem-key:{" + key + "}"},
-		[]string{base64.RawURLEncoding.EncodeToString(sum[:16]), ms(max(window, s.cfg.idemWindow))})
+	res := s.do(context.WithoutCancel(ctx), scripts.idempotencyClaim, []string{c.key}, []string{c.fingerprint, c.ms})
 	n, err := res.AsInt64()
 	if err != nil {
-		return classify(err)
+		return nil, classify(err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: a retry must repeat its request exactly (the same operation, name, owner, mode, TTL and lease token); use a new key for a new request", ErrIdempotencyKeyReused)
+		return nil, errKeyReused
 	}
-	return nil
+	return nil, nil
 }
 
 // fingerprint is what makes two acquires the same request (token: a re-entry's Lease-Token): not

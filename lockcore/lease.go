@@ -51,6 +51,9 @@ type AcquireRequest struct {
 	// HeldCap is Principal's own cap on its holds, in place of Options.MaxHeld: 0 keeps that
 	// default, -1 is no cap. It applies only while the Service counts holds (Options.MaxHeld).
 	HeldCap int
+
+	// claim is IdempotencyKey's claim for the request's scripts to take (idempotency_claims.go).
+	claim *idemClaim
 }
 
 // Grant is a held lease as the caller should see it.

@@ -23,8 +23,8 @@ import (
 // idem_ms of 0).
 func (w *waitWorld) evalQueued(t *testing.T, script, lock string, args ...string) string {
 	t.Helper()
-	cmd := []string{"EVAL", script, "9", w.key(lock, ""), w.prefix + "fence", w.key(lock, ":q"),
-		w.key(lock, ":qd"), w.key(lock, ":qm"), w.key(lock, ":sh"), w.key(lock, ":shm"), w.key(lock, ":ticket:"),
+	cmd := []string{"EVAL", script, "10", w.key(lock, ""), w.prefix + "fence", w.key(lock, ":q"),
+		w.key(lock, ":qd"), w.key(lock, ":qm"), w.key(lock, ":sh"), w.key(lock, ":shm"), w.key(lock, ""), w.key(lock, ":ticket:"),
 		w.key(lock, ":idem:"), w.prefix + "grants:", "750", "750", "86400000", "", "l"}
 	return w.redis.MustDo(t, append(append(cmd, args...), "0", "x", "0")...)
 }

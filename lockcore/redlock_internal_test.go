@@ -83,13 +83,13 @@ func TestRedLockWaitersDoNotSplitTheMasters(t *testing.T) {
 	require.NoError(t, r1.err)
 	assert.Equal(t, "first", r1.g.Owner)
 	assert.Less(t, r1.at.Sub(start), 5*time.Second, "the earlier waiter got a majority long before its wait ran out")
-	_, err := s.releaseLease(context.Background(), r1.g.Lease, "", Exclusive)
+	_, err := s.releaseLease(context.Background(), r1.g.Lease, idemKey{}, Exclusive)
 	require.NoError(t, err)
 	r2 := <-second
 	require.NoError(t, r2.err)
 	assert.Equal(t, "second", r2.g.Owner)
 	assert.Greater(t, r2.g.Fence, r1.g.Fence)
-	_, err = s.releaseLease(context.Background(), r2.g.Lease, "", Exclusive)
+	_, err = s.releaseLease(context.Background(), r2.g.Lease, idemKey{}, Exclusive)
 	require.NoError(t, err)
 }
 

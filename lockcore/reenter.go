@@ -20,7 +20,7 @@ func (s *Service) reenter(ctx context.Context, req *AcquireRequest, g *Grant) er
 		return fmt.Errorf("%w: owner %q does not match the lease token's owner %q", ErrInvalid, req.Owner, l.Owner)
 	}
 	start := time.Now()
-	a := reenterArgs{lease: l.ID, ttl: req.TTL, idem: s.idem(req.IdempotencyKey), mode: req.mode(), permits: req.Permits}
+	a := reenterArgs{lease: l.ID, ttl: req.TTL, idem: s.idem(req.IdempotencyKey).claiming(req.claim), mode: req.mode(), permits: req.Permits}
 	reply, err := s.dep.run(ctx, a.call(s.lockCall(req.ref())))
 	if err != nil && !notAcked(err) {
 		return err

@@ -41,10 +41,11 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, er
 	if err != nil {
 		return Released{}, err
 	}
-	if err := s.claimIdempotencyKey(ctx, req.IdempotencyKey, releaseFingerprint(l, req.Mode), 0); err != nil {
+	claim, err := s.claimIdempotencyKey(ctx, req.Ref, req.IdempotencyKey, releaseFingerprint(l, req.Mode), 0)
+	if err != nil {
 		return Released{}, err
 	}
-	rel, err := s.releaseLease(ctx, l, req.IdempotencyKey, req.Mode)
+	rel, err := s.releaseLease(ctx, l, s.idem(req.IdempotencyKey).claiming(claim), req.Mode)
 	// The hold's count goes when the lease holds nothing more: a release that gave back one hold
 	// of a lease holding the lock both ways, or that names a mode the lease does not hold, leaves
 	// it counted.
@@ -60,7 +61,7 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, er
 	return rel, err
 }
 
-func (s *Service) releaseLease(ctx context.Context, l Lease, idempotencyKey string, mode Mode) (Released, error) {
+func (s *Service) releaseLease(ctx context.Context, l Lease, idem idemKey, mode Mode) (Released, error) {
 	which := ""
 	switch {
 	case l.Kind == KindSemaphore:
@@ -68,7 +69,7 @@ func (s *Service) releaseLease(ctx context.Context, l Lease, idempotencyKey stri
 	case mode != "":
 		which = mode.arg()
 	}
-	a := releaseArgs{lease: l.ID, idem: s.idem(idempotencyKey), which: which}
+	a := releaseArgs{lease: l.ID, idem: idem, which: which}
 	reply, err := s.dep.run(ctx, a.call(s.lockCall(l.Ref())))
 	if err != nil {
 		return Released{}, err

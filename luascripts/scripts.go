@@ -70,6 +70,14 @@ var libBody = libBase + libLayout + libNotify + libHolders + libIdempotency + li
 
 var lib = core + libBody
 
+// claim reads a request's Idempotency-Key claim, when the call carries it (claim.lua): it opens
+// every script a request with a key runs, and claimCheck takes it, after the fast paths.
+//
+//go:embed claim.lua
+var claim string
+
+const claimCheck = "do\n  local refused = claim_checked()\n  if refused then\n    return refused\n  end\nend\n"
+
 // settled runs body, a script that changes holds, as a function, then settle (lib_layout.lua):
 // the layout's last word on every lock the script took, whichever way the body returned.
 func settled(body string) string {
@@ -83,7 +91,7 @@ var acquire string
 var acquireFast string
 
 // Acquire grants a free lock to a new lease, or queues the lease behind the holder.
-var Acquire = core + acquireFast + libBody + settled(acquire)
+var Acquire = claim + core + acquireFast + claimCheck + libBody + settled(acquire)
 
 //go:embed release.lua
 var release string
@@ -92,7 +100,7 @@ var release string
 var releaseFast string
 
 // Release decrements a lease's reentry count; at zero it hands the lock to the first waiter.
-var Release = core + releaseFast + libBody + settled(release)
+var Release = claim + core + releaseFast + claimCheck + libBody + settled(release)
 
 //go:embed dequeue.lua
 var dequeue string
@@ -118,7 +126,7 @@ var Keepalive = lib + keepalive
 var reenter string
 
 // Reenter increments the reentry count of a held lease.
-var Reenter = lib + settled(reenter)
+var Reenter = claim + claimCheck + lib + settled(reenter)
 
 //go:embed renew.lua
 var renew string
@@ -247,11 +255,11 @@ var libElection string
 var election string
 
 // Election announces an election's leader and its value in the election's log, or reads them.
-var Election = libElection + election
+var Election = claim + claimCheck + libElection + election
 
 //go:embed election_resign.lua
 var electionResign string
 
 // ElectionResign announces the election leader's resignation and hands the election to the next
 // candidate, in one step: release.lua's body, run as the function release_body.
-var ElectionResign = core + libBody + libElection + "local function release_body()\n" + release + "\nend\n" + electionResign
+var ElectionResign = claim + claimCheck + core + libBody + libElection + "local function release_body()\n" + release + "\nend\n" + electionResign
