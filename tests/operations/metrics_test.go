@@ -121,6 +121,7 @@ func TestLongHoldGaugeAndLog(t *testing.T) {
 	assert.Contains(t, logs, `"lock":"lh.watchdog","owner":"hung-worker"`)
 	assert.Contains(t, logs, `"lock":"lh.ttl","owner":"slow-job"`)
 	assert.NotContains(t, logs, "lh.short")
+	assert.NotContains(t, logs, `"multilock":""`, "a lock's line names no multi-lock")
 
 	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/lh.watchdog", testkit.TokenHeader(wd.Str("token")), "").Status)
 	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/lh.ttl", testkit.TokenHeader(long.Str("token")), "").Status)
