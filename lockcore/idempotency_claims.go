@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // An Idempotency-Key names one request: its retries carry it to get the first answer again. The
@@ -17,8 +19,8 @@ import (
 // request is kept, as a fingerprint, under a key of its own (Pidem-key:{K}) as long as its answer.
 // Where that key may go in one script with the lock's (the deployment's slot says so: on one
 // Redis, always), the claim rides on the request's scripts (claim.lua opens them) and costs no
-// round trip; elsewhere (a Cluster, where it lives in another slot) it is a call of its own
-// before them (idempotency_claim.lua). RedLock does not offer it (a majority of masters would
+// round trip; elsewhere (a Cluster, where it lives in another slot) it is a command of its own
+// before them: SET NX GET, which claims a fresh key or says whose it is. RedLock does not offer it (a majority of masters would
 // have to agree on the first request): there a reused key is not detected.
 
 // idemClaim is a claim to send with a request's scripts: its key, fingerprint and window (ms).
@@ -50,12 +52,15 @@ func (s *Service) claimIdempotencyKey(ctx context.Context, ref Ref, key, fingerp
 		return c, nil
 	}
 	// As the call it guards, the claim goes on when the client leaves: its retry comes with the key.
-	res := s.do(context.WithoutCancel(ctx), scripts.idempotencyClaim, []string{c.key}, []string{c.fingerprint, c.ms})
-	n, err := res.AsInt64()
-	if err != nil {
+	rc := s.dep.copies()[0]
+	prev, err := rc.Do(context.WithoutCancel(ctx), rc.B().Set().Key(c.key).Value(c.fingerprint).Nx().Get().
+		Px(max(window, s.cfg.idemWindow)).Build()).ToString()
+	switch {
+	case rueidis.IsRedisNil(err): // claimed now
+		return nil, nil
+	case err != nil:
 		return nil, classify(err)
-	}
-	if n == 0 {
+	case prev != c.fingerprint:
 		return nil, errKeyReused
 	}
 	return nil, nil

@@ -55,8 +55,6 @@ var scripts = struct {
 	inspect, waiting, watch, watchSnapshot, forced *script
 	// The watchdog's schedule, and the ledgers (long holds, held quota).
 	watchdogRenew, watchdogSchedule, watchdogDue, aged, held *script
-	// The requests Idempotency-Keys were first sent with.
-	idempotencyClaim *script
 	// RedLock's own (see redlock.go).
 	redlockGuard, redlockFence, redlockYield, redlockSettle *script
 	// Elections' announcements (see election.go): election.lua's elect and proclaim are followed
@@ -85,7 +83,6 @@ var scripts = struct {
 	watchdogDue:      newScript("watchdog_due", luascripts.WatchdogDue, readsOnly),
 	aged:             newScript("aged", luascripts.Aged, readsOnly),
 	held:             newScript("held", luascripts.Held, writes),
-	idempotencyClaim: newScript("idempotency_claim", luascripts.IdempotencyClaim, writes),
 	redlockGuard:     newScript("redlock_guard", luascripts.RedlockGuard, writes),
 	redlockFence:     newScript("redlock_fence", luascripts.RedlockFence, writes),
 	redlockYield:     newScript("redlock_yield", luascripts.RedlockYield, writes),

@@ -1,4 +1,4 @@
--- claim.lua: an Idempotency-Key's claim (see idempotency_claim.lua), taken before anything else
+-- claim.lua: an Idempotency-Key's claim (lockcore's idempotency_claims.go), taken before anything else
 -- changes in the scripts a request with a key runs (acquire, reenter, release, election,
 -- election_resign) when its key may go in one script with the lock's: on one Redis, always
 -- (lockcore's idempotency_claims.go). Such a call ends with KEYS[#KEYS] = the claim's key and

@@ -27,7 +27,7 @@
 //	Pheld:{A}   zset  the holds principal A counts -> until when (ms, Redis time): its ledger for
 //	            the cap on what it holds at once (held.lua; only with LEASEGATE_QUOTA_HELD)
 //	Pidem-key:{K}  string  the fingerprint of the first request sent with Idempotency-Key K (scoped
-//	            to its principal), kept as long as its answer (idempotency_claim.lua)
+//	            to its principal), kept as long as its answer (claim.lua, or SET NX GET)
 //	P{N}:elect...  an election N: a lock's keys under P{N}:elect (its hash, its line...),
 //	            plus P{N}:elect:leader (hash) and P{N}:elect:log (stream), see lib_election.lua
 //
@@ -242,11 +242,6 @@ var RedlockSettle = lib + redlockSettle
 //
 //go:embed held.lua
 var Held string
-
-// IdempotencyClaim records the request an Idempotency-Key was first sent with.
-//
-//go:embed idempotency_claim.lua
-var IdempotencyClaim string
 
 //go:embed lib_election.lua
 var libElection string
