@@ -235,6 +235,7 @@ type AcquireRequest struct {
 	// milliseconds after its grant, and the lease then runs out its last TTL. Defaults to
 	// the configured maximum (`LEASEGATE_MAX_HOLD`, 1 hour by default); more is refused
 	// (400), since a watchdog that stopped earlier than asked would surprise its holder.
+	// `GET /locks/{name}` says how much of it is left, as `max_hold_left_ms`.
 	//
 	//
 	// Example: 600000
@@ -502,7 +503,11 @@ type Holder struct {
 	Fence int64 `json:"fence"`
 	Holds int64 `json:"holds"`
 
-	// MaxHoldMs How much longer the watchdog renews it. Watchdog leases only.
+	// MaxHoldLeftMs How much longer the watchdog renews it, in milliseconds (what is left of the `max_hold_ms` it was granted with). Watchdog leases only.
+	MaxHoldLeftMs *int64 `json:"max_hold_left_ms,omitempty"`
+
+	// MaxHoldMs The same number as `max_hold_left_ms`, under the name a request gives the limit itself; kept for clients that read it. Read `max_hold_left_ms`.
+	// Deprecated: read max_hold_left_ms, the same number under a name of its own
 	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
 
 	// Multilock The id of the multi-lock this hold belongs to. Only for a multi-lock's member.
@@ -706,7 +711,11 @@ type LockState struct {
 	// Example: orders.42
 	Lock LockName `json:"lock"`
 
-	// MaxHoldMs How much longer the watchdog renews the holder's lease, in milliseconds. Only while held by a watchdog lease.
+	// MaxHoldLeftMs How much longer the watchdog renews the holder's lease, in milliseconds (what is left of the `max_hold_ms` it was granted with). Only while held by a watchdog lease.
+	MaxHoldLeftMs *int64 `json:"max_hold_left_ms,omitempty"`
+
+	// MaxHoldMs The same number as `max_hold_left_ms`, under the name a request gives the limit itself; kept for clients that read it. Read `max_hold_left_ms`.
+	// Deprecated: read max_hold_left_ms, the same number under a name of its own
 	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
 
 	// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,

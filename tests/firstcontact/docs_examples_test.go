@@ -13,7 +13,7 @@ import (
 
 // transcriptDocs are the pages whose transcripts (console blocks marked <!-- test: transcript -->)
 // TestDocsTranscripts replays.
-var transcriptDocs = []string{"docs/api.md", "docs/lock-kinds.md", "docs/elections.md", "docs/operations.md"}
+var transcriptDocs = []string{"docs/api.md", "docs/waiting.md", "docs/lock-kinds.md", "docs/elections.md", "docs/operations.md"}
 
 // TestDocsTranscripts replays every transcript of transcriptDocs against one gateway on a real
 // redis-server, with curl and jq as the pages use them, and checks that each command prints what

@@ -756,6 +756,7 @@ export interface components {
              *     milliseconds after its grant, and the lease then runs out its last TTL. Defaults to
              *     the configured maximum (`LEASEGATE_MAX_HOLD`, 1 hour by default); more is refused
              *     (400), since a watchdog that stopped earlier than asked would surprise its holder.
+             *     `GET /locks/{name}` says how much of it is left, as `max_hold_left_ms`.
              * @example 600000
              */
             max_hold_ms?: number;
@@ -956,7 +957,13 @@ export interface components {
             watchdog: boolean;
             /**
              * Format: int64
-             * @description How much longer the watchdog renews it. Watchdog leases only.
+             * @description How much longer the watchdog renews it, in milliseconds (what is left of the `max_hold_ms` it was granted with). Watchdog leases only.
+             */
+            max_hold_left_ms?: number;
+            /**
+             * Format: int64
+             * @deprecated
+             * @description The same number as `max_hold_left_ms`, under the name a request gives the limit itself; kept for clients that read it. Read `max_hold_left_ms`.
              */
             max_hold_ms?: number;
             /** @description The id of the multi-lock this hold belongs to. Only for a multi-lock's member. */
@@ -1038,7 +1045,13 @@ export interface components {
             watchdog?: boolean;
             /**
              * Format: int64
-             * @description How much longer the watchdog renews the holder's lease, in milliseconds. Only while held by a watchdog lease.
+             * @description How much longer the watchdog renews the holder's lease, in milliseconds (what is left of the `max_hold_ms` it was granted with). Only while held by a watchdog lease.
+             */
+            max_hold_left_ms?: number;
+            /**
+             * Format: int64
+             * @deprecated
+             * @description The same number as `max_hold_left_ms`, under the name a request gives the limit itself; kept for clients that read it. Read `max_hold_left_ms`.
              */
             max_hold_ms?: number;
             /** @description The id of the multi-lock whose member this lock is (`/multilocks/{id}`). Only while held exclusively by a multi-lock. */
