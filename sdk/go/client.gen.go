@@ -413,6 +413,9 @@ type ElectionState struct {
 	LastEventId EventID         `json:"last_event_id"`
 	Leader      *ElectionLeader `json:"leader,omitempty"`
 	Led         bool            `json:"led"`
+
+	// Waiting In `GET /elections` listings only: the first 20 candidates of a led election, in line order, as a lock listing's `waiting` (no `mode`). Absent when none waits.
+	Waiting *[]ListedWaiter `json:"waiting,omitempty"`
 }
 
 // EventID The id of an election's event: its entry in the election's log (`<ms>-<seq>`), the `id`
@@ -2446,6 +2449,11 @@ type ClientInterface interface {
 	// ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
 	// of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
 	//
+	// A led election with candidates also names the first 20 of them, in line order, in
+	// `waiting`, as `GET /locks` names a lock's waiters; when some election of the page has
+	// candidates, the listing reads them by walking the page's election locks again, as
+	// `GET /locks` does (a candidate of an election that walk does not find is counted, not named).
+	//
 	// Corresponds with GET /elections (the `ListElections` operationId).
 	ListElections(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2982,6 +2990,11 @@ func (c *Client) AdminTop(ctx context.Context, reqEditors ...RequestEditorFn) (*
 // reads each one found with one script, which announces the end of a leader whose lease
 // ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
 // of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+//
+// A led election with candidates also names the first 20 of them, in line order, in
+// `waiting`, as `GET /locks` names a lock's waiters; when some election of the page has
+// candidates, the listing reads them by walking the page's election locks again, as
+// `GET /locks` does (a candidate of an election that walk does not find is counted, not named).
 //
 // Corresponds with GET /elections (the `ListElections` operationId).
 func (c *Client) ListElections(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5587,6 +5600,11 @@ type ClientWithResponsesInterface interface {
 	// reads each one found with one script, which announces the end of a leader whose lease
 	// ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
 	// of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+	//
+	// A led election with candidates also names the first 20 of them, in line order, in
+	// `waiting`, as `GET /locks` names a lock's waiters; when some election of the page has
+	// candidates, the listing reads them by walking the page's election locks again, as
+	// `GET /locks` does (a candidate of an election that walk does not find is counted, not named).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11043,6 +11061,11 @@ func (c *ClientWithResponses) AdminTopWithResponse(ctx context.Context, reqEdito
 // reads each one found with one script, which announces the end of a leader whose lease
 // ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
 // of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+//
+// A led election with candidates also names the first 20 of them, in line order, in
+// `waiting`, as `GET /locks` names a lock's waiters; when some election of the page has
+// candidates, the listing reads them by walking the page's election locks again, as
+// `GET /locks` does (a candidate of an election that walk does not find is counted, not named).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -588,6 +588,11 @@ export interface paths {
          *     reads each one found with one script, which announces the end of a leader whose lease
          *     ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
          *     of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+         *
+         *     A led election with candidates also names the first 20 of them, in line order, in
+         *     `waiting`, as `GET /locks` names a lock's waiters; when some election of the page has
+         *     candidates, the listing reads them by walking the page's election locks again, as
+         *     `GET /locks` does (a candidate of an election that walk does not find is counted, not named).
          */
         get: operations["listElections"];
         put?: never;
@@ -1221,6 +1226,8 @@ export interface components {
              */
             candidates: number;
             last_event_id: components["schemas"]["EventID"];
+            /** @description In `GET /elections` listings only: the first 20 candidates of a led election, in line order, as a lock listing's `waiting` (no `mode`). Absent when none waits. */
+            waiting?: components["schemas"]["ListedWaiter"][];
         };
         ElectionList: {
             /** @description The elections of this page, in name order. */
