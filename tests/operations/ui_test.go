@@ -388,10 +388,10 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 
 // TestUIDashboardWithAuthInHeadlessChromium runs the dashboard against a gateway with
 // LEASEGATE_AUTH_FILE: the page loads without a key and asks for one, shows the 401's detail for a
-// wrong key and the 403's for a key without admin, works with an admin key (listings and an
-// events stream, sent with Authorization), keeps the key across a reload of the tab, and forgets
-// it on request. Its screenshot of the key form with a refused key goes to
-// docs/ui-screenshot-auth.png when LEASEGATE_UI_SCREENSHOT=1.
+// wrong key and the 403's for a key without admin (once, though four listings answer it), works
+// with an admin key (listings and an events stream, sent with Authorization), keeps the key across
+// a reload of the tab, and forgets it on request. Its screenshot of the key form showing that 403
+// goes to docs/ui-screenshot-auth.png when LEASEGATE_UI_SCREENSHOT=1.
 func TestUIDashboardWithAuthInHeadlessChromium(t *testing.T) {
 	t.Parallel()
 	chromium := testkit.DebianTool(t, "chromium", "chromium", "chromium-browser")
@@ -434,13 +434,21 @@ func TestUIDashboardWithAuthInHeadlessChromium(t *testing.T) {
 		return uiState(dom) == "auth" && shown && strings.Contains(msg, "401") && strings.Contains(msg, "not known")
 	})
 	assert.Empty(t, uiEntries(dom, "lock"), "nothing listed")
-	uiScreenshot(t, b, dir, "ui-screenshot-auth.png")
 
-	// A key without the admin permission: the 403's detail, and a way to give another key.
+	// A key without the admin permission: the 403's detail, once (each listing answers it, and it
+	// shows in the key form, not again in the status line), and a way to give another key.
 	b.giveKey(ps["inspect-only"].Key)
 	dom = b.waitFor(uiTimeout, "the 403 detail of a key without admin", func(dom *html.Node) bool {
-		return uiState(dom) == "error" && strings.Contains(domText(domFind(dom, domByID("status"))), `lacks the "admin" permission`)
+		shown, msg := keyForm(dom)
+		return uiState(dom) == "error" && shown && strings.Contains(msg, `lacks the "admin" permission`)
 	})
+	_, msg := keyForm(dom)
+	assert.Equal(t, 1, strings.Count(msg, "403"), "the 403 said once: %q", msg)
+	for _, call := range []string{"GET /locks", "GET /semaphores", "GET /admin/top", "GET /elections"} {
+		assert.Contains(t, msg, call, "the calls it answered")
+	}
+	assert.Empty(t, domText(domFind(dom, domByID("status"))), "not in the status line too")
+	uiScreenshot(t, b, dir, "ui-screenshot-auth.png")
 	assert.False(t, domHasAttr(domFind(dom, domByID("key-state")), "hidden"), "the Forget key button shows")
 	b.click("forget-key")
 	b.waitFor(uiTimeout, "the key form again", func(dom *html.Node) bool {

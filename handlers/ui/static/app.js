@@ -105,20 +105,41 @@
     return h;
   }
 
-  // ApiError is a refused or failed call; status is 0 when the gateway did not answer.
+  // ApiError is a refused or failed call; status is 0 when the gateway did not answer. what is
+  // the call ("GET /locks?…"), problem what went wrong, the same for every call refused alike.
   class ApiError extends Error {
-    constructor(message, status) {
-      super(message);
+    constructor(what, problem, status, requestId) {
+      super(`${what}: ${problem}` + (requestId ? ` (request ${requestId})` : ""));
+      this.what = what;
+      this.problem = problem;
       this.status = status;
     }
   }
 
-  function problemMessage(method, path, res, p) {
-    let msg = `${method} ${path}: ${res.status} ${p.title || res.statusText}`;
+  function problemText(res, p) {
+    let msg = `${res.status} ${p.title || res.statusText}`;
     if (p.detail) msg += `: ${p.detail}`;
     for (const ip of p.invalid_params || []) msg += `; ${ip.name} ${ip.reason}`;
-    if (p.request_id) msg += ` (request ${p.request_id})`;
     return msg;
+  }
+
+  function problemMessage(method, path, res, p) {
+    return new ApiError(`${method} ${path}`, problemText(res, p), res.status, p.request_id).message;
+  }
+
+  // errorsText says what went wrong with several calls, once per kind of problem: a key without a
+  // permission gets the same 403 from every listing, said once, with the calls it answered.
+  function errorsText(errors) {
+    const byProblem = new Map();
+    for (const e of errors) {
+      if (!(e instanceof ApiError)) {
+        byProblem.set(String(e), []);
+        continue;
+      }
+      if (!byProblem.has(e.problem)) byProblem.set(e.problem, []);
+      byProblem.get(e.problem).push(e.what.replace(/\?.*$/, ""));
+    }
+    return [...byProblem].map(([problem, calls]) => (calls.length ? `${calls.join(", ")}: ${problem}` : problem)).join(" · ");
   }
 
   // call sends one API request and returns its JSON body; a problem+json answer (or no answer)
@@ -128,7 +149,7 @@
     try {
       res = await fetch(path, { method, headers: headers("application/json"), cache: "no-store" });
     } catch (err) {
-      throw new ApiError(`${method} ${path}: the gateway did not answer (${err.message})`, 0);
+      throw new ApiError(`${method} ${path}`, `the gateway did not answer (${err.message})`, 0);
     }
     const text = await res.text();
     let data = null;
@@ -137,8 +158,8 @@
     } catch {
       data = null;
     }
-    if (!res.ok) throw new ApiError(problemMessage(method, path, res, data || {}), res.status);
-    if (data === null) throw new ApiError(`${method} ${path}: the answer is not JSON`, res.status);
+    if (!res.ok) throw new ApiError(`${method} ${path}`, problemText(res, data || {}), res.status, data?.request_id);
+    if (data === null) throw new ApiError(`${method} ${path}`, "the answer is not JSON", res.status);
     return data;
   }
 
@@ -657,10 +678,12 @@
         askForKey(unauthenticated.reason.message);
         return;
       }
-      const errors = results.filter((r) => r.status === "rejected").map((r) => r.reason.message);
-      // The key form stays until a call succeeds (a key without admin gets 403s: say so there too).
+      const errors = results.filter((r) => r.status === "rejected").map((r) => r.reason);
+      // The key form stays until a call succeeds: a key without admin gets 403s, said there (once)
+      // rather than in the status line too.
       if (errors.length < results.length) $("auth").hidden = true;
-      else if (!$("auth").hidden) $("auth-error").textContent = errors.join(" · ");
+      const inForm = !$("auth").hidden;
+      if (inForm) $("auth-error").textContent = errorsText(errors);
       if (top.status === "fulfilled") {
         longHoldMs = typeof top.value.long_hold_ms === "number" ? top.value.long_hold_ms : null;
         $("threshold").textContent = longHoldMs === null ? "?" : duration(longHoldMs);
@@ -693,7 +716,7 @@
         ),
       );
       syncStreams();
-      if (errors.length) setStatus("error", errors.join(" · "), "refresh");
+      if (errors.length && !inForm) setStatus("error", errorsText(errors), "refresh");
       else clearStatus("refresh");
       body.dataset.state = locks.status === "fulfilled" && sems.status === "fulfilled" ? "ready" : "error";
       $("updated").textContent = new Date().toLocaleTimeString();
