@@ -1,6 +1,7 @@
 package firstcontact
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -38,10 +39,9 @@ func TestDocsTranscripts(t *testing.T) {
 			r := e.Client.Do(http.MethodGet, list.path, nil, "")
 			entries, _ := r.JSON()[list.field].([]any)
 			for _, entry := range entries {
-				if c, ok := entry.(map[string]any)[list.count].(interface{ Int64() (int64, error) }); ok {
-					v, _ := c.Int64()
-					n += v
-				}
+				c, _ := entry.(map[string]any)[list.count].(json.Number)
+				v, _ := c.Int64()
+				n += v
 			}
 		}
 		return n
