@@ -127,12 +127,15 @@ type ElectionLeader struct {
 // ElectionState is the body of GET /elections/{name}. Leader is absent while nobody leads;
 // Candidates counts those waiting in line; LastEventID is the id of the election's last event
 // ("0-0": none yet), after which GET /elections/{name}/events with Last-Event-ID goes on.
+// Waiting, in GET /elections listings only, names the first 20 candidates of a led election, in
+// line order, as a lock listing names its waiters.
 type ElectionState struct {
 	Election    string          `json:"election"`
 	Led         bool            `json:"led"`
 	Leader      *ElectionLeader `json:"leader,omitempty"`
 	Candidates  int64           `json:"candidates"`
 	LastEventID string          `json:"last_event_id"`
+	Waiting     []ListedWaiter  `json:"waiting,omitempty"`
 }
 
 // ElectionForceRelease is the body of DELETE /elections/{name}?force=true.

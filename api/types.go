@@ -87,14 +87,18 @@ type Holder struct {
 	Holds    int64  `json:"holds"`
 	TTLms    int64  `json:"ttl_ms"`
 	Watchdog bool   `json:"watchdog"`
-	// MaxHoldms is how much longer the watchdog renews the lease (watchdog leases only).
+	// MaxHoldLeftms is how much longer the watchdog renews the lease (watchdog leases only).
+	MaxHoldLeftms *int64 `json:"max_hold_left_ms,omitempty"`
+	// MaxHoldms is MaxHoldLeftms again, under the name a request gives the limit itself: the wire
+	// name answers used before max_hold_left_ms, deprecated in openapi.yaml, kept for clients that
+	// read it.
 	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
 	// Multilock is the id of the multi-lock the hold belongs to (a multi-lock's member only).
 	Multilock string `json:"multilock,omitempty"`
 }
 
 // LockState is the body of GET /locks/{name}. Mode is present while it is held; the exclusive
-// holder's fields (Owner to MaxHoldms) only while it is held exclusively; Holders and HolderCount
+// holder's fields (Owner to Multilock) only while it is held exclusively; Holders and HolderCount
 // only while shared holds exist; Yours only when the request carried a Lease-Token.
 type LockState struct {
 	Lock     string `json:"lock"`
@@ -106,7 +110,11 @@ type LockState struct {
 	TTLms    *int64 `json:"ttl_ms,omitempty"`
 	Waiters  int64  `json:"waiters"`
 	Watchdog *bool  `json:"watchdog,omitempty"`
-	// MaxHoldms is how much longer the watchdog renews the lease (watchdog leases only).
+	// MaxHoldLeftms is how much longer the watchdog renews the lease (watchdog leases only).
+	MaxHoldLeftms *int64 `json:"max_hold_left_ms,omitempty"`
+	// MaxHoldms is MaxHoldLeftms again, under the name a request gives the limit itself: the wire
+	// name answers used before max_hold_left_ms, deprecated in openapi.yaml, kept for clients that
+	// read it.
 	MaxHoldms *int64 `json:"max_hold_ms,omitempty"`
 	// Multilock is the id of the multi-lock the exclusive holder is (a multi-lock's member only).
 	Multilock string `json:"multilock,omitempty"`

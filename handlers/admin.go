@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -127,11 +128,39 @@ func (h *adminHandlers) listElections(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
+	candidates, err := h.candidates(r.Context(), states, prefix, cursor, limit)
+	if err != nil {
+		writeError(w, r, h.log, err)
+		return
+	}
 	body := api.ElectionList{Elections: make([]api.ElectionState, 0, len(states)), NextCursor: next}
 	for _, st := range states {
-		body.Elections = append(body.Elections, electionStateBody(st))
+		e := electionStateBody(st)
+		e.Waiting = candidates[st.Election]
+		body.Elections = append(body.Elections, e)
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// candidates names the candidates in line of the led elections among states, by election: the
+// lines as a listing of the elections' locks reads them (List walks the same keys with the same
+// cursor, so it finds the same page). It costs that walk only when some election has candidates.
+// An election that walk does not show (vacant, or gone meanwhile) keeps its count without names.
+func (h *adminHandlers) candidates(ctx context.Context, states []lockcore.ElectionState, prefix, cursor string, limit int) (map[string][]api.ListedWaiter, error) {
+	if !slices.ContainsFunc(states, func(st lockcore.ElectionState) bool { return st.Candidates > 0 }) {
+		return nil, nil
+	}
+	held, _, err := h.admin.List(ctx, lockcore.KindElection, prefix, cursor, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]api.ListedWaiter{}
+	for _, st := range held {
+		if len(st.Waiting) > 0 {
+			out[st.Ref.Name] = listedWaiters(st.Waiting, false)
+		}
+	}
+	return out, nil
 }
 
 // listedHolders lists st's holders for a listing: the exclusive one, then the shared ones; modes

@@ -224,7 +224,8 @@ func lockStateBody(name string, st lockcore.State) api.LockState {
 		body.Owner, body.Fence, body.Holds = x.Owner, x.Fence, x.Holds
 		body.TTLms, body.Watchdog = ptr(x.TTL.Milliseconds()), ptr(x.Watchdog)
 		if x.Watchdog {
-			body.MaxHoldms = ptr(x.HoldLeft.Milliseconds())
+			body.MaxHoldLeftms = ptr(x.HoldLeft.Milliseconds())
+			body.MaxHoldms = body.MaxHoldLeftms // deprecated name, kept for older clients
 		}
 		body.Multilock = lockcore.GroupOf(x.Lease)
 	} else if st.SharedCount > 0 {
@@ -244,7 +245,8 @@ func holders(hs []lockcore.Holder) []api.Holder {
 		a := api.Holder{Owner: h.Owner, Fence: h.Fence, Holds: h.Holds, TTLms: h.TTL.Milliseconds(), Watchdog: h.Watchdog,
 			Multilock: lockcore.GroupOf(h.Lease)}
 		if h.Watchdog {
-			a.MaxHoldms = ptr(h.HoldLeft.Milliseconds())
+			a.MaxHoldLeftms = ptr(h.HoldLeft.Milliseconds())
+			a.MaxHoldms = a.MaxHoldLeftms // deprecated name, kept for older clients
 		}
 		out = append(out, a)
 	}

@@ -235,6 +235,7 @@ type AcquireRequest struct {
 	// milliseconds after its grant, and the lease then runs out its last TTL. Defaults to
 	// the configured maximum (`LEASEGATE_MAX_HOLD`, 1 hour by default); more is refused
 	// (400), since a watchdog that stopped earlier than asked would surprise its holder.
+	// `GET /locks/{name}` says how much of it is left, as `max_hold_left_ms`.
 	//
 	//
 	// Example: 600000
@@ -412,6 +413,9 @@ type ElectionState struct {
 	LastEventId EventID         `json:"last_event_id"`
 	Leader      *ElectionLeader `json:"leader,omitempty"`
 	Led         bool            `json:"led"`
+
+	// Waiting In `GET /elections` listings only: the first 20 candidates of a led election, in line order, as a lock listing's `waiting` (no `mode`). Absent when none waits.
+	Waiting *[]ListedWaiter `json:"waiting,omitempty"`
 }
 
 // EventID The id of an election's event: its entry in the election's log (`<ms>-<seq>`), the `id`
@@ -502,7 +506,11 @@ type Holder struct {
 	Fence int64 `json:"fence"`
 	Holds int64 `json:"holds"`
 
-	// MaxHoldMs How much longer the watchdog renews it. Watchdog leases only.
+	// MaxHoldLeftMs How much longer the watchdog renews it, in milliseconds (what is left of the `max_hold_ms` it was granted with). Watchdog leases only.
+	MaxHoldLeftMs *int64 `json:"max_hold_left_ms,omitempty"`
+
+	// MaxHoldMs The same number as `max_hold_left_ms`, under the name a request gives the limit itself; kept for clients that read it. Read `max_hold_left_ms`.
+	// Deprecated: read max_hold_left_ms, the same number under a name of its own
 	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
 
 	// Multilock The id of the multi-lock this hold belongs to. Only for a multi-lock's member.
@@ -706,7 +714,11 @@ type LockState struct {
 	// Example: orders.42
 	Lock LockName `json:"lock"`
 
-	// MaxHoldMs How much longer the watchdog renews the holder's lease, in milliseconds. Only while held by a watchdog lease.
+	// MaxHoldLeftMs How much longer the watchdog renews the holder's lease, in milliseconds (what is left of the `max_hold_ms` it was granted with). Only while held by a watchdog lease.
+	MaxHoldLeftMs *int64 `json:"max_hold_left_ms,omitempty"`
+
+	// MaxHoldMs The same number as `max_hold_left_ms`, under the name a request gives the limit itself; kept for clients that read it. Read `max_hold_left_ms`.
+	// Deprecated: read max_hold_left_ms, the same number under a name of its own
 	MaxHoldMs *int64 `json:"max_hold_ms,omitempty"`
 
 	// Mode How the lock is held: `exclusive` (one holder) or `shared` (any number of shared holders,
@@ -2437,6 +2449,11 @@ type ClientInterface interface {
 	// ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
 	// of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
 	//
+	// A led election with candidates also names the first 20 of them, in line order, in
+	// `waiting`, as `GET /locks` names a lock's waiters; when some election of the page has
+	// candidates, the listing reads them by walking the page's election locks again, as
+	// `GET /locks` does (a candidate of an election that walk does not find is counted, not named).
+	//
 	// Corresponds with GET /elections (the `ListElections` operationId).
 	ListElections(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2973,6 +2990,11 @@ func (c *Client) AdminTop(ctx context.Context, reqEditors ...RequestEditorFn) (*
 // reads each one found with one script, which announces the end of a leader whose lease
 // ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
 // of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+//
+// A led election with candidates also names the first 20 of them, in line order, in
+// `waiting`, as `GET /locks` names a lock's waiters; when some election of the page has
+// candidates, the listing reads them by walking the page's election locks again, as
+// `GET /locks` does (a candidate of an election that walk does not find is counted, not named).
 //
 // Corresponds with GET /elections (the `ListElections` operationId).
 func (c *Client) ListElections(ctx context.Context, params *ListElectionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5578,6 +5600,11 @@ type ClientWithResponsesInterface interface {
 	// reads each one found with one script, which announces the end of a leader whose lease
 	// ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
 	// of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+	//
+	// A led election with candidates also names the first 20 of them, in line order, in
+	// `waiting`, as `GET /locks` names a lock's waiters; when some election of the page has
+	// candidates, the listing reads them by walking the page's election locks again, as
+	// `GET /locks` does (a candidate of an election that walk does not find is counted, not named).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11034,6 +11061,11 @@ func (c *ClientWithResponses) AdminTopWithResponse(ctx context.Context, reqEdito
 // reads each one found with one script, which announces the end of a leader whose lease
 // ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
 // of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+//
+// A led election with candidates also names the first 20 of them, in line order, in
+// `waiting`, as `GET /locks` names a lock's waiters; when some election of the page has
+// candidates, the listing reads them by walking the page's election locks again, as
+// `GET /locks` does (a candidate of an election that walk does not find is counted, not named).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -591,8 +591,9 @@ class MultiLockGrant:
 class Holder:
     """One shared holder (a lock's reader, a semaphore's permit) as ``GET`` lists it.
 
-    ``ttl_ms`` is what its lease has left; ``max_hold_ms`` (watchdog leases only) how much longer
-    the gateway renews it; ``multilock`` the id of the multi-lock the hold belongs to, if any.
+    ``ttl_ms`` is what its lease has left; ``max_hold_left_ms`` (watchdog leases only) how much
+    longer the gateway renews it (``max_hold_ms`` is the same number under its deprecated name);
+    ``multilock`` the id of the multi-lock the hold belongs to, if any.
     """
 
     owner: str
@@ -602,6 +603,7 @@ class Holder:
     watchdog: bool
     max_hold_ms: int | None = None
     multilock: str | None = None
+    max_hold_left_ms: int | None = None
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Holder:
@@ -614,7 +616,13 @@ class Holder:
             watchdog=bool(d.get("watchdog", False)),
             max_hold_ms=_int_or_none(d.get("max_hold_ms")),
             multilock=_str_or_none(d.get("multilock")),
+            max_hold_left_ms=_max_hold_left(d),
         )
+
+
+def _max_hold_left(d: Mapping[str, Any]) -> int | None:
+    """``max_hold_left_ms``, or from a gateway that predates it the same number as ``max_hold_ms``."""
+    return _int_or_none(d.get("max_hold_left_ms", d.get("max_hold_ms")))
 
 
 def _holders(v: object) -> tuple[Holder, ...]:
@@ -629,7 +637,8 @@ class LockState:
 
     ``mode`` is set while it is held (``"exclusive"`` while an exclusive hold exists). ``owner``,
     ``fence``, ``holds``, ``ttl_ms`` (remaining) and ``watchdog`` describe the exclusive holder
-    and are set only while it is held exclusively, ``max_hold_ms`` only for a watchdog lease,
+    and are set only while it is held exclusively, ``max_hold_left_ms`` (how much longer the
+    gateway renews the lease; ``max_hold_ms`` is its deprecated name) only for a watchdog lease,
     ``multilock`` (the group's id) only while a multi-lock holds it.
     ``holders`` (the first 100, soonest to expire first) and ``holder_count`` describe the shared
     holders (empty and 0 when there are none). ``yours`` is set only when a token was sent.
@@ -649,6 +658,7 @@ class LockState:
     holders: tuple[Holder, ...] = ()
     holder_count: int = 0
     multilock: str | None = None
+    max_hold_left_ms: int | None = None
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> LockState:
@@ -669,6 +679,7 @@ class LockState:
             holders=_holders(d.get("holders")),
             holder_count=_int_or_none(d.get("holder_count")) or 0,
             multilock=_str_or_none(d.get("multilock")),
+            max_hold_left_ms=_max_hold_left(d),
         )
 
 

@@ -24,7 +24,8 @@ func TestWatchdogKeepsLeaseAlive(t *testing.T) {
 
 	st := e.Client.Do(http.MethodGet, "/locks/wd", nil, "")
 	assert.Equal(t, true, st.JSON()["watchdog"])
-	assert.Greater(t, st.Int("max_hold_ms"), int64(3500*1000-5000), "default max hold is LEASEGATE_MAX_HOLD (1 h)")
+	assert.Greater(t, st.Int("max_hold_left_ms"), int64(3500*1000-5000), "default max hold is LEASEGATE_MAX_HOLD (1 h)")
+	assert.Equal(t, st.Int("max_hold_left_ms"), st.Int("max_hold_ms"), "the deprecated name carries the same number")
 
 	// Explicit renew and re-entry work on watchdog leases.
 	tok := r.Str("token")
@@ -172,7 +173,7 @@ func TestMaxHoldNeedsWatchdogAndIsCapped(t *testing.T) {
 	}
 	r := e.Client.Do(http.MethodPost, "/locks/x", nil, testkit.WatchdogBody("w", 30000, ""))
 	require.Equal(t, http.StatusCreated, r.Status)
-	left := e.Client.Do(http.MethodGet, "/locks/x", nil, "").Int("max_hold_ms")
+	left := e.Client.Do(http.MethodGet, "/locks/x", nil, "").Int("max_hold_left_ms")
 	assert.LessOrEqual(t, left, int64(600000))
 	assert.Greater(t, left, int64(500000))
 }

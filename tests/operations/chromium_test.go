@@ -2,9 +2,11 @@ package operations
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,8 +28,9 @@ import (
 // virtual clock stands still while a request is open). Its methods fail t; call them from the
 // test's goroutine only.
 type browser struct {
-	t       *testing.T
-	session string // the page's DevTools session
+	t             *testing.T
+	session       string // the page's DevTools session
+	width, height int    // the page's viewport, in CSS pixels
 
 	out  *os.File // our end of chromium's fd 3
 	done chan struct{}
@@ -50,8 +53,8 @@ type cdpMessage struct {
 	} `json:"error,omitempty"`
 }
 
-// newBrowser starts chromium on a fresh profile in dir with a 1280x800 page; it is killed, with
-// its helper processes, when t ends.
+// newBrowser starts chromium on a fresh profile in dir with a 1280x800 page (see viewport); it is
+// killed, with its helper processes, when t ends.
 func newBrowser(t *testing.T, chromium, dir string) *browser {
 	t.Helper()
 	profile, err := os.MkdirTemp(dir, "chromium-profile-")
@@ -105,8 +108,15 @@ func newBrowser(t *testing.T, chromium, dir string) *browser {
 	b.session = attached.SessionID
 	b.do("Runtime.enable", nil)
 	b.do("Page.enable", nil)
-	b.do("Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": false})
+	b.viewport(1280, 800)
 	return b
+}
+
+// viewport sizes the page's window: width x height CSS pixels.
+func (b *browser) viewport(width, height int) {
+	b.t.Helper()
+	b.do("Emulation.setDeviceMetricsOverride", map[string]any{"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false})
+	b.width, b.height = width, height
 }
 
 // read hands each answer to its caller and keeps the page's exceptions, until chromium's end of
@@ -260,7 +270,8 @@ func (b *browser) click(id string) {
 	b.eval(fmt.Sprintf(`document.getElementById(%q).click()`, id), nil)
 }
 
-// screenshot writes a PNG of the whole page, 1280 pixels wide, to path and returns its height.
+// screenshot writes a PNG of the whole page, as wide as the viewport, to path and returns its
+// height.
 func (b *browser) screenshot(path string) int {
 	b.t.Helper()
 	var metrics struct {
@@ -269,16 +280,43 @@ func (b *browser) screenshot(path string) int {
 		} `json:"cssContentSize"`
 	}
 	b.call(b.session, "Page.getLayoutMetrics", nil, &metrics)
-	height := max(800, int(metrics.CSSContentSize.Height+0.5))
+	height := max(b.height, int(metrics.CSSContentSize.Height+0.5))
 	var shot struct {
 		Data string `json:"data"`
 	}
 	b.call(b.session, "Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true,
-		"clip": map[string]any{"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1}}, &shot)
+		"clip": map[string]any{"x": 0, "y": 0, "width": b.width, "height": height, "scale": 1}}, &shot)
 	png, err := base64.StdEncoding.DecodeString(shot.Data)
 	require.NoError(b.t, err)
 	require.NoError(b.t, os.WriteFile(path, png, 0o644))
 	return height
+}
+
+// colour returns the average colour, red, green and blue from 0 to 255, that the page draws in
+// the box of the first element matching the CSS selector.
+func (b *browser) colour(selector string) (red, green, blue float64) {
+	b.t.Helper()
+	var box struct{ X, Y, Width, Height float64 }
+	b.eval(fmt.Sprintf(`(() => { const r = document.querySelector(%q).getBoundingClientRect();
+		return {x: r.x + scrollX, y: r.y + scrollY, width: r.width, height: r.height}; })()`, selector), &box)
+	require.Positive(b.t, box.Width*box.Height, "%s has no box", selector)
+	var shot struct {
+		Data string `json:"data"`
+	}
+	b.call(b.session, "Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true,
+		"clip": map[string]any{"x": box.X, "y": box.Y, "width": box.Width, "height": box.Height, "scale": 1}}, &shot)
+	raw, err := base64.StdEncoding.DecodeString(shot.Data)
+	require.NoError(b.t, err)
+	img, err := png.Decode(bytes.NewReader(raw))
+	require.NoError(b.t, err)
+	n := 0.0
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			red, green, blue, n = red+float64(r>>8), green+float64(g>>8), blue+float64(bl>>8), n+1
+		}
+	}
+	return red / n, green / n, blue / n
 }
 
 // exceptionsSoFar returns the page's uncaught exceptions.

@@ -59,15 +59,18 @@ func (w *waiters) start(c *harness.Client, method, path string, h harness.Header
 
 // TestUIDashboardInHeadlessChromium holds locks and semaphores of each kind through the API (a
 // long exclusive hold whose owner looks like HTML, a shared lock of two readers, a lock with a
-// waiter, a watchdog lease, a semaphore with its permits used up and a waiter, a multi-lock and a
-// second one waiting for one of its members) and two elections (one whose leader's value looks
-// like HTML, with a candidate in line), opens GET /ui in headless chromium (driven over the
-// DevTools protocol, in real time, with its events streams) and checks the page: every holder of
-// each name, who waits and since when, the semaphores in their own table, the multi-locks'
-// groups, the long hold highlighted, the top lists with kinds, the elections' leaders with their
-// values as text. It then changes locks and elections and checks the Live events panel shows the
-// changes, from a stream (a lock someone waits for, an election with a candidate: a new value, a
-// resignation and the candidate's election) and from the listings (a lock no stream follows). Its screenshot of the page goes to docs/ui-screenshot.png
+// waiter, a watchdog lease, a semaphore with its permits used up and a waiter, one with permits
+// free, a multi-lock and a second one waiting for one of its members) and two elections (one
+// whose leader's value looks like HTML, with a candidate in line), opens GET /ui in headless
+// chromium in a 1400x1000 window (driven over the DevTools protocol, in real time, with its
+// events streams) and checks the page: every holder of each name, who waits and since when, the
+// fences in groups of digits, the semaphores in their own table (a full one's bar not green, as
+// drawn), the multi-locks' groups, the long hold highlighted, the top lists with kinds (Most
+// contended saying it is this replica's), the elections' leaders with their values as text and
+// their candidates named. It then changes locks and elections and checks the Live events panel
+// shows the changes, in view without scrolling, from a stream (a lock someone waits for, an
+// election with a candidate: a new value, a resignation and the candidate's election) and from the
+// listings (a lock no stream follows). Its screenshot of the page goes to docs/ui-screenshot.png
 // when LEASEGATE_UI_SCREENSHOT=1 (else into the test's temp dir).
 func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	t.Parallel()
@@ -118,6 +121,8 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	harness.Eventually(t, 10*time.Second, "a waiter queued on pool.gpu", func() bool {
 		return c.Do(http.MethodGet, "/semaphores/pool.gpu", nil, "").Int("waiters") == 1
 	})
+	r = c.Do(http.MethodPost, "/semaphores/pool.cpu", nil, testkit.PermitBody("cpu-job-1", 4, 120000, 0))
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
 
 	train := testkit.LockAll(c, "release-train", []string{"deploy.eu", "deploy.us"}, 120000, 0, "")
 	require.Equal(t, http.StatusCreated, train.Status, string(train.Body))
@@ -139,10 +144,11 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 
 	dir := t.TempDir()
 	b := newBrowser(t, chromium, dir)
+	b.viewport(1400, 1000)
 	b.open(e.Gateway.URL + "/ui")
 	dom := b.waitFor(uiTimeout, "the page listing everything, with a stream on orders.42 and on scheduler", func(dom *html.Node) bool {
 		locks := uiEntries(dom, "lock")
-		return uiState(dom) == "ready" && len(locks) == 6 && len(uiEntries(dom, "semaphore")) == 1 &&
+		return uiState(dom) == "ready" && len(locks) == 6 && len(uiEntries(dom, "semaphore")) == 2 &&
 			len(uiEntries(dom, "election")) == 2 && domAttr(locks["orders.42"], "data-live") == "true" &&
 			domAttr(uiEntries(dom, "election")["scheduler"], "data-live") == "true"
 	})
@@ -178,6 +184,16 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	}
 	assert.Equal(t, "8.0 s", domText(domFind(dom, domByID("threshold"))), "the threshold, from GET /admin/top")
 
+	// Fences in groups of three digits; the groups a fence shares with the one in the row above are
+	// dimmed. The table's first row has none above; the second reader's fence shares its leading
+	// groups with the first's (granted a moment apart) and not its last.
+	for name, tb := range locks {
+		for _, tr := range uiHolders(tb) {
+			uiCheckFenceDigits(t, name, tr)
+		}
+	}
+	assert.Empty(t, domFindAll(uiHolders(locks["billing.nightly"])[0], uiByClass("span", "same")), "the first row has no fence above")
+
 	// A shared lock: every holder, each with its fence, mode and TTL.
 	readers := uiHolders(locks["reports.price-table"])
 	require.Len(t, readers, 2, "one row per reader")
@@ -191,6 +207,11 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 		assert.Regexp(t, `^(1m \d\ds|2m)$`, uiCell(tr, "ttl"), "TTL left of a 120 s lease")
 	}
 	assert.ElementsMatch(t, []string{"report-reader-1", "report-reader-2"}, readerOwners)
+	digits := domFindAll(readers[1], uiByClass("span", "g"))
+	if assert.NotEmpty(t, digits) {
+		assert.True(t, domHasClass(digits[0], "same"), "the second reader's fence shares its first digits with the first's")
+		assert.False(t, domHasClass(digits[len(digits)-1], "same"), "and not its last")
+	}
 
 	// Who waits, and since when.
 	assert.Equal(t, "orders-worker-1", uiCell(uiHolders(locks["orders.42"])[0], "owner"))
@@ -240,6 +261,14 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	pool := sems["pool.gpu"]
 	require.NotNil(t, pool)
 	assert.Equal(t, "2 / 2", domText(domFind(pool, uiByClass("td", "permits"))))
+	assert.Equal(t, "true", domAttr(domFind(pool, uiByClass("td", "permits")), "data-full"))
+	assert.Equal(t, "1 / 4", domText(domFind(sems["pool.cpu"], uiByClass("td", "permits"))))
+	assert.Equal(t, "false", domAttr(domFind(sems["pool.cpu"], uiByClass("td", "permits")), "data-full"))
+	// As drawn: a full semaphore's bar is not green (red over green), one with permits free is.
+	red, green, _ := b.colour(`tbody.entry[data-name="pool.gpu"] meter`)
+	assert.Greater(t, red, green+30, "pool.gpu is full: its bar (average colour %.0f,%.0f) is not green", red, green)
+	red, green, _ = b.colour(`tbody.entry[data-name="pool.cpu"] meter`)
+	assert.Greater(t, green, red, "pool.cpu has permits free: its bar (average colour %.0f,%.0f) is green", red, green)
 	var jobs []string
 	for i, tr := range uiHolders(pool) {
 		jobs = append(jobs, uiCell(tr, "owner"))
@@ -262,6 +291,7 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 		assert.Equal(t, "deploy.production", domAttr(longest[0], "data-lock"))
 		assert.True(t, domHasClass(longest[0], "long-hold"))
 	}
+	assert.Contains(t, domText(domFind(dom, domByID("window"))), "this replica", "Most contended says whose counts it shows")
 	contended := map[string]*html.Node{}
 	for _, li := range domFindAll(domFind(dom, domByID("most-contended")), func(n *html.Node) bool { return n.Data == "li" }) {
 		contended[domAttr(li, "data-lock")] = li
@@ -288,7 +318,13 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 		assert.Equal(t, sched.Str("since"), domAttr(tm, "datetime"))
 	}
 	assert.Regexp(t, `^(1m \d\ds|2m)$`, uiCell(leaders[0], "ttl"), "TTL left of a 120 s lease")
-	assert.Equal(t, "1 waiting", uiCell(leaders[0], "candidates"))
+	// Its candidates, named as a lock's waiters are, with their arrival.
+	assert.True(t, strings.HasPrefix(uiCell(leaders[0], "candidates"), "1 candidate"), "candidates cell: %q", uiCell(leaders[0], "candidates"))
+	if cands := uiWaiting(elections["scheduler"]); assert.Len(t, cands, 1) {
+		assert.Equal(t, "sched-2", domAttr(cands[0], "data-owner"))
+		assert.Empty(t, domAttr(cands[0], "data-mode"), "a candidate has no mode")
+		uiSince(t, cands[0])
+	}
 	assert.Equal(t, "true", domAttr(elections["scheduler"], "data-led"))
 	cacheLeader := uiHolders(elections["cache.primary"])
 	require.Len(t, cacheLeader, 1)
@@ -331,6 +367,15 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 	})
 	granted := uiEvent(dom, "granted", "events.fresh", freshFence)
 	assert.Equal(t, "listing", domAttr(granted, "data-source"))
+	// In a 1400x1000 window the Live events panel and its newest event are in view unscrolled.
+	var view struct {
+		ScrollY, Width, Height, Top, Bottom, Left, Right float64
+	}
+	b.eval(`(() => { const r = document.querySelector("#events li").getBoundingClientRect();
+		return {scrollY, width: innerWidth, height: innerHeight, top: r.top, bottom: r.bottom, left: r.left, right: r.right}; })()`, &view)
+	assert.Zero(t, view.ScrollY)
+	assert.True(t, view.Top >= 0 && view.Bottom <= view.Height && view.Left >= 0 && view.Right <= view.Width,
+		"the newest live event is in view at 1400x1000 without scrolling: %+v", view)
 	assert.Equal(t, "newcomer", domAttr(granted, "data-owner"))
 	assert.Equal(t, "listing", domAttr(uiEvent(dom, "ended", "events.fresh", freshFence), "data-source"))
 
@@ -388,10 +433,10 @@ func TestUIDashboardInHeadlessChromium(t *testing.T) {
 
 // TestUIDashboardWithAuthInHeadlessChromium runs the dashboard against a gateway with
 // LEASEGATE_AUTH_FILE: the page loads without a key and asks for one, shows the 401's detail for a
-// wrong key and the 403's for a key without admin, works with an admin key (listings and an
-// events stream, sent with Authorization), keeps the key across a reload of the tab, and forgets
-// it on request. Its screenshot of the key form with a refused key goes to
-// docs/ui-screenshot-auth.png when LEASEGATE_UI_SCREENSHOT=1.
+// wrong key and the 403's for a key without admin (once, though four listings answer it), works
+// with an admin key (listings and an events stream, sent with Authorization), keeps the key across
+// a reload of the tab, and forgets it on request. Its screenshot of the key form showing that 403
+// goes to docs/ui-screenshot-auth.png when LEASEGATE_UI_SCREENSHOT=1.
 func TestUIDashboardWithAuthInHeadlessChromium(t *testing.T) {
 	t.Parallel()
 	chromium := testkit.DebianTool(t, "chromium", "chromium", "chromium-browser")
@@ -434,13 +479,21 @@ func TestUIDashboardWithAuthInHeadlessChromium(t *testing.T) {
 		return uiState(dom) == "auth" && shown && strings.Contains(msg, "401") && strings.Contains(msg, "not known")
 	})
 	assert.Empty(t, uiEntries(dom, "lock"), "nothing listed")
-	uiScreenshot(t, b, dir, "ui-screenshot-auth.png")
 
-	// A key without the admin permission: the 403's detail, and a way to give another key.
+	// A key without the admin permission: the 403's detail, once (each listing answers it, and it
+	// shows in the key form, not again in the status line), and a way to give another key.
 	b.giveKey(ps["inspect-only"].Key)
 	dom = b.waitFor(uiTimeout, "the 403 detail of a key without admin", func(dom *html.Node) bool {
-		return uiState(dom) == "error" && strings.Contains(domText(domFind(dom, domByID("status"))), `lacks the "admin" permission`)
+		shown, msg := keyForm(dom)
+		return uiState(dom) == "error" && shown && strings.Contains(msg, `lacks the "admin" permission`)
 	})
+	_, msg := keyForm(dom)
+	assert.Equal(t, 1, strings.Count(msg, "403"), "the 403 said once: %q", msg)
+	for _, call := range []string{"GET /locks", "GET /semaphores", "GET /admin/top", "GET /elections"} {
+		assert.Contains(t, msg, call, "the calls it answered")
+	}
+	assert.Empty(t, domText(domFind(dom, domByID("status"))), "not in the status line too")
+	uiScreenshot(t, b, dir, "ui-screenshot-auth.png")
 	assert.False(t, domHasAttr(domFind(dom, domByID("key-state")), "hidden"), "the Forget key button shows")
 	b.click("forget-key")
 	b.waitFor(uiTimeout, "the key form again", func(dom *html.Node) bool {
@@ -507,7 +560,7 @@ func uiValueBody(value string) string {
 	return string(b)
 }
 
-// uiScreenshot takes a screenshot of the whole page, 1280 pixels wide, into docs/ when
+// uiScreenshot takes a screenshot of the whole page, as wide as its viewport, into docs/ when
 // LEASEGATE_UI_SCREENSHOT=1, else into dir, and checks it is one.
 func uiScreenshot(t *testing.T, b *browser, dir, name string) {
 	t.Helper()
@@ -523,12 +576,12 @@ func uiScreenshot(t *testing.T, b *browser, dir, name string) {
 	defer f.Close()
 	img, err := png.Decode(f)
 	require.NoError(t, err, "the screenshot is a PNG")
-	assert.Equal(t, 1280, img.Bounds().Dx())
+	assert.Equal(t, b.width, img.Bounds().Dx())
 	assert.Equal(t, height, img.Bounds().Dy())
 	st, err := f.Stat()
 	require.NoError(t, err)
 	assert.Greater(t, st.Size(), int64(20000), "a page with content, not a blank one")
-	t.Logf("screenshot: %s (%d bytes, 1280x%d)", shot, st.Size(), height)
+	t.Logf("screenshot: %s (%d bytes, %dx%d)", shot, st.Size(), b.width, height)
 }
 
 // uiState is the page's data-state: loading, ready, error or auth.
@@ -573,6 +626,27 @@ func uiSince(t *testing.T, waiter *html.Node) {
 		assert.Equal(t, domAttr(waiter, "data-since"), domAttr(tm, "datetime"))
 	}
 	assert.Contains(t, domText(waiter), "since ")
+}
+
+// uiCheckFenceDigits checks a holder row's fence cell: the row's fence, in groups of three digits
+// (the first one to three), the dimmed ones ("same") leading.
+func uiCheckFenceDigits(t *testing.T, name string, tr *html.Node) {
+	t.Helper()
+	fence := domAttr(tr, "data-fence")
+	assert.Equal(t, fence, uiCell(tr, "fence"), "%s: the cell's text is the bare fence", name)
+	groups := domFindAll(domFind(tr, uiByClass("td", "fence")), uiByClass("span", "g"))
+	if !assert.Len(t, groups, (len(fence)+2)/3, "%s: fence %s in groups of three digits", name, fence) {
+		return
+	}
+	dimmed := true
+	for i, g := range groups {
+		assert.True(t, len(domText(g)) == 3 || i == 0 && len(domText(g)) > 0, "%s: group %d of %s is %q", name, i, fence, domText(g))
+		if !domHasClass(g, "same") {
+			dimmed = false
+		} else {
+			assert.True(t, dimmed, "%s: the dimmed groups of %s lead", name, fence)
+		}
+	}
 }
 
 // uiCell is the text of a row's cell of class.

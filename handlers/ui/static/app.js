@@ -105,20 +105,41 @@
     return h;
   }
 
-  // ApiError is a refused or failed call; status is 0 when the gateway did not answer.
+  // ApiError is a refused or failed call; status is 0 when the gateway did not answer. what is
+  // the call ("GET /locks?…"), problem what went wrong, the same for every call refused alike.
   class ApiError extends Error {
-    constructor(message, status) {
-      super(message);
+    constructor(what, problem, status, requestId) {
+      super(`${what}: ${problem}` + (requestId ? ` (request ${requestId})` : ""));
+      this.what = what;
+      this.problem = problem;
       this.status = status;
     }
   }
 
-  function problemMessage(method, path, res, p) {
-    let msg = `${method} ${path}: ${res.status} ${p.title || res.statusText}`;
+  function problemText(res, p) {
+    let msg = `${res.status} ${p.title || res.statusText}`;
     if (p.detail) msg += `: ${p.detail}`;
     for (const ip of p.invalid_params || []) msg += `; ${ip.name} ${ip.reason}`;
-    if (p.request_id) msg += ` (request ${p.request_id})`;
     return msg;
+  }
+
+  function problemMessage(method, path, res, p) {
+    return new ApiError(`${method} ${path}`, problemText(res, p), res.status, p.request_id).message;
+  }
+
+  // errorsText says what went wrong with several calls, once per kind of problem: a key without a
+  // permission gets the same 403 from every listing, said once, with the calls it answered.
+  function errorsText(errors) {
+    const byProblem = new Map();
+    for (const e of errors) {
+      if (!(e instanceof ApiError)) {
+        byProblem.set(String(e), []);
+        continue;
+      }
+      if (!byProblem.has(e.problem)) byProblem.set(e.problem, []);
+      byProblem.get(e.problem).push(e.what.replace(/\?.*$/, ""));
+    }
+    return [...byProblem].map(([problem, calls]) => (calls.length ? `${calls.join(", ")}: ${problem}` : problem)).join(" · ");
   }
 
   // call sends one API request and returns its JSON body; a problem+json answer (or no answer)
@@ -128,7 +149,7 @@
     try {
       res = await fetch(path, { method, headers: headers("application/json"), cache: "no-store" });
     } catch (err) {
-      throw new ApiError(`${method} ${path}: the gateway did not answer (${err.message})`, 0);
+      throw new ApiError(`${method} ${path}`, `the gateway did not answer (${err.message})`, 0);
     }
     const text = await res.text();
     let data = null;
@@ -137,8 +158,8 @@
     } catch {
       data = null;
     }
-    if (!res.ok) throw new ApiError(problemMessage(method, path, res, data || {}), res.status);
-    if (data === null) throw new ApiError(`${method} ${path}: the answer is not JSON`, res.status);
+    if (!res.ok) throw new ApiError(`${method} ${path}`, problemText(res, data || {}), res.status, data?.request_id);
+    if (data === null) throw new ApiError(`${method} ${path}`, "the answer is not JSON", res.status);
     return data;
   }
 
@@ -309,14 +330,32 @@
 
   // --- tables ------------------------------------------------------------------------------------
 
-  function holderCells(kind, h, long) {
+  // fenceDigits writes a fence in groups of three digits, each a span (a copy is still the bare
+  // number); with above, the fence in the row above, the leading groups they share are dimmed:
+  // fences next to each other differ in their last digits, and the eye should go there.
+  function fenceDigits(fence, above) {
+    if (fence === undefined || fence === null) return "–";
+    const s = String(fence);
+    const a = above === undefined || above === null ? "" : String(above);
+    const out = el("span", { class: "digits" });
+    let same = a.length === s.length;
+    for (let start = ((s.length - 1) % 3) + 1 - 3; start < s.length; start += 3) {
+      const group = s.slice(Math.max(0, start), start + 3);
+      same = same && group === a.slice(Math.max(0, start), start + 3);
+      out.append(el("span", { class: same ? "g same" : "g" }, group));
+    }
+    return out;
+  }
+
+  // holderCells are a holder's cells; above is the fence of the row above in its table.
+  function holderCells(kind, h, long, above) {
     const cells = [
       el("td", { class: "owner", title: h.owner }, el("span", { class: "who" }, h.owner ?? ""), h.multilock ? groupBadge(h.multilock) : "",
         h.redisson ? el("span", { class: "badge redisson", title: "a Redisson client's hold (its field in Redisson's hash)" }, "Redisson") : ""),
     ];
     if (kind === "lock") cells.push(el("td", { class: "mode" }, h.mode ? el("span", { class: `badge ${h.mode}` }, h.mode) : ""));
     cells.push(
-      el("td", { class: "fence num" }, h.redisson ? "–" : h.fence ?? "–"),
+      el("td", { class: "fence num", title: h.fence }, h.redisson ? "–" : fenceDigits(h.fence, above)),
       el("td", { class: classes("age num", long && "long"), title: `${h.age_ms} ms` }, h.redisson ? "–" : duration(h.age_ms)),
       el("td", { class: "ttl num" }, duration(h.ttl_ms)),
       el("td", { class: `watchdog ${h.watchdog ? "on" : "off"}` }, h.watchdog ? "on" : "off"),
@@ -324,14 +363,15 @@
     return cells;
   }
 
-  function waitingCell(e, rowspan) {
-    const td = el("td", { class: "waiting", rowspan });
-    const count = e.waiters || 0;
+  // waitingCell lists who waits in line: a lock's or semaphore's waiters, or an election's
+  // candidates (noun "candidate"), the first WAITERS_SHOWN by name with their arrival.
+  function waitingCell(count, waiting, attrs, noun) {
+    const td = el("td", attrs);
     if (!count) {
       td.append(el("span", { class: "none" }, "–"));
       return td;
     }
-    const listed = (e.waiting || []).slice(0, WAITERS_SHOWN);
+    const listed = (waiting || []).slice(0, WAITERS_SHOWN);
     const list = el(
       "ol",
       { class: "waiters" },
@@ -347,12 +387,16 @@
         );
       }),
     );
-    if (count > listed.length) list.append(el("li", { class: "more" }, `+${count - listed.length} more`));
-    td.append(el("span", { class: "count" }, `${count} waiting`), list);
+    // Past the names the listing gives (or none: a vacant election's line), the rest is a count.
+    if (count > listed.length && listed.length) list.append(el("li", { class: "more" }, `+${count - listed.length} more`));
+    const label = noun ? `${count} ${noun}${count === 1 ? "" : "s"}` : `${count} waiting`;
+    td.append(el("span", { class: "count" }, label), listed.length ? list : "");
     return td;
   }
 
-  function entryBody(kind, e, now) {
+  // entryBody is one lock's or semaphore's rows; above.fence is the fence of the table's row
+  // before them, which it moves on to its own last.
+  function entryBody(kind, e, now, above) {
     const k = KINDS[kind];
     const name = e[k.name];
     const key = keyOf(kind, name);
@@ -375,11 +419,15 @@
     if (count > held.length && held.length) nameCell.append(el("small", { class: "more" }, `${held.length} of ${count} holders shown`));
     const first = [nameCell];
     if (kind === "semaphore") {
-      const meter = el("meter", { min: 0, max: e.permits || 1, value: e.used });
-      first.push(el("td", { class: "permits num", rowspan: rows }, `${e.used} / ${e.permits}`, meter));
+      // Fewer in use than permits is the good side (optimum 0); all of them in use is past high,
+      // which the browser draws in its warning colour, not green.
+      const permits = e.permits || 1;
+      const full = e.used >= permits;
+      const meter = el("meter", { min: 0, max: permits, value: e.used, optimum: 0, low: permits - 0.5, high: permits - 0.5, title: full ? "every permit in use" : `${permits - e.used} free` });
+      first.push(el("td", { class: classes("permits num", full && "full"), rowspan: rows, "data-full": String(full) }, `${e.used} / ${e.permits}`, meter));
     }
     const tail = [
-      waitingCell(e, rows),
+      waitingCell(e.waiters || 0, e.waiting, { class: "waiting", rowspan: rows }),
       el(
         "td",
         { class: "actions", rowspan: rows },
@@ -404,9 +452,10 @@
           "data-long-hold": String(hl),
         },
         ...(i === 0 ? first : []),
-        ...holderCells(kind, h, hl),
+        ...holderCells(kind, h, hl, above.fence),
         ...(i === 0 ? tail : []),
       );
+      if (!h.redisson) above.fence = h.fence;
       tb.append(tr);
     });
     return tb;
@@ -417,7 +466,8 @@
     const now = Date.now();
     const table = $(k.table);
     for (const tb of [...table.tBodies]) tb.remove();
-    table.append(...list.entries.map((e) => (list.kind === "election" ? electionBody(e, now) : entryBody(list.kind, e, now))));
+    const above = { fence: null };
+    table.append(...list.entries.map((e) => (list.kind === "election" ? electionBody(e, now, above) : entryBody(list.kind, e, now, above))));
     const empty = $(k.empty);
     empty.hidden = list.entries.length > 0;
     if (list.kind === "election") {
@@ -452,8 +502,9 @@
   }
 
   // electionBody is one election's row: its leader (owner, value, fence, since, TTL left) or, for
-  // a vacant election whose candidates wait, "vacant"; its count of candidates.
-  function electionBody(e, now) {
+  // a vacant election whose candidates wait, "vacant"; its candidates in line, named as a lock's
+  // waiters are. above.fence is as for entryBody.
+  function electionBody(e, now, above) {
     const name = e.election;
     const key = keyOf("election", name);
     const l = e.leader;
@@ -466,11 +517,7 @@
       "data-live": String(!!streams.get(key)?.live),
     });
     const nameCell = el("td", { class: "name-cell" }, el("span", { class: "name" }, name));
-    const candidates = el(
-      "td",
-      { class: "candidates" },
-      e.candidates > 0 ? el("span", { class: "count" }, `${e.candidates} waiting`) : el("span", { class: "none" }, "–"),
-    );
+    const candidates = waitingCell(e.candidates || 0, e.waiting, { class: "candidates" }, "candidate");
     const actions = el(
       "td",
       { class: "actions" },
@@ -488,7 +535,7 @@
         nameCell,
         el("td", { class: "owner", title: l.owner }, el("span", { class: "who" }, l.owner ?? "")),
         el("td", { class: "value", title: l.value }, el("code", {}, l.value ?? "")),
-        el("td", { class: "fence num" }, l.fence ?? "–"),
+        el("td", { class: "fence num", title: l.fence }, fenceDigits(l.fence, above.fence)),
         el(
           "td",
           { class: "since" },
@@ -500,6 +547,7 @@
         actions,
       ),
     );
+    above.fence = l.fence;
     return tb;
   }
 
@@ -521,7 +569,9 @@
         el("li", { "data-lock": e.lock, "data-kind": e.kind }, el("span", { class: "name" }, e.lock), kindBadge(e.kind), el("span", { class: "count" }, e.count)),
       ),
     );
-    $("window").textContent = top.window_s ? `last ${top.window_s} s` : "";
+    // The gateway counts 409s and waits per replica, in memory: this list is the answering
+    // replica's only, which the heading says.
+    $("window").textContent = top.window_s ? `this replica, last ${top.window_s} s` : "this replica";
   }
 
   // --- changes seen by comparing listings ----------------------------------------------------------
@@ -657,10 +707,12 @@
         askForKey(unauthenticated.reason.message);
         return;
       }
-      const errors = results.filter((r) => r.status === "rejected").map((r) => r.reason.message);
-      // The key form stays until a call succeeds (a key without admin gets 403s: say so there too).
+      const errors = results.filter((r) => r.status === "rejected").map((r) => r.reason);
+      // The key form stays until a call succeeds: a key without admin gets 403s, said there (once)
+      // rather than in the status line too.
       if (errors.length < results.length) $("auth").hidden = true;
-      else if (!$("auth").hidden) $("auth-error").textContent = errors.join(" · ");
+      const inForm = !$("auth").hidden;
+      if (inForm) $("auth-error").textContent = errorsText(errors);
       if (top.status === "fulfilled") {
         longHoldMs = typeof top.value.long_hold_ms === "number" ? top.value.long_hold_ms : null;
         $("threshold").textContent = longHoldMs === null ? "?" : duration(longHoldMs);
@@ -693,7 +745,7 @@
         ),
       );
       syncStreams();
-      if (errors.length) setStatus("error", errors.join(" · "), "refresh");
+      if (errors.length && !inForm) setStatus("error", errorsText(errors), "refresh");
       else clearStatus("refresh");
       body.dataset.state = locks.status === "fulfilled" && sems.status === "fulfilled" ? "ready" : "error";
       $("updated").textContent = new Date().toLocaleTimeString();
@@ -853,7 +905,7 @@
     if (Array.isArray(d.owners)) parts.push(d.owners.join(", "));
     if (d.mode) parts.push(d.mode);
     if (typeof d.value === "string") parts.push(`value ${d.value}`);
-    if (d.fence !== undefined) parts.push(`fence ${d.fence}`);
+    if (d.fence !== undefined) parts.push(el("span", { class: "fence" }, "fence ", fenceDigits(d.fence)));
     if (d.holds_removed !== undefined) parts.push(`${d.holds_removed} hold(s) removed`);
     if (typeof d.waiters === "number") parts.push(`${d.waiters} waiting`);
     const at = d.at ? new Date(d.at) : new Date();
@@ -878,7 +930,7 @@
       kind !== "lock" ? " " : "",
       kindBadge(kind),
       " ",
-      el("span", { class: "detail" }, parts.join(" · ")),
+      el("span", { class: "detail" }, ...parts.flatMap((p, i) => (i ? [" · ", p] : [p]))),
       source === "listing" ? el("span", { class: "via" }, " · listing") : "",
     );
     const list = $("events");

@@ -327,6 +327,10 @@ class EndToEnd(unittest.TestCase):
         start = time.monotonic()
         with self.gw.lock(name, "wd", ttl_ms=900, watchdog=True, max_hold_ms=1500) as lease:
             self.assertTrue(lease.watchdog)
+            st = self.gw.inspect(name)
+            self.assertIsNotNone(st.max_hold_left_ms, "how much longer the watchdog renews")
+            self.assertLessEqual(st.max_hold_left_ms or 0, 1500)
+            self.assertEqual(st.max_hold_ms, st.max_hold_left_ms, "the deprecated name, the same number")
             self.assertTrue(lease.lost.wait(timeout=6), "lost once the watchdog stopped renewing")
             noticed = time.monotonic()
             self.assertGreater(noticed - start, 1.2, "the watchdog's renewals were seen")

@@ -588,6 +588,11 @@ export interface paths {
          *     reads each one found with one script, which announces the end of a leader whose lease
          *     ran out (`vacant`) as `GET /elections/{name}` does. SCAN's guarantees and the page bounds
          *     of `GET /locks` apply: follow `next_cursor` until it is empty. Not on RedLock (501).
+         *
+         *     A led election with candidates also names the first 20 of them, in line order, in
+         *     `waiting`, as `GET /locks` names a lock's waiters; when some election of the page has
+         *     candidates, the listing reads them by walking the page's election locks again, as
+         *     `GET /locks` does (a candidate of an election that walk does not find is counted, not named).
          */
         get: operations["listElections"];
         put?: never;
@@ -756,6 +761,7 @@ export interface components {
              *     milliseconds after its grant, and the lease then runs out its last TTL. Defaults to
              *     the configured maximum (`LEASEGATE_MAX_HOLD`, 1 hour by default); more is refused
              *     (400), since a watchdog that stopped earlier than asked would surprise its holder.
+             *     `GET /locks/{name}` says how much of it is left, as `max_hold_left_ms`.
              * @example 600000
              */
             max_hold_ms?: number;
@@ -956,7 +962,13 @@ export interface components {
             watchdog: boolean;
             /**
              * Format: int64
-             * @description How much longer the watchdog renews it. Watchdog leases only.
+             * @description How much longer the watchdog renews it, in milliseconds (what is left of the `max_hold_ms` it was granted with). Watchdog leases only.
+             */
+            max_hold_left_ms?: number;
+            /**
+             * Format: int64
+             * @deprecated
+             * @description The same number as `max_hold_left_ms`, under the name a request gives the limit itself; kept for clients that read it. Read `max_hold_left_ms`.
              */
             max_hold_ms?: number;
             /** @description The id of the multi-lock this hold belongs to. Only for a multi-lock's member. */
@@ -1038,7 +1050,13 @@ export interface components {
             watchdog?: boolean;
             /**
              * Format: int64
-             * @description How much longer the watchdog renews the holder's lease, in milliseconds. Only while held by a watchdog lease.
+             * @description How much longer the watchdog renews the holder's lease, in milliseconds (what is left of the `max_hold_ms` it was granted with). Only while held by a watchdog lease.
+             */
+            max_hold_left_ms?: number;
+            /**
+             * Format: int64
+             * @deprecated
+             * @description The same number as `max_hold_left_ms`, under the name a request gives the limit itself; kept for clients that read it. Read `max_hold_left_ms`.
              */
             max_hold_ms?: number;
             /** @description The id of the multi-lock whose member this lock is (`/multilocks/{id}`). Only while held exclusively by a multi-lock. */
@@ -1208,6 +1226,8 @@ export interface components {
              */
             candidates: number;
             last_event_id: components["schemas"]["EventID"];
+            /** @description In `GET /elections` listings only: the first 20 candidates of a led election, in line order, as a lock listing's `waiting` (no `mode`). Absent when none waits. */
+            waiting?: components["schemas"]["ListedWaiter"][];
         };
         ElectionList: {
             /** @description The elections of this page, in name order. */
