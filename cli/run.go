@@ -200,7 +200,11 @@ func (c *command) giveBack(lease heldLease, t target) {
 		}
 	}
 	if rerr != nil && !errors.Is(rerr, leasegate.ErrLeaseGone) {
-		fmt.Fprintf(c.stderr, "leasegate: releasing the %s: %v\n", t, rerr)
+		giving := "releasing the " + t.String()
+		if t.election != "" {
+			giving = "resigning from " + t.String()
+		}
+		fmt.Fprintf(c.stderr, "leasegate: %s: %v\n", giving, rerr)
 	}
 }
 
@@ -231,13 +235,13 @@ func (c *command) supervise(ctx context.Context, o runOptions, lease heldLease, 
 	stop := func(why string) {
 		if !stopping {
 			stopping = true
-			fmt.Fprintf(c.stderr, "leasegate: %s on %s; stopping the command\n", why, o.t)
+			fmt.Fprintf(c.stderr, "leasegate: %s; stopping the command\n", why)
 			signalGroup(cmd, syscall.SIGTERM)
 		}
 	}
 	gone := false // the lease is lost for sure: SIGKILL after grace
 	lose := func(err error) {
-		stop(fmt.Sprintf("lost the lease (%v)", err))
+		stop(fmt.Sprintf("lost %s: %s", o.t.lease(), lossReason(err)))
 		if !gone {
 			gone = true
 			stopKeeping() // nothing left to renew
@@ -293,13 +297,13 @@ func (c *command) supervise(ctx context.Context, o runOptions, lease heldLease, 
 			if renewedMeanwhile() {
 				break
 			}
-			stop(fmt.Sprintf("lost the lease: no renewal succeeded, and it lapses in %v", time.Until(validUntil).Round(time.Millisecond)))
+			stop(fmt.Sprintf("no renewal of %s succeeded, and it lapses in %v", o.t.lease(), time.Until(validUntil).Round(time.Millisecond)))
 		case <-killTimer.C:
 			if renewedMeanwhile() {
 				break
 			}
-			stop("lost the lease")
-			fmt.Fprintf(c.stderr, "leasegate: the command is still running %v before the lease can lapse; killing it\n", margin)
+			stop(fmt.Sprintf("%s is about to lapse", o.t.lease()))
+			fmt.Fprintf(c.stderr, "leasegate: the command is still running %v before %s can lapse; killing it\n", margin, o.t.lease())
 			signalGroup(cmd, syscall.SIGKILL)
 		}
 	}

@@ -121,7 +121,7 @@ func TestCLIElectExitCodes(t *testing.T) {
 	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/elections/forced?force=true", nil, "").Status)
 	lost := <-done
 	assert.Equal(t, 76, lost.code, lost.stderr)
-	assert.Contains(t, lost.stderr, "lost the lease")
+	assert.Contains(t, lost.stderr, `leasegate: lost the lead of election "forced": an operator force-released it; stopping the command`)
 	_, err = os.Stat(termFile)
 	assert.NoError(t, err, "the command got SIGTERM")
 }
@@ -155,7 +155,10 @@ func TestCLIElectStopsTheCommandBeforeTheLeadCanLapse(t *testing.T) {
 	assert.True(t, gone.Before(next), "the command was gone (%v) before the next leader's 201 (%v)", gone.Format("15:04:05.000"), next.Format("15:04:05.000"))
 	r := <-done
 	assert.Equal(t, 76, r.code, r.stderr)
-	assert.Contains(t, r.stderr, "killing it")
+	assert.Contains(t, r.stderr, `the lead of election "lapse" can lapse; killing it`)
+	// Its only gateway is gone: the resignation fails, and says what it was.
+	assert.Contains(t, r.stderr, `leasegate: resigning from election "lapse": `)
+	assert.NotContains(t, r.stderr, "releasing the election")
 }
 
 // candidate is one `leasegate elect --again` process of TestCLIElectNeverOverlaps.
