@@ -154,13 +154,14 @@ func (c *command) flags(name, usage string) common {
 	return f
 }
 
-// usage prints the subcommand's synopsis; with every flag and its meaning after --help, else
-// (after a usage error, below its message) where to find them.
+// usage prints the subcommand's synopsis; with every flag and its meaning and the exit codes after
+// --help, else (after a usage error, below its message) where to find them.
 func (f common) usage(help bool) {
 	fmt.Fprintf(f.stderr, "usage: leasegate %s %s\n", f.name, f.synopsis)
 	if help {
 		f.fs.SetOutput(f.stderr)
 		f.fs.PrintDefaults()
+		fmt.Fprint(f.stderr, exitCodes(f.name))
 		return
 	}
 	fmt.Fprintf(f.stderr, "(leasegate %s --help lists every flag)\n", f.name)
