@@ -67,6 +67,7 @@ Usage:
                              campaign in an election and run a command only while leader; it is
                              stopped before the lead can lapse (--again: campaign again after)
   leasegate acquire|release|renew|inspect (--lock NAME | --semaphore NAME | --multilock ID) [flags]
+  leasegate inspect --election NAME
                              one call, printing the gateway's JSON answer
   leasegate auth-key         print a new random API key and the hash line to put in the auth
                              file (LEASEGATE_AUTH_FILE; see docs/auth.md) on stdout, what to do

@@ -14,7 +14,7 @@ import (
 )
 
 // acquire, release, renew and inspect print the gateway's JSON answer (a grant, a release, a
-// lock's or semaphore's state, or a problem) and exit 0 on success. A multi-lock is acquired by
+// lock's, semaphore's or election's state, or a problem) and exit 0 on success. A multi-lock is acquired by
 // its members' names (--lock repeated), renewed and released by its id (--multilock).
 
 func (c *command) acquire(ctx context.Context, args []string) int {
@@ -118,11 +118,16 @@ func (c *command) renew(ctx context.Context, args []string) int {
 }
 
 func (c *command) inspect(ctx context.Context, args []string) int {
-	f := c.flags("inspect", "(--lock NAME | --semaphore NAME) [--token T]")
-	token := f.fs.String("token", "", "also tell whether this token's lease holds the lock or a permit")
+	f := c.flags("inspect", "(--lock NAME | --semaphore NAME | --election NAME) [--token T]")
+	token := f.fs.String("token", "", "also tell whether this token's lease holds the lock or a permit (not with --election)")
 	t, code, ok := c.parse(f, args)
 	if !ok {
 		return code
+	}
+	if t.election != "" && *token != "" {
+		fmt.Fprintln(c.stderr, "leasegate: --token goes with --lock or --semaphore: an election's state names its leader's fence instead")
+		f.usage(false)
+		return ExitUsage
 	}
 	a, err := t.inspect(ctx, c.gateways[0], *token)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 // target is what a command takes, gives back, renews or inspects: a lock (an exclusive or a
 // shared hold), several locks at once (a multi-lock: taken by its members' names, renewed and
-// given back by its id), or one permit of a semaphore. run holds it through the SDK (hold); the
+// given back by its id), one permit of a semaphore, or an election's lead. run holds it through the SDK (hold); the
 // one-shot commands, which print the gateway's answer as it is, make one call each through one
 // gateway (acquire, renew, release, inspect), which returns the answer whatever its status, and a
 // transport error as its error.
@@ -28,8 +28,8 @@ type target struct {
 	// (release, where "" lets the gateway choose). Semaphores have none.
 	mode    leasegate.Mode
 	permits int64 // the semaphore's size (run, acquire)
-	// election is the election elect campaigns in (and nothing else is set), with the value it
-	// announces and whether the gateway renews the lead too (--watchdog).
+	// election is the election elect campaigns in, or inspect reads (and nothing else is set),
+	// with the value elect announces and whether the gateway renews the lead too (--watchdog).
 	election string
 	value    string
 	watchdog bool
@@ -223,6 +223,13 @@ func (t target) release(ctx context.Context, gw *leasegate.Gateway, token, key s
 }
 
 func (t target) inspect(ctx context.Context, gw *leasegate.Gateway, token string) (*answer, error) {
+	if t.election != "" {
+		resp, err := gw.API.InspectElectionWithResponse(ctx, t.election)
+		if err != nil {
+			return nil, err
+		}
+		return newAnswer(resp.HTTPResponse, resp.Body), nil
+	}
 	if t.semaphore != "" {
 		resp, err := gw.API.InspectSemaphoreWithResponse(ctx, t.semaphore, &leasegate.InspectSemaphoreParams{LeaseToken: optional(token)})
 		if err != nil {

@@ -96,6 +96,20 @@ func TestCLIElectExitCodes(t *testing.T) {
 	other = e.cli(t, "elect", "busy", "--value", "v", "--wait", "300ms", "--", "true")
 	assert.Equal(t, 75, other.code, other.stderr)
 
+	// inspect --election prints the election's state, as inspect --lock a lock's.
+	st := e.cli(t, "inspect", "--election", "busy")
+	assert.Equal(t, 0, st.code, st.stderr)
+	assert.Regexp(t, `^\{"election":"busy","led":true,"leader":\{"owner":"other","value":"o",`, st.stdout)
+	for _, args := range [][]string{{"--election", "busy", "--token", "t"}, {"--election", "busy", "--lock", "busy"},
+		{"--election", "busy", "--permits", "2"}} {
+		st = e.cli(t, append([]string{"inspect"}, args...)...)
+		assert.Equal(t, 2, st.code, "%v: %s", args, st.stderr)
+		assert.Contains(t, st.stderr, "usage: leasegate inspect", "%v", args)
+	}
+	st = e.cli(t, "inspect", "--election", "bad name")
+	assert.Equal(t, 3, st.code, st.stderr)
+	assert.Contains(t, st.stdout, "urn:leasegate:problem:invalid-lock-name")
+
 	// SIGTERM while waiting in line (--again) exits 143, as shells report it.
 	bin, err := harness.GatewayBinary()
 	require.NoError(t, err)
