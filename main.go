@@ -69,6 +69,8 @@ Usage:
   leasegate acquire|release|renew|inspect (--lock NAME | --semaphore NAME | --multilock ID) [flags]
   leasegate inspect --election NAME
                              one call, printing the gateway's JSON answer
+  leasegate list [--prefix P] [--kind lock|semaphore|election] [--json]
+                             what is held and who waits, one line per name (admin)
   leasegate auth-key         print a new random API key and the hash line to put in the auth
                              file (LEASEGATE_AUTH_FILE; see docs/auth.md) on stdout, what to do
                              with them on stderr

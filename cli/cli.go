@@ -31,7 +31,7 @@ const (
 )
 
 // Commands lists the subcommands Run handles.
-var Commands = []string{"run", "elect", "acquire", "release", "renew", "inspect"}
+var Commands = []string{"run", "elect", "acquire", "release", "renew", "inspect", "list"}
 
 // Env is what the CLI reads from the environment.
 type Env struct {
@@ -61,6 +61,8 @@ func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 		return c.renew(ctx, args[1:])
 	case "inspect":
 		return c.inspect(ctx, args[1:])
+	case "list":
+		return c.list(ctx, args[1:])
 	}
 	fmt.Fprintf(stderr, "leasegate: unknown command %q (want serve, healthcheck, %s)\n", args[0], strings.Join(Commands, ", "))
 	return ExitUsage

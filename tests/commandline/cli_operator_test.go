@@ -1,0 +1,123 @@
+package commandline
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasegate/leasegate/internal/testkit"
+)
+
+// TestCLIOperatorCommands runs the operator's commands (list, force-release, observe, watch)
+// against one gateway, each subtest on names of its own prefix.
+func TestCLIOperatorCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for name, test := range map[string]func(t *testing.T, e *env){
+		"list": testCLIList,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, e)
+		})
+	}
+}
+
+// dur matches a duration as the command line writes it (0.4s, 12s, 1m, 3m12s).
+const dur = `[0-9.]+[hms](?:[0-9]+[ms])?`
+
+// waitIn sends a waiting request in a goroutine, abandoned when t ends; it must still wait then.
+func (e *env) waitIn(t *testing.T, path, body string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Client.DoContext(ctx, http.MethodPost, path, nil, body)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// count reads a number field of GET path.
+func (e *env) count(path, field string) int64 {
+	return e.Client.Do(http.MethodGet, path, nil, "").Int(field)
+}
+
+// testCLIList: list shows each name held or waited for, one line each (holders with their
+// fences, who waits, an election's leader and candidates), all kinds or one, as a table or as
+// JSON lines; a listing with nothing in it says so on stderr and exits 0.
+func testCLIList(t *testing.T, e *env) {
+	e.Hold(t, e.Client, "ls.x", "holder", 60000)
+	e.waitIn(t, "/locks/ls.x", testkit.WaitBody("waiter 1", 60000, 30000))
+	for _, owner := range []string{"r1", "r2"} {
+		r := e.Client.Do(http.MethodPost, "/locks/ls.r", nil, testkit.SharedBody(owner, 60000, 0))
+		require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	}
+	r := e.Client.Do(http.MethodPost, "/semaphores/ls.pool", nil, testkit.PermitBody("p1", 1, 60000, 0))
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	e.waitIn(t, "/semaphores/ls.pool", testkit.PermitBody("p2", 1, 60000, 30000))
+	r = e.Client.Do(http.MethodPost, "/elections/ls.sched", nil, `{"owner":"s1","value":"10.0.3.7:8080","ttl_ms":60000}`)
+	require.Equal(t, http.StatusCreated, r.Status, string(r.Body))
+	e.waitIn(t, "/elections/ls.sched", `{"owner":"s2","value":"b","ttl_ms":60000,"wait_ms":30000}`)
+	testkit.EventuallyPaced(t, 10*time.Second, "every waiter in line", func() bool {
+		return e.count("/locks/ls.x", "waiters") == 1 && e.count("/semaphores/ls.pool", "waiters") == 1 &&
+			e.count("/elections/ls.sched", "candidates") == 1
+	})
+
+	l := e.cli(t, "list", "--prefix", "ls.")
+	require.Equal(t, 0, l.code, l.stderr)
+	lines := strings.Split(strings.TrimSuffix(l.stdout, "\n"), "\n")
+	require.Len(t, lines, 5, "a header and one line per name:\n%s", l.stdout)
+	assert.Regexp(t, `^KIND +NAME +HELD BY +WAITING$`, lines[0])
+	assert.Regexp(t, `^lock +ls\.r +"r1" shared fence \d+, held `+dur+`, `+dur+` left; "r2" shared fence \d+, held `+dur+`, `+dur+` left +-$`, lines[1])
+	assert.Regexp(t, `^lock +ls\.x +"holder" fence \d+, held `+dur+`, `+dur+` left +1: "waiter 1" `+dur+`$`, lines[2])
+	assert.Regexp(t, `^semaphore +ls\.pool +1 of 1 permits: "p1" fence \d+, held `+dur+`, `+dur+` left +1: "p2" `+dur+`$`, lines[3])
+	assert.Regexp(t, `^election +ls\.sched +"s1" value "10\.0\.3\.7:8080", fence \d+, leads for `+dur+`, `+dur+` left +1 candidate$`, lines[4])
+
+	l = e.cli(t, "list", "--prefix", "ls.", "--json")
+	require.Equal(t, 0, l.code, l.stderr)
+	kinds := map[string]string{}
+	var x struct {
+		Owner   string `json:"owner"`
+		Waiting []struct {
+			Owner string `json:"owner"`
+		} `json:"waiting"`
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(l.stdout, "\n"), "\n") {
+		var entry struct{ Kind, Name string }
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
+		kinds[entry.Name] = entry.Kind
+		if entry.Name == "ls.x" {
+			require.NoError(t, json.Unmarshal([]byte(line), &x), line)
+		}
+	}
+	assert.Equal(t, map[string]string{"ls.r": "lock", "ls.x": "lock", "ls.pool": "semaphore", "ls.sched": "election"}, kinds)
+	assert.Equal(t, "holder", x.Owner, "the gateway's entry as it is")
+	require.Len(t, x.Waiting, 1)
+	assert.Equal(t, "waiter 1", x.Waiting[0].Owner)
+
+	l = e.cli(t, "list", "--prefix", "ls.", "--kind", "election", "--json")
+	require.Equal(t, 0, l.code, l.stderr)
+	assert.Equal(t, 1, strings.Count(l.stdout, "\n"), l.stdout)
+	assert.Contains(t, l.stdout, `"kind":"election","last_event_id":`)
+
+	l = e.cli(t, "list", "--prefix", "ls.none.")
+	assert.Equal(t, 0, l.code, l.stderr)
+	assert.Empty(t, l.stdout)
+	assert.Equal(t, "leasegate: nothing is held or waited for under prefix \"ls.none.\"\n", l.stderr)
+
+	for _, args := range [][]string{{"--kind", "locks"}, {"ls."}, {"--lock", "ls.x"}} {
+		l = e.cli(t, append([]string{"list"}, args...)...)
+		assert.Equal(t, 2, l.code, "%v: %s", args, l.stderr)
+		assert.Contains(t, l.stderr, "usage: leasegate list ", "%v", args)
+	}
+	l = e.cli(t, "list", "--prefix", "ls x")
+	assert.Equal(t, 3, l.code, l.stderr)
+	assert.Contains(t, l.stderr, "400 Invalid request")
+}
