@@ -71,6 +71,8 @@ Usage:
                              one call, printing the gateway's JSON answer
   leasegate list [--prefix P] [--kind lock|semaphore|election] [--json]
                              what is held and who waits, one line per name (admin)
+  leasegate force-release (--lock NAME | --semaphore NAME | --election NAME)
+                             take every hold off the name (admin), printing each one removed
   leasegate auth-key         print a new random API key and the hash line to put in the auth
                              file (LEASEGATE_AUTH_FILE; see docs/auth.md) on stdout, what to do
                              with them on stderr

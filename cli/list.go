@@ -166,17 +166,6 @@ func (c *command) listAll(ctx context.Context, l listing, prefix string, out lis
 	return fmt.Errorf("listing %ss: no end after %d pages", l.kind, maxListPages)
 }
 
-// err is the answer's problem as an error, or nil for a 2xx answer.
-func (a *answer) err() error {
-	switch {
-	case a.status < 300:
-		return nil
-	case a.problem != nil:
-		return a.problem
-	}
-	return fmt.Errorf("unexpected answer %d %s: %.200s", a.status, http.StatusText(a.status), a.body)
-}
-
 // listWriter writes a listing's entries, one line each.
 type listWriter interface {
 	write(l listing, entry json.RawMessage) error

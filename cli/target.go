@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -120,6 +121,17 @@ func newAnswer(resp *http.Response, body []byte) *answer {
 		}
 	}
 	return a
+}
+
+// err is the answer's problem as an error, or nil for a 2xx answer.
+func (a *answer) err() error {
+	switch {
+	case a.status < 300:
+		return nil
+	case a.problem != nil:
+		return a.problem
+	}
+	return fmt.Errorf("unexpected answer %d %s: %.200s", a.status, http.StatusText(a.status), bytes.TrimSpace(a.body))
 }
 
 // notAcquired reports whether err says that the lock stayed held, or every permit taken.

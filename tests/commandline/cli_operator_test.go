@@ -3,6 +3,7 @@ package commandline
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,7 +21,8 @@ func TestCLIOperatorCommands(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	for name, test := range map[string]func(t *testing.T, e *env){
-		"list": testCLIList,
+		"list":          testCLIList,
+		"force-release": testCLIForceRelease,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -120,4 +122,69 @@ func testCLIList(t *testing.T, e *env) {
 	l = e.cli(t, "list", "--prefix", "ls x")
 	assert.Equal(t, 3, l.code, l.stderr)
 	assert.Contains(t, l.stderr, "400 Invalid request")
+}
+
+// testCLIForceRelease: force-release removes every hold of a lock, a semaphore or an election and
+// prints each one it removed with its owner and fence (from the events stream, or, where the
+// stream is refused, from the holders read just before, saying so); the next in line gets the
+// lock. Nothing held exits 0 too.
+func testCLIForceRelease(t *testing.T, e *env) {
+	x := e.Hold(t, e.Client, "fr.x", "holder", 60000)
+	next := testkit.StartWaiter(e.Client, context.Background(), "fr.x", "next", 60000, 30000)
+	testkit.EventuallyPaced(t, 10*time.Second, "the waiter in line", func() bool { return e.Waiters(t, "fr.x") == 1 })
+	r := e.cli(t, "force-release", "--lock", "fr.x")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, fmt.Sprintf("force-released lock \"fr.x\": removed the exclusive hold of \"holder\", fence %d\n", x.Int("fence")), r.stdout)
+	assert.Empty(t, r.stderr)
+	granted := testkit.Receive(t, next, 10*time.Second, "the waiter's grant")
+	require.Equal(t, http.StatusCreated, granted.Status, string(granted.Body))
+
+	var fences []int64
+	for _, owner := range []string{"r1", "r2"} {
+		g := e.Client.Do(http.MethodPost, "/locks/fr.shared", nil, testkit.SharedBody(owner, 60000, 0))
+		require.Equal(t, http.StatusCreated, g.Status, string(g.Body))
+		fences = append(fences, g.Int("fence"))
+	}
+	r = e.cli(t, "force-release", "--lock", "fr.shared")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, fmt.Sprintf("force-released lock \"fr.shared\": removed the shared hold of \"r1\", fence %d\n", fences[0]))
+	assert.Contains(t, r.stdout, fmt.Sprintf("force-released lock \"fr.shared\": removed the shared hold of \"r2\", fence %d\n", fences[1]))
+	assert.Equal(t, 2, strings.Count(r.stdout, "\n"), r.stdout)
+
+	p := e.Client.Do(http.MethodPost, "/semaphores/fr.pool", nil, testkit.PermitBody("p1", 2, 60000, 0))
+	require.Equal(t, http.StatusCreated, p.Status, string(p.Body))
+	r = e.cli(t, "force-release", "--semaphore", "fr.pool")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, fmt.Sprintf("force-released semaphore \"fr.pool\": removed the permit of \"p1\", fence %d\n", p.Int("fence")), r.stdout)
+
+	l := e.Client.Do(http.MethodPost, "/elections/fr.sched", nil, `{"owner":"s1","value":"v","ttl_ms":60000}`)
+	require.Equal(t, http.StatusCreated, l.Status, string(l.Body))
+	r = e.cli(t, "force-release", "--election", "fr.sched")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, fmt.Sprintf("force-released election \"fr.sched\": removed the lead of \"s1\", fence %d\n", l.Int("fence")), r.stdout)
+	assert.False(t, strings.Contains(string(e.Client.Do(http.MethodGet, "/elections/fr.sched", nil, "").Body), `"led":true`))
+
+	// A gateway whose events streams are refused: the holders read just before the force.
+	proxy := testkit.NewStreamProxy(t, e.Gateway.URL)
+	proxy.Blocked.Store(true)
+	y := e.Hold(t, e.Client, "fr.y", "holder-y", 60000)
+	r = e.cli(t, "force-release", "--lock", "fr.y", "--server", proxy.Server.URL)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, fmt.Sprintf("force-released lock \"fr.y\": removed the exclusive hold of \"holder-y\", fence %d\n", y.Int("fence")), r.stdout)
+	assert.Contains(t, r.stderr, `leasegate: the gateway did not say which holds the force release removed (unexpected answer 503 Service Unavailable: blocked by the test)`)
+	assert.Contains(t, r.stderr, `these held lock "fr.y" just before`)
+
+	for _, args := range [][]string{{"--lock", "fr.none"}, {"--semaphore", "fr.none"}, {"--election", "fr.none"}} {
+		r = e.cli(t, append([]string{"force-release"}, args...)...)
+		assert.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+		assert.Regexp(t, `^(lock|semaphore) "fr.none" was not held: nothing removed\n$|^election "fr.none" was not led: nothing removed\n$`, r.stdout, "%v", args)
+	}
+	for _, args := range [][]string{{}, {"--lock", "fr.x", "--election", "fr.x"}, {"--lock", "fr.x", "--lock", "fr.y"}, {"--lock", "fr.x", "extra"}} {
+		r = e.cli(t, append([]string{"force-release"}, args...)...)
+		assert.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
+		assert.Contains(t, r.stderr, "usage: leasegate force-release ", "%v", args)
+	}
+	r = e.cli(t, "force-release", "--lock", "fr x")
+	assert.Equal(t, 3, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "400 Invalid lock name")
 }
