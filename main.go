@@ -73,6 +73,8 @@ Usage:
                              what is held and who waits, one line per name (admin)
   leasegate force-release (--lock NAME | --semaphore NAME | --election NAME)
                              take every hold off the name (admin), printing each one removed
+  leasegate watch (--lock NAME | --semaphore NAME) [--json]
+                             print a lock's or semaphore's live events until interrupted
   leasegate auth-key         print a new random API key and the hash line to put in the auth
                              file (LEASEGATE_AUTH_FILE; see docs/auth.md) on stdout, what to do
                              with them on stderr

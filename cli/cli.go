@@ -31,7 +31,7 @@ const (
 )
 
 // Commands lists the subcommands Run handles.
-var Commands = []string{"run", "elect", "acquire", "release", "renew", "inspect", "list", "force-release"}
+var Commands = []string{"run", "elect", "acquire", "release", "renew", "inspect", "list", "force-release", "watch"}
 
 // Env is what the CLI reads from the environment.
 type Env struct {
@@ -65,6 +65,8 @@ func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 		return c.list(ctx, args[1:])
 	case "force-release":
 		return c.forceRelease(ctx, args[1:])
+	case "watch":
+		return c.watch(ctx, args[1:])
 	}
 	fmt.Fprintf(stderr, "leasegate: unknown command %q (want serve, healthcheck, %s)\n", args[0], strings.Join(Commands, ", "))
 	return ExitUsage

@@ -123,7 +123,8 @@ func newAnswer(resp *http.Response, body []byte) *answer {
 	return a
 }
 
-// err is the answer's problem as an error, or nil for a 2xx answer.
+// err is the answer's problem as an error (an *unexpectedAnswer when it is no problem+json), or
+// nil for a 2xx answer.
 func (a *answer) err() error {
 	switch {
 	case a.status < 300:
@@ -131,7 +132,38 @@ func (a *answer) err() error {
 	case a.problem != nil:
 		return a.problem
 	}
-	return fmt.Errorf("unexpected answer %d %s: %.200s", a.status, http.StatusText(a.status), bytes.TrimSpace(a.body))
+	return &unexpectedAnswer{status: a.status, body: string(bytes.TrimSpace(a.body))}
+}
+
+// unexpectedAnswer is a non-2xx answer without a problem+json body (a proxy's, say).
+type unexpectedAnswer struct {
+	status int
+	body   string
+}
+
+func (e *unexpectedAnswer) Error() string {
+	return fmt.Sprintf("unexpected answer %d %s: %.200s", e.status, http.StatusText(e.status), e.body)
+}
+
+// refusal reports whether err is an answer that asking again will not change: a 4xx other than
+// 408 and 429 (a bad name, no key or a wrong one, no permission, no such route) or a 501.
+func refusal(err error) bool {
+	var (
+		p *leasegate.ProblemError
+		u *unexpectedAnswer
+	)
+	status := 0
+	switch {
+	case errors.As(err, &p):
+		status = int(p.Status)
+	case errors.As(err, &u):
+		status = u.status
+	}
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500 || status == http.StatusNotImplemented
 }
 
 // notAcquired reports whether err says that the lock stayed held, or every permit taken.

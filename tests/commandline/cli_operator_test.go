@@ -1,17 +1,22 @@
 package commandline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/internal/testkit"
 )
 
@@ -23,12 +28,82 @@ func TestCLIOperatorCommands(t *testing.T) {
 	for name, test := range map[string]func(t *testing.T, e *env){
 		"list":          testCLIList,
 		"force-release": testCLIForceRelease,
+		"watch":         testCLIWatch,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			test(t, e)
 		})
 	}
+}
+
+// liveCLI is a leasegate process whose output the test reads while it runs.
+type liveCLI struct {
+	cmd            *exec.Cmd
+	stdout, stderr syncBuffer
+	done           chan cliRun
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's writes and the test's reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startLive starts the leasegate binary with args against e's gateway; it is killed when t ends
+// if still running.
+func (e *env) startLive(t *testing.T, args ...string) *liveCLI {
+	t.Helper()
+	bin, err := harness.GatewayBinary()
+	require.NoError(t, err)
+	l := &liveCLI{cmd: exec.Command(bin, args...), done: make(chan cliRun, 1)}
+	l.cmd.Env, l.cmd.Stdout, l.cmd.Stderr = e.cliEnv(), &l.stdout, &l.stderr
+	require.NoError(t, l.cmd.Start())
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		_ = l.cmd.Wait()
+		l.done <- cliRun{code: l.cmd.ProcessState.ExitCode(), stdout: l.stdout.String(), stderr: l.stderr.String()}
+	}()
+	t.Cleanup(func() { _ = l.cmd.Process.Kill(); <-exited })
+	return l
+}
+
+// lines are the complete lines the process has written to stdout.
+func (l *liveCLI) lines() []string {
+	out := l.stdout.String()
+	if i := strings.LastIndexByte(out, '\n'); i >= 0 {
+		return strings.Split(out[:i], "\n")
+	}
+	return nil
+}
+
+// await waits until stdout has n lines, and requires the nth to match pattern; it returns it.
+func (l *liveCLI) await(t *testing.T, n int, pattern string) string {
+	t.Helper()
+	testkit.EventuallyPaced(t, 10*time.Second, fmt.Sprintf("line %d of %v", n, l.cmd.Args[1:]), func() bool { return len(l.lines()) >= n })
+	line := l.lines()[n-1]
+	require.Regexp(t, pattern, line, "line %d of:\n%s\nstderr:\n%s", n, l.stdout.String(), l.stderr.String())
+	return line
+}
+
+// stop sends the process SIGTERM and returns how it ended.
+func (l *liveCLI) stop(t *testing.T) cliRun {
+	t.Helper()
+	require.NoError(t, l.cmd.Process.Signal(syscall.SIGTERM))
+	return testkit.Receive(t, l.done, 10*time.Second, "the process's exit after SIGTERM")
 }
 
 // dur matches a duration as the command line writes it (0.4s, 12s, 1m, 3m12s).
@@ -187,4 +262,57 @@ func testCLIForceRelease(t *testing.T, e *env) {
 	r = e.cli(t, "force-release", "--lock", "fr x")
 	assert.Equal(t, 3, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "400 Invalid lock name")
+}
+
+// testCLIWatch: watch prints a lock's events one a line, starting with its state; a dropped stream
+// is reopened, starting with a fresh state; --json prints each event's data with "event"; SIGTERM
+// ends it with 0, a refused stream with 3.
+func testCLIWatch(t *testing.T, e *env) {
+	proxy := testkit.NewStreamProxy(t, e.Gateway.URL) // to drop the stream
+	w := e.startLive(t, "watch", "--lock", "w.x", "--server", proxy.Server.URL)
+	const at = `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z `
+	w.await(t, 1, at+`state free; 0 waiting$`)
+	a := e.Hold(t, e.Client, "w.x", "a", 60000)
+	w.await(t, 2, fmt.Sprintf(at+`granted "a" exclusive, fence %d; 0 waiting$`, a.Int("fence")))
+
+	proxy.Server.CloseClientConnections()
+	w.await(t, 3, fmt.Sprintf(at+`state held by "a" exclusive, fence %d, `+dur+` left; 0 waiting$`, a.Int("fence")))
+	assert.Equal(t, int64(2), proxy.Opened.Load(), "reopened once")
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/w.x", testkit.TokenHeader(a.Str("token")), "").Status)
+	w.await(t, 4, fmt.Sprintf(at+`released "a" exclusive, fence %d$`, a.Int("fence")))
+	r := w.stop(t)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "leasegate: the events stream of lock \"w.x\" ended; reopening it\n", r.stderr)
+
+	p := e.Client.Do(http.MethodPost, "/semaphores/w.pool", nil, testkit.PermitBody("p1", 2, 60000, 0))
+	require.Equal(t, http.StatusCreated, p.Status, string(p.Body))
+	j := e.startLive(t, "watch", "--semaphore", "w.pool", "--json")
+	var state struct {
+		Event string
+		Used  int64
+		Lock  string
+	}
+	require.NoError(t, json.Unmarshal([]byte(j.await(t, 1, `^\{`)), &state))
+	assert.Equal(t, "state", state.Event)
+	assert.Equal(t, int64(1), state.Used)
+	assert.Equal(t, "w.pool", state.Lock)
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/semaphores/w.pool?force=true", nil, "").Status)
+	var forced struct {
+		Event        string
+		HoldsRemoved int64 `json:"holds_removed"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(j.await(t, 2, `^\{`)), &forced))
+	assert.Equal(t, "forced", forced.Event)
+	assert.Equal(t, int64(1), forced.HoldsRemoved)
+	r = j.stop(t)
+	assert.Equal(t, 0, r.code, r.stderr)
+
+	r = e.cli(t, "watch", "--lock", "w x")
+	assert.Equal(t, 3, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "400 Invalid lock name")
+	for _, args := range [][]string{{}, {"--lock", "w.a", "--lock", "w.b"}, {"--election", "w.e"}, {"--lock", "w.a", "extra"}} {
+		r = e.cli(t, append([]string{"watch"}, args...)...)
+		assert.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
+		assert.Contains(t, r.stderr, "usage: leasegate watch ", "%v", args)
+	}
 }
