@@ -1,6 +1,7 @@
 // Command leasegate is an HTTP/JSON distributed-lock gateway backed by Redis. Run with no
-// arguments (or "serve") it serves; "healthcheck" probes a running gateway's /healthz; "run",
-// "acquire", "release", "renew" and "inspect" are the command line client (package cli).
+// arguments (or "serve") it serves; "healthcheck" probes a running gateway's /healthz; "auth-key"
+// makes an API key; "run", "elect", "acquire", "release", "renew", "inspect", "list",
+// "force-release", "observe" and "watch" are the command line client (package cli).
 package main
 
 import (
@@ -75,6 +76,8 @@ Usage:
                              take every hold off the name (admin), printing each one removed
   leasegate watch (--lock NAME | --semaphore NAME) [--json]
                              print a lock's or semaphore's live events until interrupted
+  leasegate observe NAME [--after ID] [--json]
+                             print an election's leaders, one event a line, until interrupted
   leasegate auth-key         print a new random API key and the hash line to put in the auth
                              file (LEASEGATE_AUTH_FILE; see docs/auth.md) on stdout, what to do
                              with them on stderr

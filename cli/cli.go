@@ -31,7 +31,7 @@ const (
 )
 
 // Commands lists the subcommands Run handles.
-var Commands = []string{"run", "elect", "acquire", "release", "renew", "inspect", "list", "force-release", "watch"}
+var Commands = []string{"run", "elect", "acquire", "release", "renew", "inspect", "list", "force-release", "observe", "watch"}
 
 // Env is what the CLI reads from the environment.
 type Env struct {
@@ -65,6 +65,8 @@ func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 		return c.list(ctx, args[1:])
 	case "force-release":
 		return c.forceRelease(ctx, args[1:])
+	case "observe":
+		return c.observe(ctx, args[1:])
 	case "watch":
 		return c.watch(ctx, args[1:])
 	}

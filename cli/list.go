@@ -267,15 +267,19 @@ func electionWords(entry json.RawMessage) (held, waiting string, err error) {
 		held = fmt.Sprintf("%q value %q, fence %d, leads for %s, %s left", l.Owner, l.Value, l.Fence,
 			short(time.Since(l.Since)), short(time.Duration(l.TtlMs)*time.Millisecond))
 	}
-	switch e.Candidates {
-	case 0:
-		waiting = "-"
-	case 1:
-		waiting = "1 candidate"
-	default:
-		waiting = fmt.Sprintf("%d candidates", e.Candidates)
+	waiting = "-"
+	if e.Candidates > 0 {
+		waiting = candidates(e.Candidates)
 	}
 	return held, waiting, nil
+}
+
+// candidates is "1 candidate", "2 candidates".
+func candidates(n int64) string {
+	if n == 1 {
+		return "1 candidate"
+	}
+	return fmt.Sprintf("%d candidates", n)
 }
 
 // holdersWords names the first holders: `"a" fence 17, held 3.1s, 27s left; "b" shared …`, and

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,6 +30,7 @@ func TestCLIOperatorCommands(t *testing.T) {
 		"list":          testCLIList,
 		"force-release": testCLIForceRelease,
 		"watch":         testCLIWatch,
+		"observe":       testCLIObserve,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -105,6 +107,9 @@ func (l *liveCLI) stop(t *testing.T) cliRun {
 	require.NoError(t, l.cmd.Process.Signal(syscall.SIGTERM))
 	return testkit.Receive(t, l.done, 10*time.Second, "the process's exit after SIGTERM")
 }
+
+// at matches an event's time at the start of a line.
+const at = `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z `
 
 // dur matches a duration as the command line writes it (0.4s, 12s, 1m, 3m12s).
 const dur = `[0-9.]+[hms](?:[0-9]+[ms])?`
@@ -270,7 +275,6 @@ func testCLIForceRelease(t *testing.T, e *env) {
 func testCLIWatch(t *testing.T, e *env) {
 	proxy := testkit.NewStreamProxy(t, e.Gateway.URL) // to drop the stream
 	w := e.startLive(t, "watch", "--lock", "w.x", "--server", proxy.Server.URL)
-	const at = `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z `
 	w.await(t, 1, at+`state free; 0 waiting$`)
 	a := e.Hold(t, e.Client, "w.x", "a", 60000)
 	w.await(t, 2, fmt.Sprintf(at+`granted "a" exclusive, fence %d; 0 waiting$`, a.Int("fence")))
@@ -314,5 +318,59 @@ func testCLIWatch(t *testing.T, e *env) {
 		r = e.cli(t, append([]string{"watch"}, args...)...)
 		assert.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
 		assert.Contains(t, r.stderr, "usage: leasegate watch ", "%v", args)
+	}
+}
+
+// testCLIObserve: observe prints an election's events one a line with their ids, starting with
+// its state; a dropped stream is resumed after the last event (Last-Event-ID), so nothing is
+// printed twice or missed; --after ID starts after an event printed earlier; SIGTERM exits 0.
+func testCLIObserve(t *testing.T, e *env) {
+	proxy := testkit.NewStreamProxy(t, e.Gateway.URL) // to drop the stream
+	s1 := e.Client.Do(http.MethodPost, "/elections/ob.e", nil, `{"owner":"s1","value":"v1","ttl_ms":60000}`)
+	require.Equal(t, http.StatusCreated, s1.Status, string(s1.Body))
+	lead := testkit.TokenHeader(s1.Str("token"))
+	o := e.startLive(t, "observe", "ob.e", "--server", proxy.Server.URL)
+	id := ` \(id (\d+-\d+)\)$`
+	o.await(t, 1, fmt.Sprintf(at+`state led by "s1" value "v1", fence %d; 0 candidates`+id, s1.Int("fence")))
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodPut, "/elections/ob.e", lead, `{"value":"v2"}`).Status)
+	proclaimed := o.await(t, 2, fmt.Sprintf(at+`proclaimed "s1" value "v2", fence %d`+id, s1.Int("fence")))
+
+	proxy.Server.CloseClientConnections()
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/elections/ob.e", lead, "").Status)
+	s2 := e.Client.Do(http.MethodPost, "/elections/ob.e", nil, `{"owner":"s2","value":"w","ttl_ms":60000}`)
+	require.Equal(t, http.StatusCreated, s2.Status, string(s2.Body))
+	o.await(t, 3, fmt.Sprintf(at+`resigned "s1", fence %d`+id, s1.Int("fence")))
+	o.await(t, 4, fmt.Sprintf(at+`elected "s2" value "w", fence %d`+id, s2.Int("fence")))
+	testkit.EventuallyPaced(t, 10*time.Second, "the stream reopened", func() bool { return proxy.Opened.Load() == 2 })
+	r := o.stop(t)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Len(t, strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n"), 4, "nothing twice, no second state:\n%s", r.stdout)
+
+	after := regexp.MustCompile(id).FindStringSubmatch(proclaimed)[1]
+	j := e.startLive(t, "observe", "--after", after, "--json", "ob.e")
+	var ev struct {
+		ID, Event, Owner string
+		Fence            int64
+		Value            *string
+	}
+	require.NoError(t, json.Unmarshal([]byte(j.await(t, 1, `^\{`)), &ev))
+	assert.Equal(t, "resigned", ev.Event)
+	assert.Equal(t, "s1", ev.Owner)
+	assert.Nil(t, ev.Value)
+	require.NoError(t, json.Unmarshal([]byte(j.await(t, 2, `^\{`)), &ev))
+	assert.Equal(t, "elected", ev.Event)
+	assert.Equal(t, s2.Int("fence"), ev.Fence)
+	require.NotNil(t, ev.Value)
+	assert.Equal(t, "w", *ev.Value)
+	r = j.stop(t)
+	assert.Equal(t, 0, r.code, r.stderr)
+
+	r = e.cli(t, "observe", "ob x")
+	assert.Equal(t, 3, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "400 Invalid election name")
+	for _, args := range [][]string{{}, {"ob.a", "ob.b"}, {"ob.a", "--after", "12"}, {"--lock", "ob.a"}} {
+		r = e.cli(t, append([]string{"observe"}, args...)...)
+		assert.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
+		assert.Contains(t, r.stderr, "usage: leasegate observe ", "%v", args)
 	}
 }
