@@ -34,11 +34,21 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 		f.usage(false)
 		return ExitUsage
 	}
+	stopProgress := func() {}
+	if *wait > 0 && *token == "" {
+		stopProgress = c.showProgress(ctx, t, *owner)
+	}
+	start := time.Now()
 	a, err := c.take(ctx, t, acquireOptions{owner: *owner, ttl: *ttl, watchdog: *watchdog, maxHold: *maxHold, token: *token}, *wait)
+	stopProgress()
 	if err != nil {
 		return c.fail(err)
 	}
-	return c.print(a)
+	code = c.print(a)
+	if code == ExitNotAcquired && *wait > 0 {
+		c.notGranted(ctx, t, *owner, time.Since(start), a.problem) // the JSON on stdout may go to a pipe
+	}
+	return code
 }
 
 // maxWaitPerRequest bounds one long-poll, below the gateway's default LEASEGATE_MAX_WAIT (60s)

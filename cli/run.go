@@ -46,11 +46,23 @@ func (c *command) run(ctx context.Context, args []string) int {
 		return c.fail(err)
 	}
 	defer g.close()
+	start := time.Now()
 	lease, err := c.holdOnAny(ctx, o)
+	if notAcquired(err) {
+		return c.notGranted(ctx, o.t, o.owner, waited(o.wait, start), err)
+	}
 	if err != nil {
 		return c.fail(err)
 	}
 	return c.runHolding(ctx, o, lease, g)
+}
+
+// waited is how long a wait of up to wait that started at start has lasted; 0 for no wait.
+func waited(wait time.Duration, start time.Time) time.Duration {
+	if wait <= 0 {
+		return 0
+	}
+	return time.Since(start)
 }
 
 // runnable checks, before anything is taken, that name can be run; as shells do, it returns 127
@@ -167,8 +179,12 @@ func (c *command) fitTimes(o *runOptions, graceSet bool) bool {
 
 // holdOnAny takes the hold: the first replica that answers grants it; any replica can renew or
 // release it. (A multi-lock's acquire has no Idempotency-Key: should a replica have granted it and
-// its answer been lost, that grant lapses with its TTL, unrenewed.)
+// its answer been lost, that grant lapses with its TTL, unrenewed.) While it waits, a terminal's
+// stderr shows its progress.
 func (c *command) holdOnAny(ctx context.Context, o runOptions) (heldLease, error) {
+	if o.wait > 0 {
+		defer c.showProgress(ctx, o.t, o.owner)()
+	}
 	var (
 		lease heldLease
 		err   error
