@@ -144,7 +144,7 @@ func TestCLIAuthUsageErrors(t *testing.T) {
 // that `leasegate auth-key | grep hash` keeps the hash line alone; the advice goes to stderr.
 func TestCLIAuthKey(t *testing.T) {
 	t.Parallel()
-	r := <-startCLIProcess(t, []string{"PATH=" + os.Getenv("PATH")}, "auth-key")
+	r := <-startCLIProcess(t, bareEnviron(), "auth-key")
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 	require.Len(t, lines, 2, "stdout:\n%s", r.stdout)

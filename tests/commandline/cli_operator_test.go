@@ -21,9 +21,10 @@ import (
 	"github.com/leasegate/leasegate/internal/testkit"
 )
 
-// TestCLIOperatorCommands runs the operator's commands (list, force-release, observe, watch)
-// against one gateway, each subtest on names of its own prefix.
-func TestCLIOperatorCommands(t *testing.T) {
+// TestCLIOnOneGateway runs the operator's commands (list, force-release, watch, observe) and what
+// run, elect and acquire say while and after they wait against one gateway (a gateway and its
+// Redis cost more CPU than most of these tests), each subtest on names of its own prefix.
+func TestCLIOnOneGateway(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	for name, test := range map[string]func(t *testing.T, e *env){
@@ -31,6 +32,8 @@ func TestCLIOperatorCommands(t *testing.T) {
 		"force-release": testCLIForceRelease,
 		"watch":         testCLIWatch,
 		"observe":       testCLIObserve,
+		"wait-ran-out":  testCLIWaitSaysHowLongItWaited,
+		"wait-progress": testCLIWaitShowsProgressOnATerminal,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -194,7 +197,7 @@ func testCLIList(t *testing.T, e *env) {
 	assert.Empty(t, l.stdout)
 	assert.Equal(t, "leasegate: nothing is held or waited for under prefix \"ls.none.\"\n", l.stderr)
 
-	for _, args := range [][]string{{"--kind", "locks"}, {"ls."}, {"--lock", "ls.x"}} {
+	for _, args := range [][]string{{"--kind", "locks"}, {"ls."}} {
 		l = e.cli(t, append([]string{"list"}, args...)...)
 		assert.Equal(t, 2, l.code, "%v: %s", args, l.stderr)
 		assert.Contains(t, l.stderr, "usage: leasegate list ", "%v", args)
@@ -259,7 +262,7 @@ func testCLIForceRelease(t *testing.T, e *env) {
 		assert.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
 		assert.Regexp(t, `^(lock|semaphore) "fr.none" was not held: nothing removed\n$|^election "fr.none" was not led: nothing removed\n$`, r.stdout, "%v", args)
 	}
-	for _, args := range [][]string{{}, {"--lock", "fr.x", "--election", "fr.x"}, {"--lock", "fr.x", "--lock", "fr.y"}, {"--lock", "fr.x", "extra"}} {
+	for _, args := range [][]string{{}, {"--lock", "fr.x", "--election", "fr.x"}} {
 		r = e.cli(t, append([]string{"force-release"}, args...)...)
 		assert.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
 		assert.Contains(t, r.stderr, "usage: leasegate force-release ", "%v", args)
@@ -314,7 +317,7 @@ func testCLIWatch(t *testing.T, e *env) {
 	r = e.cli(t, "watch", "--lock", "w x")
 	assert.Equal(t, 3, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "400 Invalid lock name")
-	for _, args := range [][]string{{}, {"--lock", "w.a", "--lock", "w.b"}, {"--election", "w.e"}, {"--lock", "w.a", "extra"}} {
+	for _, args := range [][]string{{}, {"--lock", "w.a", "--lock", "w.b"}} {
 		r = e.cli(t, append([]string{"watch"}, args...)...)
 		assert.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
 		assert.Contains(t, r.stderr, "usage: leasegate watch ", "%v", args)
@@ -368,7 +371,7 @@ func testCLIObserve(t *testing.T, e *env) {
 	r = e.cli(t, "observe", "ob x")
 	assert.Equal(t, 3, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "400 Invalid election name")
-	for _, args := range [][]string{{}, {"ob.a", "ob.b"}, {"ob.a", "--after", "12"}, {"--lock", "ob.a"}} {
+	for _, args := range [][]string{{}, {"ob.a", "--after", "12"}} {
 		r = e.cli(t, append([]string{"observe"}, args...)...)
 		assert.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
 		assert.Contains(t, r.stderr, "usage: leasegate observe ", "%v", args)

@@ -20,12 +20,10 @@ import (
 	"github.com/leasegate/leasegate/internal/testkit"
 )
 
-// TestCLIWaitSaysHowLongItWaited: run, elect and acquire whose --wait runs out say how long they
+// testCLIWaitSaysHowLongItWaited: run, elect and acquire whose --wait runs out say how long they
 // waited and who holds what they waited for (not the holder's TTL as a "retry after"), in one line:
 // with stderr not a terminal, no progress line comes before it.
-func TestCLIWaitSaysHowLongItWaited(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, nil)
+func testCLIWaitSaysHowLongItWaited(t *testing.T, e *env) {
 	x := e.Hold(t, e.Client, "wt.x", "holder", 60000).Int("fence")
 	led := e.Client.Do(http.MethodPost, "/elections/wt.e", nil, `{"owner":"leader","value":"l","ttl_ms":60000}`)
 	require.Equal(t, http.StatusCreated, led.Status, string(led.Body))
@@ -65,12 +63,10 @@ func TestCLIWaitSaysHowLongItWaited(t *testing.T) {
 	}
 }
 
-// TestCLIWaitShowsProgressOnATerminal: with stderr a terminal, run --wait and elect --wait show one
+// testCLIWaitShowsProgressOnATerminal: with stderr a terminal, run --wait and elect --wait show one
 // progress line, rewritten every second: how long they have waited, who holds the lock (leads the
 // election), how many are in line. It is cleared once the wait ends.
-func TestCLIWaitShowsProgressOnATerminal(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, nil)
+func testCLIWaitShowsProgressOnATerminal(t *testing.T, e *env) {
 	x := e.Hold(t, e.Client, "tty.x", "holder", 60000)
 	led := e.Client.Do(http.MethodPost, "/elections/tty.e", nil, `{"owner":"leader","value":"l","ttl_ms":60000}`)
 	require.Equal(t, http.StatusCreated, led.Status, string(led.Body))
