@@ -64,9 +64,11 @@ func (c *command) showProgress(ctx context.Context, t target, owner string) (sto
 			case <-tick.C:
 			}
 			line := fmt.Sprintf("leasegate: waiting %s for %s", short(time.Since(start)), t)
-			if state := c.waitedFor(ctx, t, owner); state != "" {
+			rctx, cancel := context.WithTimeout(ctx, progressEvery) // a late state would be out of date
+			if state := c.waitedFor(rctx, t, owner); state != "" {
 				line += ": " + state
 			}
+			cancel()
 			if ctx.Err() != nil {
 				continue // the wait ended during the read: say nothing of it
 			}
@@ -90,6 +92,8 @@ func (c *command) showProgress(ctx context.Context, t target, owner string) (sto
 // `lock "a" not granted: held by …`. err is the gateway's last answer, whose retry-after stands
 // in when the state cannot be read. It returns ExitNotAcquired.
 func (c *command) notGranted(ctx context.Context, t target, owner string, waited time.Duration, err error) int {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	state := c.waitedFor(ctx, t, owner)
 	var p *leasegate.ProblemError
 	if state == "" && errors.As(err, &p) && p.RetryAfter() > 0 {
@@ -109,8 +113,6 @@ func (c *command) notGranted(ctx context.Context, t target, owner string, waited
 // waitedFor reads t's state and says who holds it and how many wait; "" when it cannot be read.
 // owner's own holds (a multi-lock's members taken so far) are counted apart.
 func (c *command) waitedFor(ctx context.Context, t target, owner string) string {
-	ctx, cancel := context.WithTimeout(ctx, progressEvery)
-	defer cancel()
 	if t.locks != nil {
 		return c.membersWaitedFor(ctx, t, owner)
 	}
