@@ -331,6 +331,13 @@ func (f common) members(locks []string) error {
 	return nil
 }
 
+// usageError reports a usage error found after the flags were parsed and returns ExitUsage.
+func (c *command) usageError(f common, msg string) int {
+	fmt.Fprintln(c.stderr, "leasegate:", msg)
+	f.usage(false)
+	return ExitUsage
+}
+
 // isSet reports whether the flag name was given on the command line.
 func isSet(fs *flag.FlagSet, name string) (set bool) {
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })

@@ -81,13 +81,6 @@ func underPrefix(prefix string) string {
 	return fmt.Sprintf(" under prefix %q", prefix)
 }
 
-// usageError reports a usage error found after the flags were parsed and returns ExitUsage.
-func (c *command) usageError(f common, msg string) int {
-	fmt.Fprintln(c.stderr, "leasegate:", msg)
-	f.usage(false)
-	return ExitUsage
-}
-
 // listing is one admin listing: its kind, the page's field that holds the entries, the entry's
 // field that names it, how to ask for a page, and how to say an entry in words.
 type listing struct {

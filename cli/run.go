@@ -57,14 +57,6 @@ func (c *command) run(ctx context.Context, args []string) int {
 	return c.runHolding(ctx, o, lease, g)
 }
 
-// waited is how long a wait of up to wait that started at start has lasted; 0 for no wait.
-func waited(wait time.Duration, start time.Time) time.Duration {
-	if wait <= 0 {
-		return 0
-	}
-	return time.Since(start)
-}
-
 // runnable checks, before anything is taken, that name can be run; as shells do, it returns 127
 // for a command that is not found, 126 for one that cannot be run.
 func (c *command) runnable(name string) (code int, ok bool) {

@@ -110,6 +110,14 @@ func (c *command) notGranted(ctx context.Context, t target, owner string, waited
 	return ExitNotAcquired
 }
 
+// waited is how long a wait of up to wait that started at start has lasted; 0 for no wait.
+func waited(wait time.Duration, start time.Time) time.Duration {
+	if wait <= 0 {
+		return 0
+	}
+	return time.Since(start)
+}
+
 // waitedFor reads t's state and says who holds it and how many wait; "" when it cannot be read.
 // owner's own holds (a multi-lock's members taken so far) are counted apart.
 func (c *command) waitedFor(ctx context.Context, t target, owner string) string {
