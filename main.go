@@ -1,6 +1,7 @@
 // Command leasegate is an HTTP/JSON distributed-lock gateway backed by Redis. Run with no
-// arguments (or "serve") it serves; "healthcheck" probes a running gateway's /healthz; "run",
-// "acquire", "release", "renew" and "inspect" are the command line client (package cli).
+// arguments (or "serve") it serves; "healthcheck" probes a running gateway's /healthz; "auth-key"
+// makes an API key; "run", "elect", "acquire", "release", "renew", "inspect", "list",
+// "force-release", "observe" and "watch" are the command line client (package cli).
 package main
 
 import (
@@ -46,7 +47,7 @@ func main() {
 			APIKeyFile: os.Getenv("LEASEGATE_API_KEY_FILE"), CAFile: os.Getenv("LEASEGATE_CA_FILE"), Hostname: host}
 		os.Exit(cli.Run(ctx, os.Args[1:], env, os.Stdout, os.Stderr))
 	}
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "leasegate:", err)
 		os.Exit(1)
 	}
@@ -67,9 +68,19 @@ Usage:
                              campaign in an election and run a command only while leader; it is
                              stopped before the lead can lapse (--again: campaign again after)
   leasegate acquire|release|renew|inspect (--lock NAME | --semaphore NAME | --multilock ID) [flags]
+  leasegate inspect --election NAME
                              one call, printing the gateway's JSON answer
-  leasegate auth-key         print a new random API key, and the hash line to put in the auth
-                             file (LEASEGATE_AUTH_FILE; see docs/auth.md)
+  leasegate list [--prefix P] [--kind lock|semaphore|election] [--json]
+                             what is held and who waits, one line per name (admin)
+  leasegate force-release (--lock NAME | --semaphore NAME | --election NAME)
+                             take every hold off the name (admin), printing each one removed
+  leasegate watch (--lock NAME | --semaphore NAME) [--json]
+                             print a lock's or semaphore's live events until interrupted
+  leasegate observe NAME [--after ID] [--json]
+                             print an election's leaders, one event a line, until interrupted
+  leasegate auth-key         print a new random API key and the hash line to put in the auth
+                             file (LEASEGATE_AUTH_FILE; see docs/auth.md) on stdout, what to do
+                             with them on stderr
   leasegate version          print the version
   leasegate COMMAND --help   a command's flags
 
@@ -80,7 +91,9 @@ other users can see in ps); to an https:// gateway whose certificate a private C
 trust that CA's certificate from --ca-file FILE or $LEASEGATE_CA_FILE.
 `
 
-func run(ctx context.Context, args []string, stdout io.Writer) error {
+// run runs the command args[0] (serve when none): the gateway, or one of its own small commands.
+// stdout gets what a command prints for a pipe; stderr, what it says to the person running it.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 {
 		cmd = args[0]
@@ -94,10 +107,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		_, err := fmt.Fprintln(stdout, "leasegate", version())
 		return err
 	case cmd == "auth-key":
-		key, hash := auth.NewKey()
-		_, err := fmt.Fprintf(stdout, "key:  %s\nhash: %q\n\nGive the key to its client (Authorization: Bearer <key>); it is not stored anywhere.\n"+
-			"Add the hash to the principal's \"keys\" in the auth file; the gateway picks it up within a second.\n", key, hash)
-		return err
+		return authKey(stdout, stderr)
 	}
 	cfg, err := loadConfig()
 	if err != nil {
@@ -111,6 +121,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	default:
 		return fmt.Errorf("unknown command %q (want serve, healthcheck, auth-key, %s)", cmd, strings.Join(cli.Commands, ", "))
 	}
+}
+
+// authKey prints a new API key and its hash line on stdout, two lines a script can take apart
+// (`leasegate auth-key | grep hash` keeps the hash alone), and the advice on stderr.
+func authKey(stdout, stderr io.Writer) error {
+	key, hash := auth.NewKey()
+	if _, err := fmt.Fprintf(stdout, "key:  %s\nhash: %q\n", key, hash); err != nil {
+		return err
+	}
+	_, _ = fmt.Fprint(stderr, "Give the key to its client (Authorization: Bearer <key>); it is not stored anywhere.\n"+
+		"Add the hash to the principal's \"keys\" in the auth file; the gateway picks it up within a second.\n")
+	return nil
 }
 
 // newService connects to the deployment cfg names: one Redis, Sentinel or Cluster

@@ -1,8 +1,10 @@
-// Package cli is leasegate's command line for scripts and cron: "run" runs a command under a lock
-// (held exclusively or shared), several locks at once (a multi-lock: --lock repeated) or a
-// semaphore's permit, "elect" runs one while leader of an election, and "acquire", "release", "renew" and "inspect" print the gateway's JSON
-// answer. It talks to the gateway through the generated Go client (sdk/go), with an API key and a
-// CA file to trust when given (access.go).
+// Package cli is leasegate's command line for scripts, cron and operators: "run" runs a command
+// under a lock (held exclusively or shared), several locks at once (a multi-lock: --lock repeated)
+// or a semaphore's permit, "elect" runs one while leader of an election, and "acquire", "release",
+// "renew" and "inspect" print the gateway's JSON answer. For operators, "list" shows what is held
+// and who waits, "force-release" breaks a hold, and "observe" and "watch" follow an election's or a
+// lock's events. It talks to the gateway through the Go SDK (sdk/go), with an API key and a CA file
+// to trust when given (access.go).
 package cli
 
 import (
@@ -29,7 +31,7 @@ const (
 )
 
 // Commands lists the subcommands Run handles.
-var Commands = []string{"run", "elect", "acquire", "release", "renew", "inspect"}
+var Commands = []string{"run", "elect", "acquire", "release", "renew", "inspect", "list", "force-release", "observe", "watch"}
 
 // Env is what the CLI reads from the environment.
 type Env struct {
@@ -59,6 +61,14 @@ func Run(ctx context.Context, args []string, env Env, stdout, stderr io.Writer) 
 		return c.renew(ctx, args[1:])
 	case "inspect":
 		return c.inspect(ctx, args[1:])
+	case "list":
+		return c.list(ctx, args[1:])
+	case "force-release":
+		return c.forceRelease(ctx, args[1:])
+	case "observe":
+		return c.observe(ctx, args[1:])
+	case "watch":
+		return c.watch(ctx, args[1:])
 	}
 	fmt.Fprintf(stderr, "leasegate: unknown command %q (want serve, healthcheck, %s)\n", args[0], strings.Join(Commands, ", "))
 	return ExitUsage
@@ -74,8 +84,8 @@ type command struct {
 	keyFrom string
 }
 
-// common are the flags every subcommand takes: what it acts on (--lock, --semaphore or
-// --multilock, with --shared, --mode and --permits where they apply), where (--server) and how
+// common are the flags every subcommand takes: what it acts on (--lock, --semaphore, --multilock
+// or --election, with --shared, --mode and --permits where they apply), where (--server) and how
 // (--api-key, --api-key-file, --ca-file: see access.go).
 type common struct {
 	fs        *flag.FlagSet
@@ -85,6 +95,7 @@ type common struct {
 	locks     *lockNames // several only where a hold is taken (a multi-lock)
 	semaphore *string
 	multilock *string // release and renew: a multi-lock's id; nil elsewhere
+	election  *string // inspect and force-release: an election's name; nil elsewhere
 	permits   *int64
 	shared    *bool   // run and acquire: take a shared hold; nil elsewhere
 	mode      *string // release: which hold to give back; nil elsewhere
@@ -128,8 +139,9 @@ func (c *command) flags(name, usage string) common {
 		server:   fs.String("server", server, "gateway URL, or several replicas' URLs separated by commas (default from LEASEGATE_SERVER)"),
 		access:   c.accessFlags(fs),
 	}
-	if name == "elect" {
-		return f // an election is named by an argument; elect adds its own flags
+	switch name {
+	case "elect", "observe", "list":
+		return f // an election is named by an argument, a listing by none; they add their own flags
 	}
 	f.locks = &lockNames{}
 	f.semaphore = fs.String("semaphore", "", "semaphore name, in place of --lock: one of its permits")
@@ -142,6 +154,9 @@ func (c *command) flags(name, usage string) common {
 	case "release", "renew":
 		fs.Var(f.locks, "lock", "lock `name` (this, --semaphore or --multilock is required)")
 		f.multilock = fs.String("multilock", "", "a multi-lock's id (its grant's \"id\"), in place of --lock: all its locks at once")
+	case "inspect", "force-release":
+		fs.Var(f.locks, "lock", "lock `name` (this, --semaphore or --election is required)")
+		f.election = fs.String("election", "", "election `name`, in place of --lock")
 	default:
 		fs.Var(f.locks, "lock", "lock `name` (this or --semaphore is required)")
 	}
@@ -154,13 +169,14 @@ func (c *command) flags(name, usage string) common {
 	return f
 }
 
-// usage prints the subcommand's synopsis; with every flag and its meaning after --help, else
-// (after a usage error, below its message) where to find them.
+// usage prints the subcommand's synopsis; with every flag and its meaning and the exit codes after
+// --help, else (after a usage error, below its message) where to find them.
 func (f common) usage(help bool) {
 	fmt.Fprintf(f.stderr, "usage: leasegate %s %s\n", f.name, f.synopsis)
 	if help {
 		f.fs.SetOutput(f.stderr)
 		f.fs.PrintDefaults()
+		fmt.Fprint(f.stderr, exitCodes(f.name))
 		return
 	}
 	fmt.Fprintf(f.stderr, "(leasegate %s --help lists every flag)\n", f.name)
@@ -214,21 +230,33 @@ func (f common) target(t *target) error {
 		locks = nil // as if not given
 	}
 	multilock := f.multilock != nil && *f.multilock != ""
+	election := f.election != nil && *f.election != ""
 	switch {
-	case len(locks) == 0 && *f.semaphore == "" && !multilock:
+	case len(locks) == 0 && *f.semaphore == "" && !multilock && !election:
 		switch {
 		case f.takes:
 			return errors.New("--lock is required, or --semaphore with --permits")
 		case f.multilock != nil:
 			return errors.New("--lock is required, or --semaphore, or --multilock")
+		case f.election != nil:
+			return errors.New("--lock is required, or --semaphore, or --election")
 		}
 		return errors.New("--lock is required, or --semaphore")
 	case len(locks) > 0 && *f.semaphore != "":
 		return errors.New("--lock and --semaphore exclude each other: give one")
 	case multilock && (len(locks) > 0 || *f.semaphore != ""):
 		return errors.New("--multilock excludes --lock and --semaphore: give one")
+	case election && (len(locks) > 0 || *f.semaphore != ""):
+		return errors.New("--election excludes --lock and --semaphore: give one")
 	}
 	permitsSet := isSet(f.fs, "permits")
+	if election {
+		if permitsSet {
+			return errors.New("--permits goes with --semaphore, not --election")
+		}
+		t.election = *f.election
+		return nil
+	}
 	if multilock {
 		switch {
 		case permitsSet:
@@ -286,7 +314,7 @@ func (f common) members(locks []string) error {
 	case !f.takes && f.multilock != nil:
 		return errors.New("give one --lock: a multi-lock's locks are renewed and given back together, with --multilock ID (its grant's \"id\")")
 	case !f.takes:
-		return errors.New("give one --lock: inspect a multi-lock's locks one by one")
+		return fmt.Errorf("give one --lock: %s a multi-lock's locks one by one", f.name)
 	case len(locks) > maxMembers:
 		return fmt.Errorf("at most %d --lock make one multi-lock, got %d", maxMembers, len(locks))
 	}
@@ -301,6 +329,13 @@ func (f common) members(locks []string) error {
 		seen[name] = true
 	}
 	return nil
+}
+
+// usageError reports a usage error found after the flags were parsed and returns ExitUsage.
+func (c *command) usageError(f common, msg string) int {
+	fmt.Fprintln(c.stderr, "leasegate:", msg)
+	f.usage(false)
+	return ExitUsage
 }
 
 // isSet reports whether the flag name was given on the command line.

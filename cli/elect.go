@@ -46,6 +46,7 @@ func (c *command) elect(ctx context.Context, args []string) int {
 	}
 	defer g.close()
 	for {
+		start := time.Now()
 		lead, err := c.holdOnAny(ctx, o)
 		if err != nil {
 			if again && notAcquired(err) && ctx.Err() == nil {
@@ -59,6 +60,9 @@ func (c *command) elect(ctx context.Context, args []string) int {
 					return 128 + int(sig.(syscall.Signal))
 				case <-time.After(time.Second): // ctx ended otherwise
 				}
+			}
+			if notAcquired(err) {
+				return c.notGranted(ctx, o.t, o.owner, waited(o.wait, start), err)
 			}
 			return c.fail(err)
 		}

@@ -14,7 +14,7 @@ import (
 )
 
 // acquire, release, renew and inspect print the gateway's JSON answer (a grant, a release, a
-// lock's or semaphore's state, or a problem) and exit 0 on success. A multi-lock is acquired by
+// lock's, semaphore's or election's state, or a problem) and exit 0 on success. A multi-lock is acquired by
 // its members' names (--lock repeated), renewed and released by its id (--multilock).
 
 func (c *command) acquire(ctx context.Context, args []string) int {
@@ -34,11 +34,21 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 		f.usage(false)
 		return ExitUsage
 	}
+	stopProgress := func() {}
+	if *wait > 0 && *token == "" {
+		stopProgress = c.showProgress(ctx, t, *owner)
+	}
+	start := time.Now()
 	a, err := c.take(ctx, t, acquireOptions{owner: *owner, ttl: *ttl, watchdog: *watchdog, maxHold: *maxHold, token: *token}, *wait)
+	stopProgress()
 	if err != nil {
 		return c.fail(err)
 	}
-	return c.print(a)
+	code = c.print(a)
+	if code == ExitNotAcquired && *wait > 0 {
+		c.notGranted(ctx, t, *owner, time.Since(start), a.problem) // the JSON on stdout may go to a pipe
+	}
+	return code
 }
 
 // maxWaitPerRequest bounds one long-poll, below the gateway's default LEASEGATE_MAX_WAIT (60s)
@@ -118,11 +128,16 @@ func (c *command) renew(ctx context.Context, args []string) int {
 }
 
 func (c *command) inspect(ctx context.Context, args []string) int {
-	f := c.flags("inspect", "(--lock NAME | --semaphore NAME) [--token T]")
-	token := f.fs.String("token", "", "also tell whether this token's lease holds the lock or a permit")
+	f := c.flags("inspect", "(--lock NAME | --semaphore NAME | --election NAME) [--token T]")
+	token := f.fs.String("token", "", "also tell whether this token's lease holds the lock or a permit (not with --election)")
 	t, code, ok := c.parse(f, args)
 	if !ok {
 		return code
+	}
+	if t.election != "" && *token != "" {
+		fmt.Fprintln(c.stderr, "leasegate: --token goes with --lock or --semaphore: an election's state names its leader's fence instead")
+		f.usage(false)
+		return ExitUsage
 	}
 	a, err := t.inspect(ctx, c.gateways[0], *token)
 	if err != nil {

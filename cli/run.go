@@ -46,7 +46,11 @@ func (c *command) run(ctx context.Context, args []string) int {
 		return c.fail(err)
 	}
 	defer g.close()
+	start := time.Now()
 	lease, err := c.holdOnAny(ctx, o)
+	if notAcquired(err) {
+		return c.notGranted(ctx, o.t, o.owner, waited(o.wait, start), err)
+	}
 	if err != nil {
 		return c.fail(err)
 	}
@@ -167,8 +171,12 @@ func (c *command) fitTimes(o *runOptions, graceSet bool) bool {
 
 // holdOnAny takes the hold: the first replica that answers grants it; any replica can renew or
 // release it. (A multi-lock's acquire has no Idempotency-Key: should a replica have granted it and
-// its answer been lost, that grant lapses with its TTL, unrenewed.)
+// its answer been lost, that grant lapses with its TTL, unrenewed.) While it waits, a terminal's
+// stderr shows its progress.
 func (c *command) holdOnAny(ctx context.Context, o runOptions) (heldLease, error) {
+	if o.wait > 0 {
+		defer c.showProgress(ctx, o.t, o.owner)()
+	}
 	var (
 		lease heldLease
 		err   error
@@ -200,7 +208,11 @@ func (c *command) giveBack(lease heldLease, t target) {
 		}
 	}
 	if rerr != nil && !errors.Is(rerr, leasegate.ErrLeaseGone) {
-		fmt.Fprintf(c.stderr, "leasegate: releasing the %s: %v\n", t, rerr)
+		giving := "releasing the " + t.String()
+		if t.election != "" {
+			giving = "resigning from " + t.String()
+		}
+		fmt.Fprintf(c.stderr, "leasegate: %s: %v\n", giving, rerr)
 	}
 }
 
@@ -231,13 +243,13 @@ func (c *command) supervise(ctx context.Context, o runOptions, lease heldLease, 
 	stop := func(why string) {
 		if !stopping {
 			stopping = true
-			fmt.Fprintf(c.stderr, "leasegate: %s on %s; stopping the command\n", why, o.t)
+			fmt.Fprintf(c.stderr, "leasegate: %s; stopping the command\n", why)
 			signalGroup(cmd, syscall.SIGTERM)
 		}
 	}
 	gone := false // the lease is lost for sure: SIGKILL after grace
 	lose := func(err error) {
-		stop(fmt.Sprintf("lost the lease (%v)", err))
+		stop(fmt.Sprintf("lost %s: %s", o.t.lease(), lossReason(err)))
 		if !gone {
 			gone = true
 			stopKeeping() // nothing left to renew
@@ -293,13 +305,13 @@ func (c *command) supervise(ctx context.Context, o runOptions, lease heldLease, 
 			if renewedMeanwhile() {
 				break
 			}
-			stop(fmt.Sprintf("lost the lease: no renewal succeeded, and it lapses in %v", time.Until(validUntil).Round(time.Millisecond)))
+			stop(fmt.Sprintf("no renewal of %s succeeded, and it lapses in %v", o.t.lease(), time.Until(validUntil).Round(time.Millisecond)))
 		case <-killTimer.C:
 			if renewedMeanwhile() {
 				break
 			}
-			stop("lost the lease")
-			fmt.Fprintf(c.stderr, "leasegate: the command is still running %v before the lease can lapse; killing it\n", margin)
+			stop(fmt.Sprintf("%s is about to lapse", o.t.lease()))
+			fmt.Fprintf(c.stderr, "leasegate: the command is still running %v before %s can lapse; killing it\n", margin, o.t.lease())
 			signalGroup(cmd, syscall.SIGKILL)
 		}
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +14,7 @@ import (
 
 // target is what a command takes, gives back, renews or inspects: a lock (an exclusive or a
 // shared hold), several locks at once (a multi-lock: taken by its members' names, renewed and
-// given back by its id), or one permit of a semaphore. run holds it through the SDK (hold); the
+// given back by its id), one permit of a semaphore, or an election's lead. run holds it through the SDK (hold); the
 // one-shot commands, which print the gateway's answer as it is, make one call each through one
 // gateway (acquire, renew, release, inspect), which returns the answer whatever its status, and a
 // transport error as its error.
@@ -28,8 +29,8 @@ type target struct {
 	// (release, where "" lets the gateway choose). Semaphores have none.
 	mode    leasegate.Mode
 	permits int64 // the semaphore's size (run, acquire)
-	// election is the election elect campaigns in (and nothing else is set), with the value it
-	// announces and whether the gateway renews the lead too (--watchdog).
+	// election is the election elect campaigns in, or inspect reads (and nothing else is set),
+	// with the value elect announces and whether the gateway renews the lead too (--watchdog).
 	election string
 	value    string
 	watchdog bool
@@ -120,6 +121,49 @@ func newAnswer(resp *http.Response, body []byte) *answer {
 		}
 	}
 	return a
+}
+
+// err is the answer's problem as an error (an *unexpectedAnswer when it is no problem+json), or
+// nil for a 2xx answer.
+func (a *answer) err() error {
+	switch {
+	case a.status < 300:
+		return nil
+	case a.problem != nil:
+		return a.problem
+	}
+	return &unexpectedAnswer{status: a.status, body: string(bytes.TrimSpace(a.body))}
+}
+
+// unexpectedAnswer is a non-2xx answer without a problem+json body (a proxy's, say).
+type unexpectedAnswer struct {
+	status int
+	body   string
+}
+
+func (e *unexpectedAnswer) Error() string {
+	return fmt.Sprintf("unexpected answer %d %s: %.200s", e.status, http.StatusText(e.status), e.body)
+}
+
+// refusal reports whether err is an answer that asking again will not change: a 4xx other than
+// 408 and 429 (a bad name, no key or a wrong one, no permission, no such route) or a 501.
+func refusal(err error) bool {
+	var (
+		p *leasegate.ProblemError
+		u *unexpectedAnswer
+	)
+	status := 0
+	switch {
+	case errors.As(err, &p):
+		status = int(p.Status)
+	case errors.As(err, &u):
+		status = u.status
+	}
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500 || status == http.StatusNotImplemented
 }
 
 // notAcquired reports whether err says that the lock stayed held, or every permit taken.
@@ -223,6 +267,13 @@ func (t target) release(ctx context.Context, gw *leasegate.Gateway, token, key s
 }
 
 func (t target) inspect(ctx context.Context, gw *leasegate.Gateway, token string) (*answer, error) {
+	if t.election != "" {
+		resp, err := gw.API.InspectElectionWithResponse(ctx, t.election)
+		if err != nil {
+			return nil, err
+		}
+		return newAnswer(resp.HTTPResponse, resp.Body), nil
+	}
 	if t.semaphore != "" {
 		resp, err := gw.API.InspectSemaphoreWithResponse(ctx, t.semaphore, &leasegate.InspectSemaphoreParams{LeaseToken: optional(token)})
 		if err != nil {

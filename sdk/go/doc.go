@@ -87,7 +87,8 @@
 // Renew, Done, Context, Err, ValidUntil, with a lease's lapse rule) that announces a value, with
 // Proclaim and Resign. A watched lead (see WatchLoss) follows the election's events stream, which
 // takes no token: it looks for its own fence, so a force release or an expiry (vacant) closes Done
-// within milliseconds, and a state showing another lead is confirmed by a renewal. Observe returns
+// within milliseconds (after one renewal, whose 410 tells a force release, ErrLeaseForced, from
+// the rest), and a state showing another lead is confirmed by a renewal. Observe returns
 // a channel of the election's events (ElectionEvent), reconnecting through several replicas with
 // Last-Event-ID so that none is missed or repeated; a state event with Gap says when the log no
 // longer held what was missed.

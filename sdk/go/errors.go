@@ -116,6 +116,17 @@ func (e *ProblemError) Members() []string {
 	return *e.Locks
 }
 
+// forcedDetail ends the detail of a 410 lease-gone answer to a lease that a force release removed
+// (openapi.yaml, the LeaseGone response: "an operator force-released it at <time>"); the gateway
+// says so for as long as it keeps the fence.
+const forcedDetail = ": an operator force-released it at "
+
+// forcedAway reports whether err is the gateway's 410 saying that a force release removed the lease.
+func forcedAway(err error) bool {
+	var p *ProblemError
+	return errors.As(err, &p) && errors.Is(p, ErrLeaseGone) && strings.Contains(p.Detail, forcedDetail)
+}
+
 // problem turns a non-2xx answer into a *ProblemError.
 func problem(resp *http.Response, body []byte) error {
 	p := &ProblemError{}

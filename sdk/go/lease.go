@@ -307,6 +307,10 @@ func (l *Lease) Watch(via ...*Gateway) {
 		// renewal confirms a loss its state only suggests.
 		t.token, t.election = "", true
 		t.confirm = func(ctx context.Context) error { return l.Renew(ctx, 0) }
+		t.forced = func(ctx context.Context, gw *Gateway) bool {
+			_, err := l.calls.renew(ctx, gw, l, 0, nil) // not RenewVia: its 410 would end the lease first
+			return forcedAway(err)
+		}
 	}
 	l.watch([]watchTarget{t}, via)
 }

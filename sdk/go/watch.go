@@ -52,6 +52,9 @@ type watchTarget struct {
 	fence     int64
 	multilock string // the group's id, for a member
 	election  bool   // an election's lead: its stream (without token) is the observers'
+	// forced, for an election's lead, asks gw whether an operator force-released the lead, which
+	// its stream's vacant event does not say.
+	forced func(ctx context.Context, gw *Gateway) bool
 	// confirm, for a member, renews the group: a stream that finds the member's fence gone tells
 	// only that something happened in a gap, and the group's renewal says for sure (a 410 naming
 	// the lost members, which also frees the others).
@@ -195,14 +198,14 @@ func (w *watcher) follow(ctx context.Context, gw *Gateway) (opened, done bool) {
 			w.life.streamOpen(1)
 			defer w.life.streamOpen(-1)
 		}
-		if w.handle(ev) {
+		if w.handle(ev, gw) {
 			return true, true
 		}
 	}
 }
 
-// handle acts on one event and reports whether it ended the lease.
-func (w *watcher) handle(ev sseEvent) bool {
+// handle acts on one event of gw's stream and reports whether it ended the lease.
+func (w *watcher) handle(ev sseEvent, gw *Gateway) bool {
 	t := w.target
 	var body struct {
 		Fence  int64     `json:"fence"`
@@ -213,7 +216,7 @@ func (w *watcher) handle(ev sseEvent) bool {
 		} `json:"holds"`
 	}
 	if t.election {
-		return w.handleElection(ev)
+		return w.handleElection(ev, gw)
 	}
 	switch {
 	case ev.typ == "lost" && t.token != "":
@@ -253,12 +256,12 @@ func (w *watcher) handle(ev sseEvent) bool {
 	return false
 }
 
-// handleElection acts on one event of an election's stream, for the lead of fence t.fence, and
-// reports whether it ended the lease. A state that shows another lead (or none) is confirmed by a
-// renewal, as for a multi-lock's member; a vacant naming the lead's fence is the gateway finding
-// its lease gone (run out or forced); a resigned naming it may be a resignation through another
-// replica, and waits for a release in flight.
-func (w *watcher) handleElection(ev sseEvent) bool {
+// handleElection acts on one event of gw's stream of an election, for the lead of fence t.fence,
+// and reports whether it ended the lease. A state that shows another lead (or none) is confirmed
+// by a renewal, as for a multi-lock's member; a vacant naming the lead's fence is the gateway
+// finding its lease gone (run out or forced: see leadVacated); a resigned naming it may be a
+// resignation through another replica, and waits for a release in flight.
+func (w *watcher) handleElection(ev sseEvent, gw *Gateway) bool {
 	t := w.target
 	var body struct {
 		Fence  int64           `json:"fence"`
@@ -274,13 +277,33 @@ func (w *watcher) handleElection(ev sseEvent) bool {
 		if !body.Led || body.Leader == nil || body.Leader.Fence != t.fence {
 			return w.life.confirmGone(t.confirm) // if the renewal succeeds, the lead still holds
 		}
-	case "vacant", "resigned":
+	case "vacant":
+		if body.Fence == t.fence {
+			w.leadVacated(body.At, gw)
+			return true
+		}
+	case "resigned":
 		if body.Fence == t.fence {
 			w.lost(EndGone, body.At, nil)
 			return true
 		}
 	}
 	return false
+}
+
+// leadVacated ends the lead a vacant event named: EndForced when gw says that an operator
+// force-released it, else EndGone (its lease ran out, or gw could not tell). The event says only
+// that the lease is gone; one renewal, answered 410, says why.
+func (w *watcher) leadVacated(at time.Time, gw *Gateway) {
+	reason := EndGone
+	if w.target.forced != nil {
+		ctx, cancel := context.WithTimeout(w.life.ctx, confirmTimeout)
+		if w.target.forced(ctx, gw) {
+			reason = EndForced
+		}
+		cancel()
+	}
+	w.lost(reason, at, nil)
 }
 
 // holdsFence reports whether st shows a hold with fence f, or may (it lists only the first

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasegate/leasegate/auth"
 	"github.com/leasegate/leasegate/cli"
 	"github.com/leasegate/leasegate/internal/harness"
 	"github.com/leasegate/leasegate/internal/testkit"
@@ -109,9 +110,9 @@ func TestCLIAuthRunWatchesWithTheKey(t *testing.T) {
 	select {
 	case run := <-done:
 		assert.Equal(t, cli.ExitLeaseLost, run.code, run.stderr)
-		// The stream tells of the force release, or, opened just after it, answers 410: both
-		// only with the key (without it, 401 until the renewal 10 s later).
-		assert.Regexp(t, `lost the lease \(.*(force-released|410 Lease gone)`, run.stderr)
+		// The stream tells of the force release, or, opened just after it, answers 410 saying so:
+		// both only with the key (without it, 401 until the renewal 10 s later).
+		assert.Contains(t, run.stderr, `leasegate: lost the lease on lock "watched": an operator force-released it`)
 	case <-time.After(5 * time.Second):
 		t.Fatal("run did not stop the command within 5 s of the force release")
 	}
@@ -137,4 +138,26 @@ func TestCLIAuthUsageErrors(t *testing.T) {
 		assert.Equal(t, cli.ExitUsage, r.code, "%v %v: %s", tc.env, tc.args, r.stderr)
 		assert.Contains(t, r.stderr, tc.want)
 	}
+}
+
+// TestCLIAuthKey: auth-key prints the key and its hash line on stdout, and nothing else there, so
+// that `leasegate auth-key | grep hash` keeps the hash line alone; the advice goes to stderr.
+func TestCLIAuthKey(t *testing.T) {
+	t.Parallel()
+	r := <-startCLIProcess(t, bareEnviron(), "auth-key")
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	require.Len(t, lines, 2, "stdout:\n%s", r.stdout)
+	key, ok := strings.CutPrefix(lines[0], "key:  ")
+	require.True(t, ok, lines[0])
+	assert.Equal(t, `hash: "`+auth.HashKey(key)+`"`, lines[1])
+	var withHash []string
+	for _, line := range lines {
+		if strings.Contains(line, "hash") {
+			withHash = append(withHash, line)
+		}
+	}
+	assert.Equal(t, lines[1:], withHash, "grep hash: the hash line alone")
+	assert.Contains(t, r.stderr, "Add the hash to the principal's \"keys\" in the auth file")
+	assert.NotContains(t, r.stderr, key)
 }

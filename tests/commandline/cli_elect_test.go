@@ -96,6 +96,20 @@ func TestCLIElectExitCodes(t *testing.T) {
 	other = e.cli(t, "elect", "busy", "--value", "v", "--wait", "300ms", "--", "true")
 	assert.Equal(t, 75, other.code, other.stderr)
 
+	// inspect --election prints the election's state, as inspect --lock a lock's.
+	st := e.cli(t, "inspect", "--election", "busy")
+	assert.Equal(t, 0, st.code, st.stderr)
+	assert.Regexp(t, `^\{"election":"busy","led":true,"leader":\{"owner":"other","value":"o",`, st.stdout)
+	for _, args := range [][]string{{"--election", "busy", "--token", "t"}, {"--election", "busy", "--lock", "busy"},
+		{"--election", "busy", "--permits", "2"}} {
+		st = e.cli(t, append([]string{"inspect"}, args...)...)
+		assert.Equal(t, 2, st.code, "%v: %s", args, st.stderr)
+		assert.Contains(t, st.stderr, "usage: leasegate inspect", "%v", args)
+	}
+	st = e.cli(t, "inspect", "--election", "bad name")
+	assert.Equal(t, 3, st.code, st.stderr)
+	assert.Contains(t, st.stdout, "urn:leasegate:problem:invalid-lock-name")
+
 	// SIGTERM while waiting in line (--again) exits 143, as shells report it.
 	bin, err := harness.GatewayBinary()
 	require.NoError(t, err)
@@ -121,7 +135,7 @@ func TestCLIElectExitCodes(t *testing.T) {
 	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/elections/forced?force=true", nil, "").Status)
 	lost := <-done
 	assert.Equal(t, 76, lost.code, lost.stderr)
-	assert.Contains(t, lost.stderr, "lost the lease")
+	assert.Contains(t, lost.stderr, `leasegate: lost the lead of election "forced": an operator force-released it; stopping the command`)
 	_, err = os.Stat(termFile)
 	assert.NoError(t, err, "the command got SIGTERM")
 }
@@ -155,7 +169,10 @@ func TestCLIElectStopsTheCommandBeforeTheLeadCanLapse(t *testing.T) {
 	assert.True(t, gone.Before(next), "the command was gone (%v) before the next leader's 201 (%v)", gone.Format("15:04:05.000"), next.Format("15:04:05.000"))
 	r := <-done
 	assert.Equal(t, 76, r.code, r.stderr)
-	assert.Contains(t, r.stderr, "killing it")
+	assert.Contains(t, r.stderr, `the lead of election "lapse" can lapse; killing it`)
+	// Its only gateway is gone: the resignation fails, and says what it was.
+	assert.Contains(t, r.stderr, `leasegate: resigning from election "lapse": `)
+	assert.NotContains(t, r.stderr, "releasing the election")
 }
 
 // candidate is one `leasegate elect --again` process of TestCLIElectNeverOverlaps.

@@ -2,6 +2,7 @@ package commandline
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,10 +21,14 @@ func TestCLIRunStopsTheCommandAtOnceWhenForceReleased(t *testing.T) {
 	for _, target := range []struct {
 		name, force string
 		args        []string
+		says        string // the loss, said once
 	}{
-		{"lock", "/locks/nightly", []string{"--lock", "nightly"}},
-		{"semaphore", "/semaphores/pool", []string{"--semaphore", "pool", "--permits", "3"}},
-		{"multilock", "/locks/acct.2", []string{"--lock", "acct.1", "--lock", "acct.2"}},
+		{"lock", "/locks/nightly", []string{"--lock", "nightly"},
+			`lost the lease on lock "nightly": an operator force-released it`},
+		{"semaphore", "/semaphores/pool", []string{"--semaphore", "pool", "--permits", "3"},
+			`lost the lease on semaphore "pool": an operator force-released it`},
+		{"multilock", "/locks/acct.2", []string{"--lock", "acct.1", "--lock", "acct.2"},
+			`lost the lease on multi-lock ["acct.1" "acct.2"]: an operator force-released its member "acct.2"`},
 	} {
 		t.Run(target.name, func(t *testing.T) {
 			t.Parallel()
@@ -50,8 +55,8 @@ func TestCLIRunStopsTheCommandAtOnceWhenForceReleased(t *testing.T) {
 			t.Logf("%s: run exited %v after the force release was sent (its sleep 60 stopped by SIGTERM)", target.name, took)
 			assert.Less(t, took, 2*time.Second, "stopped at once, not at the next renewal (10 s)")
 			assert.Equal(t, 76, run.code, run.stderr)
-			assert.Contains(t, run.stderr, "lost the lease")
-			assert.Contains(t, run.stderr, "force-released")
+			assert.Contains(t, run.stderr, "leasegate: "+target.says+"; stopping the command\n")
+			assert.Equal(t, 1, strings.Count(run.stderr, "force-released"), "said once:\n%s", run.stderr)
 		})
 	}
 }

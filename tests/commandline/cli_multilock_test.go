@@ -82,7 +82,7 @@ func TestCLIRunMultiLockHoldsEveryLockWhileTheCommandRuns(t *testing.T) {
 	assert.Equal(t, 75, r.code, r.stderr)
 	r = e.cli(t, "run", "--lock", "beta", "--lock", "gamma", "--", "true")
 	assert.Equal(t, 75, r.code, r.stderr)
-	assert.Contains(t, r.stderr, "Lock held")
+	assert.Contains(t, r.stderr, `leasegate: multi-lock ["beta" "gamma"] not granted: has 0 of 2; "beta" held by `)
 	held, _ := e.memberState("gamma")
 	assert.False(t, held, "all or nothing")
 

@@ -158,7 +158,8 @@ func TestCLIRunSemaphoreRefusals(t *testing.T) {
 	require.Equal(t, http.StatusCreated, e.Client.Do(http.MethodPost, "/semaphores/single", nil, testkit.PermitBody("a", 1, 60000, 0)).Status)
 	r = e.cli(t, "run", "--semaphore", "single", "--permits", "1", "--wait", "200ms", "--", "touch", marker)
 	assert.Equal(t, 75, r.code, r.stderr)
-	assert.Contains(t, r.stderr, "No permit free")
+	assert.Contains(t, r.stderr, `leasegate: gave up on semaphore "single" after waiting `)
+	assert.Contains(t, r.stderr, `: 1 of 1 permits taken ("a")`)
 	assert.False(t, fileExists(marker), "the command did not run")
 }
 

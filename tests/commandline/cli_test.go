@@ -150,7 +150,8 @@ func TestCLIRunStopsTheCommandWhenTheLeaseIsLost(t *testing.T) {
 			}
 			r := <-done
 			assert.Equal(t, 76, r.code, r.stderr)
-			assert.Contains(t, r.stderr, "lost the lease")
+			assert.Contains(t, r.stderr, `leasegate: lost the lease on lock "lost": `)
+			assert.NotContains(t, r.stderr, "force-released it", "nobody forced it")
 			_, err := os.Stat(termFile)
 			assert.NoError(t, err, "the command got SIGTERM")
 		})

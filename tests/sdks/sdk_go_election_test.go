@@ -121,7 +121,8 @@ func TestGoSDKCampaignResignHandsOverInLine(t *testing.T) {
 }
 
 // TestGoSDKLeadLostWithin100msOfForce: a kept-alive lead follows the election's events, and a
-// force release closes Done within 100 ms of its answer (the renewal would come 10 s later).
+// force release closes Done within 100 ms of its answer (the renewal would come 10 s later), saying
+// that the lead was force-released.
 func TestGoSDKLeadLostWithin100msOfForce(t *testing.T) {
 	t.Parallel()
 	e := testkit.NewEnv(t, nil)
@@ -147,7 +148,9 @@ func TestGoSDKLeadLostWithin100msOfForce(t *testing.T) {
 	assert.Equal(t, "forced", lost.Lock)
 	assert.Equal(t, lead.Fence, lost.Fence)
 	assert.True(t, lost.Election)
-	assert.Contains(t, err.Error(), `lead of election "forced" lost`)
+	assert.Equal(t, `lead of election "forced" lost: force-released`, err.Error(), "not \"the gateway no longer has it\"")
+	assert.ErrorIs(t, err, leasegate.ErrLeaseForced)
+	assert.Equal(t, leasegate.EndForced, lead.EndReason())
 	assert.False(t, lead.Watching())
 	assert.ErrorIs(t, lead.Proclaim(ctx, "w"), leasegate.ErrLeaseGone)
 	assert.ErrorIs(t, lead.Resign(ctx), leasegate.ErrLeaseGone)
