@@ -20,8 +20,9 @@ import (
 // Where that key may go in one script with the lock's (the deployment's slot says so: on one
 // Redis, always), the claim rides on the request's scripts (claim.lua opens them) and costs no
 // round trip; elsewhere (a Cluster, where it lives in another slot) it is a command of its own
-// before them: SET NX GET, which claims a fresh key or says whose it is. RedLock does not offer it (a majority of masters would
-// have to agree on the first request): there a reused key is not detected.
+// before them: SET NX GET, which claims a fresh key or says whose it is. RedLock does not offer
+// it (a majority of masters would have to agree on the first request): there a reused key is not
+// detected.
 
 // idemClaim is a claim to send with a request's scripts: its key, fingerprint and window (ms).
 type idemClaim struct {

@@ -36,6 +36,14 @@ end
 -- el_appended lists the types of the entries this script appended, in order.
 local el_appended = {}
 
+-- el_str writes a number in full (tostring would write a fence of 16 digits as 1.7e+15).
+local function el_str(v)
+  if type(v) == 'number' then
+    return string.format('%d', v)
+  end
+  return v
+end
+
 -- el_size is the size a log entry counts for against maxbytes: the bytes of its fields' names
 -- and values, fields = {name, value, name, value, ...}, and 16 for the entry itself.
 local function el_size(fields)
@@ -63,13 +71,13 @@ end
 local function el_append(typ, fence, owner, value)
   el_appended[#el_appended + 1] = typ
   local n = redis.call('HINCRBY', el_leader, 'n', 1)
-  local fields = {'e', typ, 'n', tostring(n), 'fence', tostring(fence), 'owner', owner}
+  local fields = {'e', typ, 'n', el_str(n), 'fence', el_str(fence), 'owner', owner}
   if value then
     fields[#fields + 1] = 'value'
     fields[#fields + 1] = value
   end
   fields[#fields + 1] = 'at'
-  fields[#fields + 1] = tostring(el_now())
+  fields[#fields + 1] = el_str(el_now())
   local id = redis.call('XADD', el_log, '*', unpack(fields))
   -- A log Redis lost (a failover) while the leader hash stayed counts from nothing again.
   local bytes = redis.call('XLEN', el_log) > 1 and tonumber(redis.call('HGET', el_leader, 'bytes') or 0) or 0
