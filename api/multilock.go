@@ -17,6 +17,9 @@ type MultiLockRequest struct {
 	Waitms    *int64   `json:"wait_ms,omitempty"`
 	Watchdog  *bool    `json:"watchdog,omitempty"`
 	MaxHoldms *int64   `json:"max_hold_ms,omitempty"`
+	// QueueTicket, from the 409 that ended an earlier wait for the same locks, resumes that wait:
+	// the same group id and its place in the line it waited in.
+	QueueTicket string `json:"queue_ticket,omitempty"`
 }
 
 // MultiLock is a validated MultiLockRequest with defaults applied.
@@ -28,7 +31,7 @@ type MultiLock struct {
 // Validate checks r against l and applies defaults. It returns every invalid field, not just the first.
 func (r MultiLockRequest) Validate(l Limits) (MultiLock, []InvalidParam) {
 	a, bad := AcquireRequest{Owner: r.Owner, Mode: r.Mode, TTLms: r.TTLms, Waitms: r.Waitms, Watchdog: r.Watchdog,
-		MaxHoldms: r.MaxHoldms}.Validate(l)
+		MaxHoldms: r.MaxHoldms, QueueTicket: r.QueueTicket}.Validate(l)
 	if len(r.Locks) < MinMultiLocks || len(r.Locks) > MaxMultiLocks {
 		bad = append(bad, InvalidParam{Name: "locks", Reason: fmt.Sprintf("must name %d to %d locks, got %d", MinMultiLocks, MaxMultiLocks, len(r.Locks))})
 	}

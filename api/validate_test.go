@@ -229,3 +229,19 @@ func TestTimestampInGrant(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"expires_at":"2026-11-21T08:58:14.152Z"`)
 }
+
+// TestMultiLockQueueTicket: a multi-lock request carries a queue ticket as a lock's does: waiting
+// requests only, at most MaxTicketLen bytes.
+func TestMultiLockQueueTicket(t *testing.T) {
+	group, bad := api.MultiLockRequest{Owner: "w", Locks: []string{"a", "b"}, Waitms: ptr[int64](1000), QueueTicket: "p.s"}.Validate(limits)
+	require.Nil(t, bad)
+	assert.Equal(t, "p.s", group.QueueTicket)
+	for _, r := range []api.MultiLockRequest{
+		{Owner: "w", Locks: []string{"a", "b"}, QueueTicket: "p.s"},
+		{Owner: "w", Locks: []string{"a", "b"}, Waitms: ptr[int64](1000), QueueTicket: strings.Repeat("x", api.MaxTicketLen+1)},
+	} {
+		_, bad := r.Validate(limits)
+		require.Len(t, bad, 1)
+		assert.Equal(t, "queue_ticket", bad[0].Name)
+	}
+}

@@ -21,7 +21,7 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 	f := c.flags("acquire", "(--lock NAME [--lock NAME...] [--shared] | --semaphore NAME --permits N) [--owner O] [--ttl D] [--wait D] [--watchdog] [--max-hold D] [--token T]")
 	owner := f.fs.String("owner", c.defaultOwner(), "who holds the lock or permit")
 	ttl := durationFlag(f.fs, "ttl", 30*time.Second, "lease time to live")
-	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock or a free permit (long-polls of at most 30s, keeping the place in line; a multi-lock's ask again)")
+	wait := durationFlag(f.fs, "wait", 0, "how long to wait for a held lock or a free permit (long-polls of at most 30s, keeping the place in line)")
 	watchdog := f.fs.Bool("watchdog", false, "let the gateway renew the lease until released")
 	maxHold := durationFlag(f.fs, "max-hold", 0, "watchdog: stop renewing this long after the grant")
 	token := f.fs.String("token", "", "re-enter the lease of this token (one --lock, or --semaphore)")
@@ -56,7 +56,7 @@ func (c *command) acquire(ctx context.Context, args []string) int {
 const maxWaitPerRequest = 30 * time.Second
 
 // take acquires t, waiting up to wait: a wait longer than one long-poll goes on with the next, at
-// the same place in line (its queue ticket; a multi-lock, which has none, asks again), and a
+// the same place in line (its queue ticket; a multi-lock's 409 without one asks again), and a
 // replica that is shutting down (or full) is retried within the wait; a re-entry (o.token) never
 // waits. Every request carries one Idempotency-Key, so no retry can take a second lease (a
 // multi-lock's carry none: see call). take returns the last answer, or a transport error.
@@ -76,7 +76,8 @@ func (c *command) take(ctx context.Context, t target, o acquireOptions, wait tim
 				o.ticket = p.QueueTicket
 				continue
 			}
-			if t.locks != nil && errors.Is(p, leasegate.ErrHeld) {
+			if t.locks != nil && errors.Is(p, leasegate.ErrHeld) { // no place to keep: start over
+				o.ticket = nil
 				continue
 			}
 			if p.Status == http.StatusServiceUnavailable {

@@ -184,9 +184,10 @@ type acquireOptions struct {
 func (t target) acquire(ctx context.Context, gw *leasegate.Gateway, o acquireOptions) (*answer, error) {
 	var token, watchdog = optional(o.token), optional(o.watchdog)
 	switch {
-	case t.locks != nil: // no re-entry, no queue ticket, no Idempotency-Key
+	case t.locks != nil: // no re-entry, no Idempotency-Key
 		resp, err := gw.API.AcquireMultiLockWithResponse(ctx, leasegate.MultiLockRequest{Owner: o.owner, Locks: t.locks,
-			Mode: optional(t.mode), TtlMs: ms(o.ttl), WaitMs: ms(o.wait), Watchdog: watchdog, MaxHoldMs: ms(o.maxHold)})
+			Mode: optional(t.mode), TtlMs: ms(o.ttl), WaitMs: ms(o.wait), Watchdog: watchdog, MaxHoldMs: ms(o.maxHold),
+			QueueTicket: o.ticket})
 		if err != nil {
 			return nil, err
 		}

@@ -53,7 +53,7 @@ func (h *lockHandlers) acquireMulti(w http.ResponseWriter, r *http.Request) {
 	}
 	g, err := h.locker.AcquireAll(r.Context(), lockcore.MultiRequest{Locks: req.Locks, Mode: mode, Owner: req.Owner,
 		TTL: req.TTL, Wait: req.Wait, Watchdog: req.Watchdog, MaxHold: req.MaxHold, Principal: principalName(r.Context()),
-		HeldCap: heldCap(p)})
+		HeldCap: heldCap(p), QueueTicket: req.QueueTicket})
 	if err != nil {
 		writeError(w, r, h.log, err)
 		return

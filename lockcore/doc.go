@@ -53,7 +53,8 @@
 //     queue and tells that waiter's replica, which confirms it (a renewal of the waiter's lease).
 //   - claim: how long a lock handed off stays reserved for its waiter until it confirms.
 //   - queue ticket: a signed note that lets a waiter whose wait ran out keep its place when it
-//     comes back within TicketGrace.
+//     comes back within TicketGrace; a multi-lock's (a group queue ticket, multilock_ticket.go)
+//     also keeps the group's id, and wraps the ticket of the member whose line it waited in.
 //   - idempotency record: the first answer to a request sent with an Idempotency-Key, kept in
 //     Redis so that its retries answer the same and change nothing (keys.idempotency).
 //   - heartbeat: every Heartbeat, one keepalive script per batch of locks with local waiters keeps

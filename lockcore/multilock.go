@@ -1,6 +1,7 @@
 package lockcore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,7 +24,9 @@ import (
 // req.Wait, holding the members it has while it waits for the next one (see lockInOrder).
 //
 // It returns a *HeldError listing the members held (try-once) or the member it was waiting for
-// (the wait ran out), and otherwise the errors Acquire returns. Whenever it returns an error the
+// (the wait ran out, with a group queue ticket when it ran out in that member's line: see
+// multilock_ticket.go), and otherwise the errors Acquire returns (ErrInvalidTicket for a ticket
+// handed out for another set of locks, owner or principal, or a lock's). Whenever it returns an error the
 // caller holds none of the members and is in no line; if ctx ends after the grant, the grant is
 // given back before ctx's error is returned.
 func (s *Service) AcquireAll(ctx context.Context, req MultiRequest) (MultiGrant, error) {
@@ -58,27 +61,32 @@ func (s *Service) acquireAll(ctx context.Context, req MultiRequest) (MultiGrant,
 			return MultiGrant{}, err
 		}
 	}
-	m := MultiLease{ID: multiLeasePrefix + uuid.NewString(), Owner: req.Owner, Locks: names, Mode: req.Mode, Principal: req.Principal}
+	resume, err := s.redeemGroupTicket(ctx, req.QueueTicket, names, req.Owner, req.Principal)
+	if err != nil {
+		return MultiGrant{}, err
+	}
+	m := MultiLease{ID: cmp.Or(resume.group, multiLeasePrefix+uuid.NewString()), Owner: req.Owner, Locks: names, Mode: req.Mode, Principal: req.Principal}
 	counted := groupHeldMembers(m)
 	if err := s.ledgers.held.count(ctx, m.Principal, req.HeldCap, heldSpan(req.TTL, req.Wait, req.Watchdog, req.MaxHold), counted...); err != nil {
 		return MultiGrant{}, err
 	}
-	g, err := s.lockGroup(ctx, req, m)
+	g, err := s.lockGroup(ctx, req, m, resume)
 	if err != nil && !grantUnknown(err, "") {
 		s.ledgers.held.uncount(ctx, m.Principal, counted...)
 	}
 	return g, err
 }
 
-// lockGroup takes every member of m for req, or none (giving back what it took).
-func (s *Service) lockGroup(ctx context.Context, req MultiRequest, m MultiLease) (MultiGrant, error) {
+// lockGroup takes every member of m for req, or none (giving back what it took); a waiting group
+// resumes the wait a group ticket kept (resume, zero for a newcomer).
+func (s *Service) lockGroup(ctx context.Context, req MultiRequest, m MultiLease, resume groupResume) (MultiGrant, error) {
 	start := time.Now()
 	g, err := s.tryAll(ctx, req, m, start)
 	var held *HeldError
 	if req.Wait > 0 && (errors.As(err, &held) || errors.Is(err, ErrUnavailable)) {
 		// Held, or Redis failing (a waiter rides that out; a try whose reply was lost is found
 		// granted, since a lease that holds is never queued behind itself).
-		g, err = s.lockInOrder(ctx, req, m, start)
+		g, err = s.lockInOrder(ctx, req, m, start, resume)
 		g.waited = true
 	}
 	if err != nil {

@@ -26,6 +26,10 @@ type MultiRequest struct {
 	Principal string
 	// HeldCap is as AcquireRequest's: Principal's own cap on its holds (0: the default; -1: none).
 	HeldCap int
+	// QueueTicket, from the *HeldError that ended an earlier wait for the same locks, resumes that
+	// wait: the same group id, the start of its wait, and its place in the line it waited in (see
+	// multilock_ticket.go).
+	QueueTicket string
 }
 
 // MultiGrant is a held multi-lock as the caller should see it.

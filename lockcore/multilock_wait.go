@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -29,11 +30,25 @@ const minWaitHold = time.Second
 // If a held member is lost meanwhile (a Redis restart), it gives back the rest and starts over
 // within the wait. The final step confirms every member at once and starts the group's TTL and
 // max hold from then.
-func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLease, start time.Time) (MultiGrant, error) {
+//
+// A wait that runs out in a member's line hands out a group queue ticket (multilock_ticket.go)
+// wrapping that member's own; a group resuming with one (resume) has its id already, and presents
+// the member's ticket when it comes to that member again, having taken the members before it in
+// order, as any group does: the order, and so the argument above, is the same. Nothing is held
+// between two requests: the members taken are given back when each one ends.
+func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLease, start time.Time, resume groupResume) (MultiGrant, error) {
 	deadline := start.Add(req.Wait)
+	since := start // the start of the group's wait, for how long it waited
+	if resume.group != "" {
+		since = resume.since
+	}
 	hold := max(req.TTL, minWaitHold)
 	held := 0 // m.Locks[:held] are ours
 	ticket := ""
+	// clean: every member's wait so far left its line without a Redis call of it still on its
+	// way (see HeldError.QueueTicket), which could give back, after this answer, what a group
+	// resuming with this id was granted meanwhile. Only a clean wait hands out a group ticket.
+	clean := true
 	giveUp := func(err error) (MultiGrant, error) {
 		if held > 0 {
 			if _, rerr := s.releaseGroup(context.WithoutCancel(ctx), MultiLease{ID: m.ID, Locks: m.Locks[:held], Mode: m.Mode}); rerr != nil {
@@ -41,14 +56,18 @@ func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLeas
 				return MultiGrant{}, rerr
 			}
 		}
-		// A member's queue ticket is no use to the group's retry: drop it.
+		// A member's queue ticket goes back to the client only inside the group's own.
 		var (
 			heldErr     *HeldError
 			shutdownErr *ShutdownError
 		)
 		switch {
 		case errors.As(err, &heldErr):
-			heldErr.Locks, heldErr.Waited, heldErr.QueueTicket = []string{heldErr.Lock}, time.Since(start), ""
+			memberTicket := heldErr.QueueTicket
+			heldErr.Locks, heldErr.Waited, heldErr.QueueTicket = []string{heldErr.Lock}, time.Since(since), ""
+			if member := slices.Index(m.Locks, heldErr.Lock); memberTicket != "" && clean && member >= 0 && ctx.Err() == nil {
+				heldErr.QueueTicket = s.handOutGroupTicket(ctx, m, since, member, memberTicket)
+			}
 		case errors.As(err, &shutdownErr):
 			err = errShuttingDown
 		}
@@ -63,17 +82,23 @@ func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLeas
 			if slice <= 0 {
 				return giveUp(&HeldError{Lock: m.Locks[held], RetryAfter: s.cfg.claimTTL})
 			}
+			if held == resume.member && resume.memberTicket != "" { // back at the line it waited in
+				ticket, resume.memberTicket = resume.memberTicket, "" // taken once
+			}
 			member := AcquireRequest{Lock: m.Locks[held], Mode: req.Mode, Owner: req.Owner, TTL: hold, Wait: slice,
-				QueueTicket: ticket}
+				QueueTicket: ticket, Principal: req.Principal}
 			_, err := s.waitAs(ctx, member, m.ID)
 			var heldErr *HeldError
+			if err != nil && (!errors.As(err, &heldErr) || heldErr.QueueTicket == "") {
+				clean = false
+			}
 			switch {
 			case err == nil:
 				held, ticket = held+1, ""
 				continue
 			case held == 0 || ctx.Err() != nil || !time.Now().Before(deadline):
 				return giveUp(err)
-			case errors.As(err, &heldErr): // a slice ended: queue again at our place after renewing
+			case heldErr != nil: // a slice ended: queue again at our place after renewing
 				ticket = heldErr.QueueTicket
 			case errors.Is(err, ErrUnavailable) && s.ctx.Err() == nil: // ride it out, as a single waiter does
 				ticket = ""

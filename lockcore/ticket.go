@@ -56,6 +56,9 @@ func (t *Tokens) parseTicket(value string, kind Kind, lock, owner, principal str
 	if err := json.Unmarshal(raw, &tk); err != nil || tk.V != 1 || uuid.Validate(tk.ID) != nil {
 		return "", fmt.Errorf("%w: payload is not a version 1 queue ticket", ErrInvalidTicket)
 	}
+	if tk.Kind == groupTicketKind {
+		return "", fmt.Errorf("%w: handed out to wait for a multi-lock, not the %s %q", ErrInvalidTicket, kind, lock)
+	}
 	if tk.Lock != lock {
 		return "", fmt.Errorf("%w: handed out for lock %q, not %q", ErrInvalidTicket, tk.Lock, lock)
 	}

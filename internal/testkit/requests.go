@@ -60,3 +60,34 @@ func Strings(r *harness.Response, key string) []string {
 	}
 	return out
 }
+
+// ListedWaiter is one waiter of a lock as GET /locks lists it.
+type ListedWaiter struct {
+	Owner     string `json:"owner"`
+	Since     string `json:"since"` // its arrival in the line
+	Multilock string `json:"multilock"`
+}
+
+// Waiting lists the waiters of the held lock in line order, as GET /locks?prefix=lock shows them
+// through c (nil when it cannot be read, or the lock is not listed).
+func Waiting(c *harness.Client, lock string) []ListedWaiter {
+	r := c.Do(http.MethodGet, "/locks?prefix="+lock, nil, "")
+	if r.Status != http.StatusOK {
+		return nil
+	}
+	var list struct {
+		Locks []struct {
+			Lock    string         `json:"lock"`
+			Waiting []ListedWaiter `json:"waiting"`
+		} `json:"locks"`
+	}
+	if json.Unmarshal(r.Body, &list) != nil {
+		return nil
+	}
+	for _, l := range list.Locks {
+		if l.Lock == lock {
+			return l.Waiting
+		}
+	}
+	return nil
+}

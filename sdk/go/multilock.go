@@ -18,10 +18,10 @@ type MultiLockOptions struct {
 	Wait     time.Duration // how long to wait for all members; 0: try once
 	Watchdog bool          // let the gateway renew every member until released
 	MaxHold  time.Duration // watchdog groups only: stop renewing this long after the grant
-	// MaxWaitPerRequest splits long waits into long-polls. Default 30s. A multi-lock has no
-	// queue ticket: a long-poll that runs out gives back what it took and leaves every line, and
-	// the next one starts over, so make it as long as the server allows (LEASEGATE_MAX_WAIT, to
-	// which the gateway caps a longer one) for the fairest wait.
+	// MaxWaitPerRequest splits long waits into long-polls. Default 30s. A long-poll that runs out
+	// gives back the members it took (nothing is held between two), and the next one presents the
+	// group queue ticket of its 409: the group keeps its id and its place in the line it waited
+	// in, taking the members before that one again first.
 	MaxWaitPerRequest time.Duration
 	// WatchLoss says when the group follows its members' events streams (one connection per
 	// member) to learn of a member's loss at once, as LockOptions.WatchLoss (default WatchKept:
@@ -60,8 +60,9 @@ type MultiLease struct {
 // gateway; a waiting one takes the members in name order, waiting in each member's line and
 // holding the ones it has meanwhile (everyone takes them in that order, so groups cannot
 // deadlock), and gives them all back if its wait runs out or ctx ends. A wait longer than
-// o.MaxWaitPerRequest is split into long-polls, each asking again for the wait left; a 503 is
-// retried within the wait.
+// o.MaxWaitPerRequest is split into long-polls, each asking again for the wait left with the
+// queue ticket of the one before (keeping the group's id and place); a 503 is retried within the
+// wait.
 //
 // LockAll returns an error matching ErrHeld when the wait ran out: its *ProblemError's Members
 // are the locks that were held (or had others waiting). Multi-lock requests carry no
@@ -79,8 +80,12 @@ func (c *Gateway) LockAll(ctx context.Context, names []string, o MultiLockOption
 		body.Mode = &o.Mode
 	}
 	refused := 0
+	var ticket *string
 	for {
-		body.WaitMs = millis(min(time.Until(deadline), perRequest))
+		body.WaitMs, body.QueueTicket = millis(min(time.Until(deadline), perRequest)), nil
+		if body.WaitMs != nil && *body.WaitMs > 0 { // a ticket is for waiting requests only
+			body.QueueTicket = ticket
+		}
 		sent := time.Now()
 		resp, err := c.API.AcquireMultiLockWithResponse(ctx, body)
 		if err != nil {
@@ -111,8 +116,12 @@ func (c *Gateway) LockAll(ctx context.Context, names []string, o MultiLockOption
 			return nil, err
 		}
 		switch {
-		case errors.Is(p, ErrHeld): // ask again for the wait left
+		case errors.Is(p, ErrHeld): // ask again for the wait left, at the group's place if it has one
+			ticket = p.QueueTicket
 		case p.Status == http.StatusServiceUnavailable:
+			if p.QueueTicket != nil {
+				ticket = p.QueueTicket
+			}
 			if err := sleep(ctx, min(retryPause(resp.HTTPResponse), time.Until(deadline))); err != nil {
 				return nil, err
 			}

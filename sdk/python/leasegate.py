@@ -1070,9 +1070,10 @@ class Client:
         With ``wait_ms`` 0 it tries once (one atomic step). Otherwise the gateway waits up to
         ``wait_ms`` for every member: it takes them in name order, holding those it has while it
         waits for the next (so groups never deadlock), and gives them back if the wait runs out.
-        The wait is a series of long-polls of at most ``max_wait_per_request_ms``; the gateway
-        gives groups no queue tickets, so each one asks again for what is left of the wait. 503s
-        are retried as for :meth:`acquire`.
+        The wait is a series of long-polls of at most ``max_wait_per_request_ms``, each asking
+        for what is left of the wait with the group queue ticket of the 409 that ended the one
+        before: the group keeps its id and its place in the line it waited in. 503s are retried
+        as for :meth:`acquire`.
 
         ``/multilocks`` takes no Idempotency-Key, so none is sent, and a connection error is
         retried only when the connection was refused (nothing was sent): a request whose answer

@@ -2,9 +2,11 @@ package commandline
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -256,5 +258,83 @@ func TestCLIMultiLockFlagMisuse(t *testing.T) {
 	for _, sub := range []string{"release", "renew"} {
 		r := e.cli(t, sub, "--help")
 		assert.Contains(t, r.stderr, "--multilock ID", sub)
+	}
+}
+
+// TestCLIMultiLockKeepsItsPlaceAcrossLongPolls: with the gateway capping long-polls to 300 ms, a
+// waiting multi-lock's acquire (the command line's own loop) and run (the Go SDK's) go on from one
+// long-poll to the next with its queue ticket: each stays ahead of a single waiter that queued
+// after it, under the same group id and arrival, and gets the locks when the holder releases.
+func TestCLIMultiLockKeepsItsPlaceAcrossLongPolls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, map[string]string{"LEASEGATE_MAX_WAIT": "300ms", "LEASEGATE_ACCESS_LOG": "all"})
+	for _, tc := range []struct {
+		name    string
+		command func(a, b string) []string
+		id      func(r cliRun) string // the id of the group it was granted
+	}{
+		{"acquire", func(a, b string) []string {
+			return []string{"acquire", "--lock", b, "--lock", a, "--owner", "group", "--ttl", "30s", "--wait", "20s"}
+		}, func(r cliRun) string {
+			var g struct {
+				ID string `json:"id"`
+			}
+			_ = json.Unmarshal([]byte(r.stdout), &g)
+			return g.ID
+		}},
+		{"run", func(a, b string) []string {
+			return []string{"run", "--lock", b, "--lock", a, "--owner", "group", "--ttl", "30s", "--wait", "20s", "--",
+				"sh", "-c", `echo "$LEASEGATE_MULTILOCK"`}
+		}, func(r cliRun) string { return strings.TrimSpace(r.stdout) }},
+	} {
+		a, b := "place."+tc.name+".a", "place."+tc.name+".b"
+		holder := e.Hold(t, e.Client, b, "holder", 60000)
+		group := e.startCLI(t, tc.command(a, b)...)
+		var in testkit.ListedWaiter
+		harness.Eventually(t, 10*time.Second, tc.name+": the group in b's line", func() bool {
+			ws := testkit.Waiting(e.Client, b)
+			if len(ws) == 1 && ws[0].Multilock != "" {
+				in = ws[0]
+				return true
+			}
+			return false
+		})
+		later := make(chan *harness.Response, 1)
+		go func() { // a single waiter, keeping its own place across the capped long-polls
+			ticket := ""
+			for {
+				r := e.Client.Do(http.MethodPost, "/locks/"+b, nil, fmt.Sprintf(`{"owner":"later","ttl_ms":60000,"wait_ms":20000,"queue_ticket":%q}`, ticket))
+				if ticket = r.Str("queue_ticket"); r.Status != http.StatusConflict || ticket == "" {
+					later <- r
+					return
+				}
+			}
+		}()
+		polls := func() int { return strings.Count(e.Gateway.Logs(), `"path":"/multilocks","status":409`) }
+		harness.Eventually(t, 10*time.Second, tc.name+": the later waiter in line", func() bool {
+			return slices.ContainsFunc(testkit.Waiting(e.Client, b), func(w testkit.ListedWaiter) bool { return w.Owner == "later" })
+		})
+		since := polls()
+		harness.Eventually(t, 10*time.Second, tc.name+": two more long-polls to run out", func() bool { return polls() >= since+2 })
+		// Release right after a long-poll ran out and the next is back in line: well within its 300 ms.
+		since = polls()
+		harness.Eventually(t, 5*time.Second, tc.name+": a long-poll to run out", func() bool { return polls() > since })
+		harness.Eventually(t, 5*time.Second, tc.name+": the group back first in line, as it came", func() bool {
+			ws := testkit.Waiting(e.Client, b)
+			return len(ws) == 2 && ws[0] == in && ws[1].Owner == "later"
+		})
+		require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/"+b, testkit.TokenHeader(holder.Str("token")), "").Status)
+		r := testkit.Receive(t, group, 10*time.Second, tc.name+": the group's answer")
+		require.Equal(t, 0, r.code, "%s: %s", tc.name, r.stderr)
+		assert.Equal(t, in.Multilock, tc.id(r), "%s: the same group from its first long-poll to its grant", tc.name)
+		if tc.name == "acquire" {
+			var g struct {
+				Token string `json:"token"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &g), r.stdout)
+			require.Equal(t, 0, e.cli(t, "release", "--multilock", in.Multilock, "--token", g.Token).code)
+		}
+		l := testkit.Receive(t, later, 10*time.Second, tc.name+": b for the later waiter, after the group")
+		require.Equal(t, http.StatusCreated, l.Status, "%s: %s", tc.name, l.Body)
 	}
 }

@@ -339,7 +339,7 @@ func TestMultiLockWaiterThatGivesUpHoldsNothing(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 800*time.Millisecond)
 	assert.Equal(t, []string{"m2"}, testkit.Strings(r, "locks"))
 	assert.GreaterOrEqual(t, r.Int("waited_ms"), int64(800))
-	assert.Empty(t, r.Str("queue_ticket"), "a group gets no member's ticket")
+	assert.NotEmpty(t, r.Str("queue_ticket"), "a group that waited in a member's line gets a group ticket")
 	for _, name := range []string{"m1", "m3"} {
 		w.awaitFree(t, 1, name, time.Second) // given back at once (its TTL is a minute)
 	}
@@ -361,6 +361,97 @@ func TestMultiLockWaiterThatGivesUpHoldsNothing(t *testing.T) {
 	harness.Eventually(t, 2*time.Second, "m2 has no waiter", func() bool { return w.state(0, "m2").Int("waiters") == 0 })
 	assert.Equal(t, "blocker", w.state(0, "m2").Str("owner"))
 	assert.Equal(t, false, w.state(0, "m3").JSON()["held"])
+}
+
+// TestMultiLockKeepsItsPlaceAcrossLongPolls: a waiting group whose long-poll runs out in a
+// member's line answers 409 with a queue ticket; each next long-poll that presents it (through
+// either replica) resumes the same group: the same id and arrival in that line, ahead of a single
+// waiter that came between two of its long-polls, and waited_ms counted from the first. Released,
+// the member goes to the group first. Nothing is held between long-polls. The ticket is refused
+// (400) for another set of locks or owner; a lock's ticket by /multilocks, and the group's by a
+// lock.
+func TestMultiLockKeepsItsPlaceAcrossLongPolls(t *testing.T) {
+	t.Parallel()
+	w := newMultiWorld(t)
+	a, b := "resume.a", "resume.b"
+	locks := []string{b, a}
+	holder := w.replica(0).Do(http.MethodPost, "/locks/"+b, nil, testkit.AcquireBody("holder", 60000))
+	require.Equal(t, http.StatusCreated, holder.Status, "%s", holder.Body)
+	withTicket := func(ticket string) string { return fmt.Sprintf(`,"queue_ticket":%q`, ticket) }
+
+	// The first long-poll takes a and waits in b's line, where it shows under its id.
+	first := make(chan *harness.Response, 1)
+	go func() { first <- testkit.LockAll(w.replica(1), "group", locks, 60000, 1000, "") }()
+	var in testkit.ListedWaiter
+	harness.Eventually(t, 5*time.Second, "the group in b's line", func() bool {
+		ws := testkit.Waiting(w.replica(0), b)
+		if len(ws) == 1 && ws[0].Multilock != "" {
+			in = ws[0]
+			return true
+		}
+		return false
+	})
+	r := testkit.Receive(t, first, 5*time.Second, "the first long-poll's answer")
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	assert.Equal(t, []string{b}, testkit.Strings(r, "locks"))
+	ticket := r.Str("queue_ticket")
+	require.NotEmpty(t, ticket)
+	w.awaitFree(t, 0, a, time.Second) // nothing is held between long-polls
+
+	// A single waiter queues while the group is between long-polls.
+	later := make(chan *harness.Response, 1)
+	go func() {
+		later <- w.replica(0).Do(http.MethodPost, "/locks/"+b, nil, testkit.WaitBody("later", 60000, 15000))
+	}()
+	harness.Eventually(t, 5*time.Second, "the later waiter in b's line", func() bool { return w.state(0, b).Int("waiters") == 1 })
+
+	// The second long-poll, through the other replica, with the ticket.
+	r = testkit.LockAll(w.replica(0), "group", locks, 60000, 300, withTicket(ticket))
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	assert.GreaterOrEqual(t, r.Int("waited_ms"), int64(1300), "counted from the first long-poll")
+	next := r.Str("queue_ticket")
+	require.NotEmpty(t, next)
+	assert.NotEqual(t, ticket, next)
+
+	// The third waits on, back ahead of the later waiter under the same id and arrival.
+	third := make(chan *harness.Response, 1)
+	go func() { third <- testkit.LockAll(w.replica(1), "group", locks, 60000, 15000, withTicket(next)) }()
+	harness.Eventually(t, 5*time.Second, "the group back first in b's line", func() bool {
+		ws := testkit.Waiting(w.replica(0), b)
+		return len(ws) == 2 && ws[0] == in && ws[1].Owner == "later"
+	})
+	assert.Equal(t, in.Multilock, w.state(0, a).Str("multilock"), "a taken again by the same group")
+	require.Equal(t, http.StatusOK, w.replica(0).Do(http.MethodDelete, "/locks/"+b, testkit.TokenHeader(holder.Str("token")), "").Status)
+	g := testkit.Receive(t, third, 5*time.Second, "the group's grant")
+	require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
+	assert.Equal(t, in.Multilock, g.Str("id"), "the same group from the first long-poll to the grant")
+	assert.Equal(t, g.Str("id"), w.state(0, b).Str("multilock"))
+	assert.Equal(t, int64(1), w.state(0, b).Int("waiters"), "the later waiter still waits")
+	select {
+	case got := <-later:
+		t.Fatalf("the later waiter was answered before the group: %s", got.Body)
+	default:
+	}
+
+	// Bound to its set of locks and its owner; tickets of locks and groups are not interchangeable.
+	lockTicket := w.replica(0).Do(http.MethodPost, "/locks/"+a, nil, testkit.WaitBody("group", 60000, 50))
+	require.Equal(t, http.StatusConflict, lockTicket.Status, "%s", lockTicket.Body)
+	require.NotEmpty(t, lockTicket.Str("queue_ticket"))
+	for what, req := range map[string]string{
+		"another set of locks": testkit.MultiBody("group", []string{a, b, "resume.c"}, 60000, 100, withTicket(ticket)),
+		"another owner":        testkit.MultiBody("thief", locks, 60000, 100, withTicket(ticket)),
+		"a lock's ticket":      testkit.MultiBody("group", locks, 60000, 100, withTicket(lockTicket.Str("queue_ticket"))),
+	} {
+		r := w.replica(1).Do(http.MethodPost, "/multilocks", nil, req)
+		require.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", what, r.Body)
+		assert.Contains(t, string(r.Body), "queue_ticket", what)
+	}
+	r = w.replica(1).Do(http.MethodPost, "/locks/"+b, nil, fmt.Sprintf(`{"owner":"group","ttl_ms":60000,"wait_ms":100,"queue_ticket":%q}`, next))
+	require.Equal(t, http.StatusBadRequest, r.Status, "a group's ticket at a lock: %s", r.Body)
+
+	require.Equal(t, http.StatusOK, releaseGroup(w.replica(0), "/multilocks", g.Str("token")).Status)
+	l := testkit.Receive(t, later, 5*time.Second, "b for the later waiter")
+	require.Equal(t, http.StatusCreated, l.Status, "%s", l.Body)
 }
 
 // TestMultiLockWaiterHoldsEarlierMembersAliveWhileItWaits: the members a waiting group holds are

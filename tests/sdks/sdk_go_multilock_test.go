@@ -3,6 +3,7 @@ package sdks
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,9 +116,9 @@ func TestGoSDKMultiLockGrantsEveryMember(t *testing.T) {
 	assert.ErrorIs(t, err, leasegate.ErrLeaseGone)
 }
 
-// TestGoSDKMultiLockWaitsForAnOverlappingGroup: a group waiting (in 300 ms long-polls, which have
-// no queue ticket and so ask again) for a member another group holds gets both once that group is
-// released; a wait that runs out returns the lock-held problem with the held member.
+// TestGoSDKMultiLockWaitsForAnOverlappingGroup: a group waiting (in 300 ms long-polls) for a
+// member another group holds gets both once that group is released; a wait that runs out returns
+// the lock-held problem with the held member.
 func TestGoSDKMultiLockWaitsForAnOverlappingGroup(t *testing.T) {
 	t.Parallel()
 	e := testkit.NewEnv(t, map[string]string{"LEASEGATE_ACCESS_LOG": "all"}) // counts the 409 polls in the access log
@@ -168,6 +169,78 @@ func TestGoSDKMultiLockWaitsForAnOverlappingGroup(t *testing.T) {
 	assert.True(t, memberOf(t, sdk, "c", g.ID))
 	assert.False(t, heldLock(t, sdk, "a"))
 	_, err = g.Release(ctx)
+	require.NoError(t, err)
+}
+
+// TestGoSDKMultiLockKeepsItsPlaceAcrossLongPolls: LockAll split into 300 ms long-polls presents
+// the queue ticket of each 409 with the next: the group stays ahead of a single waiter that queued
+// after it, under the same id and arrival, and gets the members when the holder releases.
+func TestGoSDKMultiLockKeepsItsPlaceAcrossLongPolls(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, map[string]string{"LEASEGATE_ACCESS_LOG": "all"}) // counts the 409 polls in the access log
+	ctx := context.Background()
+	sdk := sdkClient(t, e)
+	holder, err := sdk.Lock(ctx, "place.b", leasegate.LockOptions{Owner: "holder", TTL: time.Minute})
+	require.NoError(t, err)
+
+	type result struct {
+		group *leasegate.MultiLease
+		err   error
+	}
+	waiting := make(chan result, 1)
+	go func() {
+		g, err := sdk.LockAll(ctx, []string{"place.b", "place.a"}, leasegate.MultiLockOptions{Owner: "group", TTL: time.Minute,
+			Wait: 30 * time.Second, MaxWaitPerRequest: 300 * time.Millisecond})
+		waiting <- result{g, err}
+	}()
+	var in testkit.ListedWaiter
+	harness.Eventually(t, 5*time.Second, "the group in place.b's line", func() bool {
+		ws := testkit.Waiting(e.Client, "place.b")
+		if len(ws) == 1 && ws[0].Multilock != "" {
+			in = ws[0]
+			return true
+		}
+		return false
+	})
+	type single struct {
+		lease *leasegate.Lease
+		err   error
+	}
+	later := make(chan single, 1)
+	go func() {
+		l, err := sdk.Lock(ctx, "place.b", leasegate.LockOptions{Owner: "later", TTL: time.Minute, Wait: 30 * time.Second})
+		later <- single{l, err}
+	}()
+	harness.Eventually(t, 5*time.Second, "the later waiter in line", func() bool {
+		return slices.ContainsFunc(testkit.Waiting(e.Client, "place.b"), func(w testkit.ListedWaiter) bool { return w.Owner == "later" })
+	})
+	polls := func() int { return strings.Count(e.Gateway.Logs(), `"path":"/multilocks","status":409`) }
+	since := polls()
+	harness.Eventually(t, 10*time.Second, "two more long-polls to run out", func() bool { return polls() >= since+2 })
+	// Release right after a long-poll ran out and the next is back in line: well within its 300 ms.
+	since = polls()
+	harness.Eventually(t, 5*time.Second, "a long-poll to run out", func() bool { return polls() > since })
+	harness.Eventually(t, 5*time.Second, "the group back first in line, as it came", func() bool {
+		ws := testkit.Waiting(e.Client, "place.b")
+		return len(ws) == 2 && ws[0] == in && ws[1].Owner == "later"
+	})
+	_, err = holder.Release(ctx)
+	require.NoError(t, err)
+	r := testkit.Receive(t, waiting, 5*time.Second, "the group's grant")
+	require.NoError(t, r.err)
+	assert.Equal(t, in.Multilock, r.group.ID, "the same group from its first long-poll to its grant")
+	assert.True(t, memberOf(t, sdk, "place.a", r.group.ID))
+	assert.True(t, memberOf(t, sdk, "place.b", r.group.ID))
+	select {
+	case l := <-later:
+		t.Fatalf("the later waiter was answered before the group: %v", l.err)
+	default:
+	}
+	_, err = r.group.Release(ctx)
+	require.NoError(t, err)
+	l := testkit.Receive(t, later, 5*time.Second, "place.b for the later waiter")
+	require.NoError(t, l.err)
+	_, err = l.lease.Release(ctx)
 	require.NoError(t, err)
 }
 

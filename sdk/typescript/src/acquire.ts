@@ -12,7 +12,7 @@ export interface AcquireOptions {
   /**
    * How long to wait for the grant, in FIFO order (0 or absent: try once). A wait longer than
    * `maxWaitPerRequestMs` is split into successive long-polls that keep their place in line (a
-   * multi-lock's ask again: the gateway gives groups no queue tickets).
+   * multi-lock's too: it keeps its id and its place in the line it waits in).
    */
   waitMs?: number;
   /**
@@ -53,11 +53,11 @@ export type WaitMembers = Pick<CommonAcquireBody, "wait_ms" | "queue_ticket">;
  * acquire); `newLease` makes the lease of a grant. A long wait is a series of long-polls, each
  * presenting the queue ticket of the one before.
  *
- * With `multiLock` (`lockAll()`), the gateway takes no Idempotency-Key and hands out no queue
- * tickets: `send` must not send `key`; each long-poll that ends in a 409 is followed by another
- * asking for what is left of the wait; and a network error is tried again only when the request
- * never left this process, as a try whose answer was lost may have been granted (a retry would
- * then wait for that lease, or fail against it).
+ * With `multiLock` (`lockAll()`), the gateway takes no Idempotency-Key: `send` must not send
+ * `key`; a long-poll whose 409 carries no queue ticket (its wait did not end in a member's line)
+ * is followed by one that starts over, asking for what is left of the wait; and a network error
+ * is tried again only when the request never left this process, as a try whose answer was lost
+ * may have been granted (a retry would then wait for that lease, or fail against it).
  * @throws HeldError when the grant is refused (after waiting `waitMs`, if given)
  * @throws LeasegateProblemError for any other problem
  */
@@ -111,7 +111,9 @@ export async function acquireLease<G extends RenewableGrant, L extends { renew()
     if (err instanceof HeldError && err.queueTicket !== undefined) {
       queueTicket = err.queueTicket;
     } else if (err instanceof HeldError && multiLock) {
-      // The long-poll ran out (the gateway gave back what it had taken): ask again.
+      // The long-poll ran out with no place to keep (the gateway gave back what it had taken):
+      // ask again as a newcomer.
+      queueTicket = undefined;
     } else if (err.status === 503) {
       // A replica shutting down (or full, or without Redis): retry within the wait, keeping the place.
       if (err.problem.queue_ticket !== undefined) queueTicket = err.problem.queue_ticket;

@@ -26,9 +26,10 @@ export interface MultiLockOptions extends AcquireOptions {
  *
  * With `waitMs` > 0 the gateway long-polls until it has every member or `waitMs` runs out (it
  * takes the members in name order, holding those it has while it waits for the next, so groups
- * never deadlock). A wait longer than `maxWaitPerRequestMs` is split into long-polls; the gateway
- * gives groups no queue tickets, so each one asks again for what is left of the wait. A 503 is
- * retried within the wait (and up to 3 tries in all for a try-once acquire).
+ * never deadlock). A wait longer than `maxWaitPerRequestMs` is split into long-polls, each asking
+ * for what is left of the wait with the group queue ticket of the one before: the group keeps its
+ * id and its place in the line it waited in. A 503 is retried within the wait (and up to 3 tries
+ * in all for a try-once acquire).
  *
  * `/multilocks` takes no `Idempotency-Key`, so none is sent, and a request that fails with a
  * network error is sent again only when it never reached the gateway: one whose answer was lost
@@ -44,7 +45,7 @@ export function lockAll(client: LeasegateClient, names: readonly string[], optio
     options,
     (_key, wait) =>
       client.POST("/multilocks", {
-        body: wait.wait_ms === undefined ? body : { ...body, wait_ms: wait.wait_ms },
+        body: { ...body, ...wait },
         signal: options.signal,
       }),
     (grant, _created, sentAt) => new MultiLockLease(client, grant, sentAt),

@@ -434,8 +434,10 @@ export interface paths {
          * @description Grants every lock in `locks` to one new lease (201), or none. With `wait_ms` 0 it is
          *     one atomic try: 409 `lock-held` lists in `locks` the members that were held (or had
          *     waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
-         *     waits: see "Multi-locks" above for what it holds meanwhile. Idempotency-Key is not
-         *     supported on multi-lock calls (400).
+         *     waits: see "Multi-locks" above for what it holds meanwhile; a wait that runs out in a
+         *     member's line answers 409 `lock-held` with a `queue_ticket` that the next request for the
+         *     same locks sends to keep the group's id and place. Idempotency-Key is not supported on
+         *     multi-lock calls (400).
          */
         post: operations["acquireMultiLock"];
         /**
@@ -1262,6 +1264,18 @@ export interface components {
              * @description Watchdog groups only, as for locks.
              */
             max_hold_ms?: number;
+            /**
+             * @description Waiting requests only (400 otherwise): the `queue_ticket` of the 409 `lock-held` that
+             *     ended an earlier wait for the same set of locks by the same owner. Presented within
+             *     10 s of that answer, it resumes that wait: the group keeps its id (the `multilock` its
+             *     members' holders and waiters show), `waited_ms` counts from the first request, and it
+             *     queues in the line it waited in at its original arrival, after taking the members
+             *     before that one again in name order. A ticket works once; one that has run out, was
+             *     used already, or does not verify is ignored (the group waits as a newcomer, with a new
+             *     id). A ticket for another set of locks, owner or principal, or a single lock's ticket,
+             *     is rejected with 400 (and a multi-lock's ticket by `/locks/{name}`).
+             */
+            queue_ticket?: string;
         };
         MultiLockMember: {
             lock: components["schemas"]["LockName"];
@@ -1537,7 +1551,9 @@ export interface components {
             /**
              * @description With lock-held after a wait, or shutting-down: send it as `queue_ticket` in the next
              *     waiting acquire (same lock and owner, within 10 s, once) to keep this wait's place in
-             *     the queue.
+             *     the queue. From `/multilocks`, after a wait that ran out in a member's line: send it
+             *     with the next `POST /multilocks` for the same locks and owner, which resumes the
+             *     group (same id, same place in that member's line).
              */
             queue_ticket?: string;
             /**

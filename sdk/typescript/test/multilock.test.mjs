@@ -220,7 +220,7 @@ test("a held member: 409 LockHeldError lists the held members, and the group tak
     assert.deepEqual(err.problem.locks, err.locks);
     assert.ok(err.retryAfterMs > 20_000 && err.retryAfterMs <= 25_000, `retryAfterMs ${err.retryAfterMs}: the longest wait`);
     assert.equal(err.waitedMs, undefined);
-    assert.equal(err.queueTicket, undefined, "no queue tickets for groups");
+    assert.equal(err.queueTicket, undefined, "a try-once group gets no queue ticket");
     await assertFree([a, c], "all or nothing");
 
     // A bounded wait that runs out: 409 after waiting, and what it had taken meanwhile is given back.
@@ -228,7 +228,7 @@ test("a held member: 409 LockHeldError lists the held members, and the group tak
     assert.ok(waited instanceof LockHeldError, `got ${waited}`);
     assert.ok((waited.waitedMs ?? 0) >= 250, `waitedMs ${waited.waitedMs}`);
     assert.ok((waited.locks ?? []).length > 0, `locks ${JSON.stringify(waited.locks)}`);
-    assert.equal(waited.queueTicket, undefined);
+    assert.equal(typeof waited.queueTicket, "string", "a wait that ran out in b's line keeps the group's place");
     await eventually("the waiting group to give back what it took", 5_000, async () => {
       const states = await Promise.all([a, c].map((n) => inspectLock(client, n)));
       return states.every((s) => !s.held && s.waiters === 0);
@@ -245,7 +245,7 @@ test("an overlapping group waits across long-polls, then gets every member once 
   const a = name("a"), b = name("b"), c = name("c");
   const first = await lockAll(client, [a, b], { owner: "first", ttlMs: 30_000 });
   const rec = recordingClient();
-  // 300 ms long-polls: the wait goes on across several, each asking again.
+  // 300 ms long-polls: the wait goes on across several, each presenting the group's queue ticket.
   const waiting = lockAll(rec.client, [c, b], { owner: "second", ttlMs: 30_000, waitMs: 20_000, maxWaitPerRequestMs: 300 });
   let settled = false;
   waiting.then(
@@ -268,9 +268,10 @@ test("an overlapping group waits across long-polls, then gets every member once 
   const polls = rec.sent.filter((r) => r.path === "/multilocks");
   assert.equal(polls.length, rec.sent.length);
   assert.ok(polls.length >= 3, `${polls.length} long-polls`);
-  for (const p of polls) {
+  for (const [i, p] of polls.entries()) {
     assert.equal(p.key, null, "no Idempotency-Key on /multilocks");
-    assert.equal(p.body.queue_ticket, undefined);
+    if (i === 0) assert.equal(p.body.queue_ticket, undefined, "the first long-poll has no ticket");
+    else assert.equal(typeof p.body.queue_ticket, "string", `long-poll ${i} keeps the group's place with the ticket of the one before`);
     assert.deepEqual(p.body.locks, [c, b]);
     assert.ok(p.body.wait_ms >= 1 && p.body.wait_ms <= 300, `wait_ms ${p.body.wait_ms}`);
   }
