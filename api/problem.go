@@ -47,6 +47,9 @@ type Problem struct {
 	QueueTicket  string `json:"queue_ticket,omitempty"`
 	// Locks, for a multi-lock: the members held (lock-held) or no longer held (lease-gone).
 	Locks []string `json:"locks,omitempty"`
+	// ForcedAt, with lease-gone: when a force release removed the lease (RFC 3339, ms), where the
+	// gateway knows; absent when the lease expired or was released with its own token.
+	ForcedAt string `json:"forced_at,omitempty"`
 	// Permission, with forbidden: the permission the principal lacks; Name: the lock or semaphore
 	// name outside its prefixes.
 	Permission    string         `json:"permission,omitempty"`

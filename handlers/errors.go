@@ -80,6 +80,7 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		shutdownErr *lockcore.ShutdownError
 		sizeErr     *lockcore.PermitsMismatchError
 		lostErr     *lockcore.GroupLostError
+		goneErr     *lockcore.LeaseLostError
 		deniedErr   *auth.ForbiddenError
 		quotaErr    *quotaError
 		heldQuota   *lockcore.QuotaExceededError
@@ -145,6 +146,9 @@ func writeProblem(ctx context.Context, w http.ResponseWriter, log *slog.Logger, 
 		p.Status, p.Type, p.Title, p.Locks = http.StatusGone, api.TypeLeaseGone, "Lease gone", lostErr.Locks
 	case errors.Is(err, lockcore.ErrLeaseLost):
 		p.Status, p.Type, p.Title = http.StatusGone, api.TypeLeaseGone, "Lease gone"
+		if errors.As(err, &goneErr) && goneErr.Forced {
+			p.ForcedAt = goneErr.ForcedAt.UTC().Format("2006-01-02T15:04:05.000Z")
+		}
 	case errors.Is(err, lockcore.ErrIdempotencyKeyReused):
 		p.Status, p.Type, p.Title = http.StatusUnprocessableEntity, api.TypeIdempotencyKeyReused, "Idempotency-Key reused"
 	case errors.Is(err, lockcore.ErrInvalidToken):

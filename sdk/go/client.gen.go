@@ -882,6 +882,12 @@ type Problem struct {
 	// Election The election name the problem concerns (election-led).
 	Election *string `json:"election,omitempty"`
 
+	// ForcedAt With lease-gone, when an operator's force release removed the lease (Redis time, UTC,
+	// to the millisecond), where the gateway knows (it remembers for `LEASEGATE_FENCE_TTL`);
+	// absent when the lease expired or was released with its own token. Clients tell a
+	// force release by this field, not by the `detail`'s words.
+	ForcedAt *time.Time `json:"forced_at,omitempty"`
+
 	// InvalidParams With invalid-request, every rejected input and why.
 	InvalidParams *[]InvalidParam `json:"invalid_params,omitempty"`
 

@@ -116,15 +116,24 @@ func (e *ProblemError) Members() []string {
 	return *e.Locks
 }
 
-// forcedDetail ends the detail of a 410 lease-gone answer to a lease that a force release removed
-// (openapi.yaml, the LeaseGone response: "an operator force-released it at <time>"); the gateway
-// says so for as long as it keeps the fence.
+// forcedDetail ends the detail of a 410 lease-gone answer to a lease that a force release removed,
+// from gateways older than the problem's forced_at field.
 const forcedDetail = ": an operator force-released it at "
 
-// forcedAway reports whether err is the gateway's 410 saying that a force release removed the lease.
+// ForceReleasedAt is when an operator's force release removed the lease, for a lease-gone problem whose
+// gateway knows (it remembers for LEASEGATE_FENCE_TTL); zero otherwise.
+func (e *ProblemError) ForceReleasedAt() time.Time {
+	if e.Problem.ForcedAt == nil {
+		return time.Time{}
+	}
+	return *e.Problem.ForcedAt
+}
+
+// forcedAway reports whether err is the gateway's 410 saying that a force release removed the
+// lease: its forced_at, or the detail of a gateway from before that field.
 func forcedAway(err error) bool {
 	var p *ProblemError
-	return errors.As(err, &p) && errors.Is(p, ErrLeaseGone) && strings.Contains(p.Detail, forcedDetail)
+	return errors.As(err, &p) && errors.Is(p, ErrLeaseGone) && (!p.ForceReleasedAt().IsZero() || strings.Contains(p.Detail, forcedDetail))
 }
 
 // problem turns a non-2xx answer into a *ProblemError.

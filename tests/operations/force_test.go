@@ -135,7 +135,9 @@ func TestForceReleaseOfSharedHoldsAndSemaphores(t *testing.T) {
 // TestThe410SaysHowTheLeaseEnded: a token whose lease was force-released is answered 410 saying so
 // (on every call that takes it: renew, release, re-entry, events stream; a permit's and a
 // multi-lock member's too), from the mark the force release left in Redis; one that expired or
-// was released is answered 410 saying that, and that it was not forced. Problem types stay.
+// was released is answered 410 saying that, and that it was not forced. Problem types stay. A
+// forced one's problem also carries forced_at, the time of the force release, for clients to read
+// rather than the detail's words; the others carry none.
 func TestThe410SaysHowTheLeaseEnded(t *testing.T) {
 	t.Parallel()
 	e := testkit.NewEnv(t, nil)
@@ -160,6 +162,10 @@ func TestThe410SaysHowTheLeaseEnded(t *testing.T) {
 		detail := gone(r, what)
 		assert.Contains(t, detail, forcedText, what)
 		assert.Contains(t, detail, `lock "ended.forced"`, what)
+		at, err := time.Parse(time.RFC3339Nano, r.Str("forced_at"))
+		require.NoError(t, err, "%s: forced_at %q", what, r.Str("forced_at"))
+		assert.WithinDuration(t, time.Now(), at, time.Minute, what)
+		assert.Contains(t, detail, r.Str("forced_at"), "%s: the detail and forced_at say the same time", what)
 	}
 	// A shared holder's, and a permit's.
 	sh := e.Client.Do(http.MethodPost, "/locks/ended.rw", nil, `{"owner":"r","mode":"shared","ttl_ms":60000}`)
@@ -184,6 +190,7 @@ func TestThe410SaysHowTheLeaseEnded(t *testing.T) {
 	} {
 		detail := gone(r, what)
 		assert.Contains(t, detail, "it expired (no renewal within its TTL) or was released with its own token; it was not force-released", what)
+		assert.Empty(t, r.Str("forced_at"), what)
 	}
 	// A release of a way the lease does not hold says so, not that the lease is gone.
 	ex := e.Hold(t, e.Client, "ended.ways", "w", 60000)

@@ -1549,6 +1549,14 @@ export interface components {
             /** @description With lock-held from `/multilocks`, the members that were held (or had waiters); with lease-gone, the members that were no longer held. */
             locks?: components["schemas"]["LockName"][];
             /**
+             * Format: date-time
+             * @description With lease-gone, when an operator's force release removed the lease (Redis time, UTC,
+             *     to the millisecond), where the gateway knows (it remembers for `LEASEGATE_FENCE_TTL`);
+             *     absent when the lease expired or was released with its own token. Clients tell a
+             *     force release by this field, not by the `detail`'s words.
+             */
+            forced_at?: string;
+            /**
              * @description With lock-held after a wait, or shutting-down: send it as `queue_ticket` in the next
              *     waiting acquire (same lock and owner, within 10 s, once) to keep this wait's place in
              *     the queue. From `/multilocks`, after a wait that ran out in a member's line: send it
@@ -1678,7 +1686,8 @@ export interface components {
         };
         /**
          * @description The lease of the `Lease-Token` no longer holds the lock. The `detail` says how it ended
-         *     where the gateway knows: "an operator force-released it at <time>" for a force release
+         *     where the gateway knows, and `forced_at` when a force release removed it: "an operator
+         *     force-released it at <time>" for a force release
          *     (remembered for `LEASEGATE_FENCE_TTL`, a day by default); otherwise that it expired or
          *     was released with its own token (the two leave no trace to tell apart) and was not
          *     force-released. A multi-lock's names the members lost and those a force release took.
