@@ -230,7 +230,7 @@ func (c *shapeChecker) text(path, key, shown, got string) []string {
 		if got == "" {
 			return []string{fmt.Sprintf("%s: printed an empty string", path)}
 		}
-	case "expires_at", "since", "at":
+	case "expires_at", "since", "at", "forced_at":
 		if _, err := time.Parse(time.RFC3339Nano, got); err != nil {
 			return []string{fmt.Sprintf("%s: printed %q, not an RFC 3339 time", path, got)}
 		}
