@@ -140,10 +140,11 @@ type ElectionState struct {
 
 // ElectionForceRelease is the body of DELETE /elections/{name}?force=true.
 type ElectionForceRelease struct {
-	Election     string `json:"election"`
-	Released     bool   `json:"released"`
-	Forced       bool   `json:"forced"`
-	HoldsRemoved int64  `json:"holds_removed"`
+	Election     string        `json:"election"`
+	Released     bool          `json:"released"`
+	Forced       bool          `json:"forced"`
+	HoldsRemoved int64         `json:"holds_removed"`
+	Removed      []RemovedHold `json:"removed"`
 }
 
 // Events of GET /elections/{name}/events (Server-Sent Events): each is the JSON of one event's

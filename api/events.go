@@ -2,18 +2,30 @@ package api
 
 // ForceRelease is the body of DELETE /locks/{name}?force=true.
 type ForceRelease struct {
-	Lock         string `json:"lock"`
-	Released     bool   `json:"released"` // always true: nothing holds the lock any more
-	Forced       bool   `json:"forced"`   // always true
-	HoldsRemoved int64  `json:"holds_removed"`
+	Lock         string        `json:"lock"`
+	Released     bool          `json:"released"` // always true: nothing holds the lock any more
+	Forced       bool          `json:"forced"`   // always true
+	HoldsRemoved int64         `json:"holds_removed"`
+	Removed      []RemovedHold `json:"removed"`
+}
+
+// RemovedHold is one hold a force release took away: whose it was, its fence, its mode (a
+// semaphore's permit and an election's lead: "shared" and "exclusive"), and the multi-lock it
+// belonged to, for a member.
+type RemovedHold struct {
+	Owner     string `json:"owner"`
+	Fence     int64  `json:"fence"`
+	Mode      string `json:"mode"`
+	Multilock string `json:"multilock,omitempty"`
 }
 
 // SemaphoreForceRelease is the body of DELETE /semaphores/{name}?force=true.
 type SemaphoreForceRelease struct {
-	Semaphore    string `json:"semaphore"`
-	Released     bool   `json:"released"`
-	Forced       bool   `json:"forced"`
-	HoldsRemoved int64  `json:"holds_removed"`
+	Semaphore    string        `json:"semaphore"`
+	Released     bool          `json:"released"`
+	Forced       bool          `json:"forced"`
+	HoldsRemoved int64         `json:"holds_removed"`
+	Removed      []RemovedHold `json:"removed"`
 }
 
 // Events of GET /locks/{name}/events and /semaphores/{name}/events (Server-Sent Events): each is

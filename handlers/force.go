@@ -25,22 +25,25 @@ func (h *lockHandlers) forceRelease(w http.ResponseWriter, r *http.Request, ref 
 		return
 	}
 	owners, fences := make([]string, 0, len(f.Holds)), make([]int64, 0, len(f.Holds))
+	removed := make([]api.RemovedHold, 0, len(f.Holds))
 	for _, hold := range f.Holds {
 		owners, fences = append(owners, hold.Owner), append(fences, hold.Fence)
+		removed = append(removed, api.RemovedHold{Owner: hold.Owner, Fence: hold.Fence, Mode: string(hold.Mode),
+			Multilock: lockcore.GroupOf(hold.Lease)})
 	}
 	h.log.Warn("lock force-released", "lock", ref.Name, "kind", ref.Kind.String(),
 		"request_id", requestIDFrom(r.Context()), "remote_addr", r.RemoteAddr, "principal", principalName(r.Context()),
 		"owners", owners, "fences", fences, "holds_removed", len(f.Holds), "waiters_granted", f.Granted)
-	removed := int64(len(f.Holds))
+	n := int64(len(f.Holds))
 	if ref.Kind == lockcore.KindElection {
-		writeJSON(w, http.StatusOK, api.ElectionForceRelease{Election: ref.Name, Released: true, Forced: true, HoldsRemoved: removed})
+		writeJSON(w, http.StatusOK, api.ElectionForceRelease{Election: ref.Name, Released: true, Forced: true, HoldsRemoved: n, Removed: removed})
 		return
 	}
 	if ref.Kind == lockcore.KindSemaphore {
-		writeJSON(w, http.StatusOK, api.SemaphoreForceRelease{Semaphore: ref.Name, Released: true, Forced: true, HoldsRemoved: removed})
+		writeJSON(w, http.StatusOK, api.SemaphoreForceRelease{Semaphore: ref.Name, Released: true, Forced: true, HoldsRemoved: n, Removed: removed})
 		return
 	}
-	writeJSON(w, http.StatusOK, api.ForceRelease{Lock: ref.Name, Released: true, Forced: true, HoldsRemoved: removed})
+	writeJSON(w, http.StatusOK, api.ForceRelease{Lock: ref.Name, Released: true, Forced: true, HoldsRemoved: n, Removed: removed})
 }
 
 // checkForce validates a force release before anything touches Redis: force must be exactly

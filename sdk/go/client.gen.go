@@ -109,6 +109,24 @@ func (e ProblemPermission) Valid() bool {
 	}
 }
 
+// Defines values for RemovedHoldMode.
+const (
+	RemovedHoldModeExclusive RemovedHoldMode = "exclusive"
+	RemovedHoldModeShared    RemovedHoldMode = "shared"
+)
+
+// Valid indicates whether the value is a known member of the RemovedHoldMode enum.
+func (e RemovedHoldMode) Valid() bool {
+	switch e {
+	case RemovedHoldModeExclusive:
+		return true
+	case RemovedHoldModeShared:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TopLongestHeldKind.
 const (
 	TopLongestHeldKindElection  TopLongestHeldKind = "election"
@@ -334,6 +352,11 @@ type ElectionForceRelease struct {
 
 	// Released Always true.
 	Released bool `json:"released"`
+
+	// Removed Each hold removed, whose it was: its owner, fence and mode (a semaphore's permit is
+	// shared, an election's lead exclusive), and the multi-lock it belonged to for a
+	// member. Empty when nothing held it.
+	Removed *[]RemovedHold `json:"removed,omitempty"`
 }
 
 // ElectionLeader defines model for ElectionLeader.
@@ -440,6 +463,11 @@ type ForceRelease struct {
 
 	// Released Always true; the lock is free, or handed to the head of its line.
 	Released bool `json:"released"`
+
+	// Removed Each hold removed, whose it was: its owner, fence and mode (a semaphore's permit is
+	// shared, an election's lead exclusive), and the multi-lock it belonged to for a
+	// member. Empty when nothing held it.
+	Removed *[]RemovedHold `json:"removed,omitempty"`
 }
 
 // Grant A lease that holds the lock.
@@ -1025,6 +1053,19 @@ type ReleaseResult struct {
 	union json.RawMessage
 }
 
+// RemovedHold One hold a force release removed.
+type RemovedHold struct {
+	Fence int64           `json:"fence"`
+	Mode  RemovedHoldMode `json:"mode"`
+
+	// Multilock The id of the multi-lock the hold belonged to (a member's).
+	Multilock *string `json:"multilock,omitempty"`
+	Owner     string  `json:"owner"`
+}
+
+// RemovedHoldMode defines model for RemovedHold.Mode.
+type RemovedHoldMode string
+
 // RenewRequest defines model for RenewRequest.
 type RenewRequest struct {
 	// TtlMs New time to live in milliseconds, from 1 to the configured maximum. Default: the
@@ -1101,6 +1142,11 @@ type SemaphoreForceRelease struct {
 
 	// Released Always true.
 	Released bool `json:"released"`
+
+	// Removed Each hold removed, whose it was: its owner, fence and mode (a semaphore's permit is
+	// shared, an election's lead exclusive), and the multi-lock it belonged to for a
+	// member. Empty when nothing held it.
+	Removed *[]RemovedHold `json:"removed,omitempty"`
 
 	// Semaphore A lock name, 1-200 characters of `A-Z a-z 0-9 . _ : -`, other than `.` and `..`.
 	//

@@ -33,7 +33,8 @@ func TestForceReleaseHandsTheLockToTheFirstWaiter(t *testing.T) {
 
 	f := e.Client.Do(http.MethodDelete, "/locks/f?force=true", nil, "")
 	require.Equal(t, http.StatusOK, f.Status, string(f.Body))
-	assert.JSONEq(t, `{"lock":"f","released":true,"forced":true,"holds_removed":1}`, string(f.Body))
+	assert.JSONEq(t, fmt.Sprintf(`{"lock":"f","released":true,"forced":true,"holds_removed":1,
+		"removed":[{"owner":"a","fence":%d,"mode":"exclusive"}]}`, a.Int("fence")), string(f.Body), "the answer lists the hold removed")
 
 	got := <-b
 	require.Equal(t, http.StatusCreated, got.Status, "the first waiter gets the lock: %s", got.Body)
@@ -123,7 +124,13 @@ func TestForceReleaseOfSharedHoldsAndSemaphores(t *testing.T) {
 	})
 	f = e.Client.Do(http.MethodDelete, "/semaphores/pool?force=true", nil, "")
 	require.Equal(t, http.StatusOK, f.Status, string(f.Body))
-	assert.JSONEq(t, `{"semaphore":"pool","released":true,"forced":true,"holds_removed":2}`, string(f.Body))
+	assert.Equal(t, int64(2), f.Int("holds_removed"))
+	var owners []string
+	for _, h := range f.JSON()["removed"].([]any) {
+		assert.Equal(t, "shared", h.(map[string]any)["mode"], "a permit is a shared hold")
+		owners = append(owners, h.(map[string]any)["owner"].(string))
+	}
+	assert.ElementsMatch(t, []string{"p1", "p2"}, owners)
 	got = <-p3
 	require.Equal(t, http.StatusCreated, got.Status, string(got.Body))
 	assert.Equal(t, int64(1), got.Int("used"))
@@ -228,7 +235,7 @@ func TestForceReleaseOfAFreeLock(t *testing.T) {
 	e := testkit.NewEnv(t, nil)
 	f := e.Client.Do(http.MethodDelete, "/locks/free?force=true", nil, "")
 	require.Equal(t, http.StatusOK, f.Status, string(f.Body))
-	assert.JSONEq(t, `{"lock":"free","released":true,"forced":true,"holds_removed":0}`, string(f.Body))
+	assert.JSONEq(t, `{"lock":"free","released":true,"forced":true,"holds_removed":0,"removed":[]}`, string(f.Body))
 }
 
 // TestForceReleaseBadInputChangesNothing: every malformed force release is a 400 answered before

@@ -882,6 +882,16 @@ export interface components {
             holds: number;
             mode: components["schemas"]["Mode"];
         };
+        /** @description One hold a force release removed. */
+        RemovedHold: {
+            owner: string;
+            /** Format: int64 */
+            fence: number;
+            /** @enum {string} */
+            mode: "exclusive" | "shared";
+            /** @description The id of the multi-lock the hold belonged to (a member's). */
+            multilock?: string;
+        };
         /** @description The answer to a force release (`?force=true`). */
         ForceRelease: {
             lock: components["schemas"]["LockName"];
@@ -895,6 +905,12 @@ export interface components {
              *     once; a lease holding the lock both ways twice). 0 when nothing held it.
              */
             holds_removed: number;
+            /**
+             * @description Each hold removed, whose it was: its owner, fence and mode (a semaphore's permit is
+             *     shared, an election's lead exclusive), and the multi-lock it belonged to for a
+             *     member. Empty when nothing held it.
+             */
+            removed?: components["schemas"]["RemovedHold"][];
         };
         /** @description A release's answer (`Release`), or a force release's (`ForceRelease`). */
         ReleaseResult: components["schemas"]["Release"] | components["schemas"]["ForceRelease"];
@@ -910,6 +926,12 @@ export interface components {
              * @description The permits taken back (0 when none was in use).
              */
             holds_removed: number;
+            /**
+             * @description Each hold removed, whose it was: its owner, fence and mode (a semaphore's permit is
+             *     shared, an election's lead exclusive), and the multi-lock it belonged to for a
+             *     member. Empty when nothing held it.
+             */
+            removed?: components["schemas"]["RemovedHold"][];
         };
         /** @description A permit's release answer (`SemaphoreRelease`), or a force release's (`SemaphoreForceRelease`). */
         SemaphoreReleaseResult: components["schemas"]["SemaphoreRelease"] | components["schemas"]["SemaphoreForceRelease"];
@@ -1201,6 +1223,12 @@ export interface components {
              * @description 1 when someone led (or had just been handed the lead), else 0.
              */
             holds_removed: number;
+            /**
+             * @description Each hold removed, whose it was: its owner, fence and mode (a semaphore's permit is
+             *     shared, an election's lead exclusive), and the multi-lock it belonged to for a
+             *     member. Empty when nothing held it.
+             */
+            removed?: components["schemas"]["RemovedHold"][];
         };
         /** @description A resignation's answer (`Resignation`), or a force release's (`ElectionForceRelease`). */
         ResignResult: components["schemas"]["Resignation"] | components["schemas"]["ElectionForceRelease"];
