@@ -101,7 +101,11 @@ func (c *command) printRemoved(t target, h leasegate.RemovedHold) {
 	if h.Multilock != nil && *h.Multilock != "" {
 		group = ", of multi-lock " + *h.Multilock
 	}
-	fmt.Fprintf(c.stdout, "force-released %s: removed %s of %q, fence %d%s\n", t, what, h.Owner, h.Fence, group)
+	fence := fmt.Sprintf("fence %d", h.Fence)
+	if h.Fence == 0 {
+		fence = "no fence (a Redisson client's hold)"
+	}
+	fmt.Fprintf(c.stdout, "force-released %s: removed %s of %q, %s%s\n", t, what, h.Owner, fence, group)
 }
 
 // electionState reads an election (GET /elections/{name}) through the replicas in turn.

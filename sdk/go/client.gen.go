@@ -1055,6 +1055,7 @@ type ReleaseResult struct {
 
 // RemovedHold One hold a force release removed.
 type RemovedHold struct {
+	// Fence The hold's fence; 0 for a Redisson client's hold on a name shared with Redisson (Redisson's holds carry none).
 	Fence int64           `json:"fence"`
 	Mode  RemovedHoldMode `json:"mode"`
 

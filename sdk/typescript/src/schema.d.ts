@@ -885,7 +885,10 @@ export interface components {
         /** @description One hold a force release removed. */
         RemovedHold: {
             owner: string;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The hold's fence; 0 for a Redisson client's hold on a name shared with Redisson (Redisson's holds carry none).
+             */
             fence: number;
             /** @enum {string} */
             mode: "exclusive" | "shared";
