@@ -1,20 +1,16 @@
 package cli
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	leasegate "github.com/leasegate/leasegate/sdk/go"
 )
 
 // A lock's or a semaphore's events stream (GET /locks/{name}/events, /semaphores/{name}/events,
-// without a token): force-release reads the holds a force release removed from it, and watch
-// prints it. It starts with a state event; the events after it are the changes Redis made after
+// without a token), which watch prints. It starts with a state event; the events after it are the changes Redis made after
 // that state, in order. Nothing is stored for replay: a reconnection starts a new stream with a
 // fresh state (Last-Event-ID is ignored), which is how the SDK's watchers resume too.
 
@@ -25,7 +21,7 @@ const streamIdle = 45 * time.Second
 // eventStream is one open events stream.
 type eventStream struct {
 	body   io.ReadCloser
-	events sseReader
+	events *leasegate.EventReader
 	idle   *time.Timer
 	cancel context.CancelFunc
 }
@@ -54,11 +50,11 @@ func (t target) openEvents(ctx context.Context, gw *leasegate.Gateway) (*eventSt
 		return nil, newAnswer(resp, body).err()
 	}
 	idle := time.AfterFunc(streamIdle, cancel)
-	return &eventStream{body: resp.Body, events: sseReader{r: bufio.NewReader(activity{r: resp.Body, idle: idle})}, idle: idle, cancel: cancel}, nil
+	return &eventStream{body: resp.Body, events: leasegate.NewEventReader(activity{r: resp.Body, idle: idle}), idle: idle, cancel: cancel}, nil
 }
 
 // next returns the stream's next event, or the error that ended the stream.
-func (s *eventStream) next() (sseEvent, error) { return s.events.next() }
+func (s *eventStream) next() (leasegate.Event, error) { return s.events.Next() }
 
 // close ends the stream from this side.
 func (s *eventStream) close() {
@@ -79,54 +75,6 @@ func (a activity) Read(p []byte) (int, error) {
 		a.idle.Reset(streamIdle)
 	}
 	return n, err
-}
-
-// sseEvent is one Server-Sent Event: its type, its id ("" when it has none) and its data lines
-// joined by newlines.
-type sseEvent struct {
-	typ, id string
-	data    json.RawMessage
-}
-
-// sseReader reads the events of a text/event-stream, skipping comments (the keep-alive).
-type sseReader struct {
-	r *bufio.Reader
-}
-
-// next returns the next event, or the read error that ended the stream (an event cut short by it
-// is dropped, as the format wants).
-func (s sseReader) next() (sseEvent, error) {
-	var ev sseEvent
-	seen := false
-	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
-			return sseEvent{}, err
-		}
-		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
-		switch {
-		case line == "" && seen:
-			if ev.typ == "" {
-				ev.typ = "message"
-			}
-			return ev, nil
-		case line == "" || line[0] == ':':
-			continue
-		}
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
-		case "event":
-			ev.typ, seen = value, true
-		case "id":
-			ev.id = value
-		case "data":
-			if ev.data != nil {
-				ev.data = append(ev.data, '\n')
-			}
-			ev.data, seen = append(ev.data, value...), true
-		}
-	}
 }
 
 // heldEvent is the data of a lock's or semaphore's event about holds: granted, handed-off,

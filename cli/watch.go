@@ -93,9 +93,9 @@ func (p watchPrinter) follow(stream *eventStream) (delivered bool, err error) {
 		if err := p.print(ev); err != nil {
 			return delivered, err
 		}
-		if ev.typ == "closed" {
+		if ev.Type == "closed" {
 			var e heldEvent
-			_ = json.Unmarshal(ev.data, &e)
+			_ = json.Unmarshal(ev.Data, &e)
 			if e.Reason == "unauthenticated" || e.Reason == "forbidden" {
 				return delivered, fmt.Errorf("the gateway closed the events stream of %s: %s: %s", p.t, e.Reason, e.Detail)
 			}
@@ -105,16 +105,16 @@ func (p watchPrinter) follow(stream *eventStream) (delivered bool, err error) {
 }
 
 // print writes one event: its data with "event" added (--json), or a line for a person.
-func (p watchPrinter) print(ev sseEvent) error {
+func (p watchPrinter) print(ev leasegate.Event) error {
 	if p.json {
 		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(ev.data, &fields); err != nil || fields == nil {
-			fields = map[string]json.RawMessage{"data": json.RawMessage(ev.data)}
-			if !json.Valid(ev.data) {
-				fields["data"], _ = json.Marshal(string(ev.data))
+		if err := json.Unmarshal(ev.Data, &fields); err != nil || fields == nil {
+			fields = map[string]json.RawMessage{"data": json.RawMessage(ev.Data)}
+			if !json.Valid(ev.Data) {
+				fields["data"], _ = json.Marshal(string(ev.Data))
 			}
 		}
-		fields["event"], _ = json.Marshal(ev.typ)
+		fields["event"], _ = json.Marshal(ev.Type)
 		line, err := json.Marshal(fields)
 		if err != nil {
 			return err
@@ -123,8 +123,8 @@ func (p watchPrinter) print(ev sseEvent) error {
 		return err
 	}
 	var e heldEvent
-	_ = json.Unmarshal(ev.data, &e)
-	_, err := fmt.Fprintf(p.w, "%s %s %s\n", stamp(e.At), ev.typ, p.words(ev, e))
+	_ = json.Unmarshal(ev.Data, &e)
+	_, err := fmt.Fprintf(p.w, "%s %s %s\n", stamp(e.At), ev.Type, p.words(ev, e))
 	return err
 }
 
@@ -137,15 +137,15 @@ func stamp(at time.Time) string {
 }
 
 // words says what an event tells: `"o" exclusive, fence 17; 2 waiting`.
-func (p watchPrinter) words(ev sseEvent, e heldEvent) string {
+func (p watchPrinter) words(ev leasegate.Event, e heldEvent) string {
 	hold := fmt.Sprintf("%q", e.Owner)
 	if e.Mode != "" {
 		hold += " " + e.Mode
 	}
 	hold += fmt.Sprintf(", fence %d", e.Fence)
-	switch ev.typ {
+	switch ev.Type {
 	case "state":
-		return p.stateWords(ev.data)
+		return p.stateWords(ev.Data)
 	case "granted":
 		return hold + waitingWords(e.Waiters)
 	case "handed-off", "released", "expired":
@@ -163,7 +163,7 @@ func (p watchPrinter) words(ev sseEvent, e heldEvent) string {
 	case "closed":
 		return e.Reason + ": " + e.Detail
 	}
-	return string(ev.data)
+	return string(ev.Data)
 }
 
 // waitingWords is `; 2 waiting` for a count the event carries, "" without one.

@@ -1,7 +1,6 @@
 package leasegate
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"math/rand/v2"
@@ -83,9 +82,9 @@ func (o *observer) follow(ctx context.Context, gw *Gateway) (delivered bool) {
 	}
 	idle := time.AfterFunc(watchIdle, cancel)
 	defer idle.Stop()
-	events := sseReader{r: bufio.NewReader(activity{r: resp.Body, idle: idle})}
+	events := NewEventReader(activity{r: resp.Body, idle: idle})
 	for {
-		ev, err := events.next()
+		ev, err := events.Next()
 		if err != nil {
 			return delivered
 		}
@@ -103,7 +102,7 @@ func (o *observer) follow(ctx context.Context, gw *Gateway) (delivered bool) {
 }
 
 // electionEvent decodes ev; ok is false for a closed event and for types it does not know.
-func electionEvent(ev sseEvent) (e ElectionEvent, ok bool) {
+func electionEvent(ev Event) (e ElectionEvent, ok bool) {
 	var body struct {
 		ElectionState
 		At    time.Time `json:"at"`
@@ -112,11 +111,11 @@ func electionEvent(ev sseEvent) (e ElectionEvent, ok bool) {
 		Value string    `json:"value"`
 		Gap   bool      `json:"gap"`
 	}
-	if ev.id == "" || json.Unmarshal(ev.data, &body) != nil {
+	if ev.ID == "" || json.Unmarshal(ev.Data, &body) != nil {
 		return e, false
 	}
-	e = ElectionEvent{ID: ev.id, Type: ev.typ, At: body.At, Owner: body.Owner, Fence: body.Fence, Value: body.Value, Gap: body.Gap}
-	switch ev.typ {
+	e = ElectionEvent{ID: ev.ID, Type: ev.Type, At: body.At, Owner: body.Owner, Fence: body.Fence, Value: body.Value, Gap: body.Gap}
+	switch ev.Type {
 	case "state":
 		st := body.ElectionState
 		e.State = &st

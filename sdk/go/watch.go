@@ -187,9 +187,9 @@ func (w *watcher) follow(ctx context.Context, gw *Gateway) (opened, done bool) {
 	}
 	idle := time.AfterFunc(watchIdle, cancel)
 	defer idle.Stop()
-	events := sseReader{r: bufio.NewReader(activity{r: resp.Body, idle: idle})}
+	events := NewEventReader(activity{r: resp.Body, idle: idle})
 	for {
-		ev, err := events.next()
+		ev, err := events.Next()
 		if err != nil {
 			return opened, false
 		}
@@ -205,7 +205,7 @@ func (w *watcher) follow(ctx context.Context, gw *Gateway) (opened, done bool) {
 }
 
 // handle acts on one event of gw's stream and reports whether it ended the lease.
-func (w *watcher) handle(ev sseEvent, gw *Gateway) bool {
+func (w *watcher) handle(ev Event, gw *Gateway) bool {
 	t := w.target
 	var body struct {
 		Fence  int64     `json:"fence"`
@@ -219,8 +219,8 @@ func (w *watcher) handle(ev sseEvent, gw *Gateway) bool {
 		return w.handleElection(ev, gw)
 	}
 	switch {
-	case ev.typ == "lost" && t.token != "":
-		_ = json.Unmarshal(ev.data, &body)
+	case ev.Type == "lost" && t.token != "":
+		_ = json.Unmarshal(ev.Data, &body)
 		reason := EndGone
 		switch body.Reason {
 		case "expired":
@@ -232,18 +232,18 @@ func (w *watcher) handle(ev sseEvent, gw *Gateway) bool {
 		return true
 	case t.token != "":
 		return false // a stream with the token says lost, after the expired or forced event
-	case ev.typ == "state":
+	case ev.Type == "state":
 		var st LockState
-		if json.Unmarshal(ev.data, &st) == nil && !holdsFence(&st, t.fence) {
+		if json.Unmarshal(ev.Data, &st) == nil && !holdsFence(&st, t.fence) {
 			return w.life.confirmGone(t.confirm) // if the renewal succeeds, the member is still held
 		}
-	case ev.typ == "expired":
-		if json.Unmarshal(ev.data, &body) == nil && body.Fence == t.fence {
+	case ev.Type == "expired":
+		if json.Unmarshal(ev.Data, &body) == nil && body.Fence == t.fence {
 			w.lost(EndExpired, body.At, nil)
 			return true
 		}
-	case ev.typ == "forced":
-		if json.Unmarshal(ev.data, &body) != nil {
+	case ev.Type == "forced":
+		if json.Unmarshal(ev.Data, &body) != nil {
 			return false
 		}
 		for _, h := range body.Holds {
@@ -261,7 +261,7 @@ func (w *watcher) handle(ev sseEvent, gw *Gateway) bool {
 // by a renewal, as for a multi-lock's member; a vacant naming the lead's fence is the gateway
 // finding its lease gone (run out or forced: see leadVacated); a resigned naming it may be a
 // resignation through another replica, and waits for a release in flight.
-func (w *watcher) handleElection(ev sseEvent, gw *Gateway) bool {
+func (w *watcher) handleElection(ev Event, gw *Gateway) bool {
 	t := w.target
 	var body struct {
 		Fence  int64           `json:"fence"`
@@ -269,10 +269,10 @@ func (w *watcher) handleElection(ev sseEvent, gw *Gateway) bool {
 		Led    bool            `json:"led"`
 		Leader *ElectionLeader `json:"leader"`
 	}
-	if json.Unmarshal(ev.data, &body) != nil {
+	if json.Unmarshal(ev.Data, &body) != nil {
 		return false
 	}
-	switch ev.typ {
+	switch ev.Type {
 	case "state":
 		if !body.Led || body.Leader == nil || body.Leader.Fence != t.fence {
 			return w.life.confirmGone(t.confirm) // if the renewal succeeds, the lead still holds
@@ -352,34 +352,39 @@ func (a activity) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// sseEvent is one Server-Sent Event: its type, its data lines joined by newlines, and its id
-// ("" when it has none).
-type sseEvent struct {
-	typ  string
-	data []byte
-	id   string
+// Event is one Server-Sent Event of a gateway's events stream (GET /locks/{name}/events and the
+// like): its type, its id ("" when it has none) and its data lines joined by newlines (the JSON
+// openapi.yaml documents for each type).
+type Event struct {
+	Type string
+	ID   string
+	Data []byte
 }
 
-// sseReader reads the events of a text/event-stream, skipping comments.
-type sseReader struct {
+// EventReader reads the events of a text/event-stream, skipping comments (the gateway's
+// keep-alive): for callers that follow a stream themselves, as the SDK's watchers and Observe do.
+type EventReader struct {
 	r *bufio.Reader
 }
 
-// next returns the next event, or the read error that ended the stream (an event cut short by it
+// NewEventReader reads the events of the text/event-stream r.
+func NewEventReader(r io.Reader) *EventReader { return &EventReader{r: bufio.NewReader(r)} }
+
+// Next returns the next event, or the read error that ended the stream (an event cut short by it
 // is dropped, as the format wants).
-func (s sseReader) next() (sseEvent, error) {
-	var ev sseEvent
+func (s *EventReader) Next() (Event, error) {
+	var ev Event
 	seen := false
 	for {
 		line, err := s.r.ReadString('\n')
 		if err != nil {
-			return sseEvent{}, err
+			return Event{}, err
 		}
 		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
 		if line == "" {
 			if seen {
-				if ev.typ == "" {
-					ev.typ = "message"
+				if ev.Type == "" {
+					ev.Type = "message"
 				}
 				return ev, nil
 			}
@@ -392,14 +397,14 @@ func (s sseReader) next() (sseEvent, error) {
 		value = strings.TrimPrefix(value, " ")
 		switch field {
 		case "event":
-			ev.typ, seen = value, true
+			ev.Type, seen = value, true
 		case "id":
-			ev.id = value
+			ev.ID = value
 		case "data":
-			if ev.data != nil {
-				ev.data = append(ev.data, '\n')
+			if ev.Data != nil {
+				ev.Data = append(ev.Data, '\n')
 			}
-			ev.data, seen = append(ev.data, value...), true
+			ev.Data, seen = append(ev.Data, value...), true
 		}
 	}
 }
