@@ -115,6 +115,23 @@ func (n *nodeRedisson) do(t *testing.T, cmd, name string) string {
 	return n.next(t, 10*time.Second)
 }
 
+// gatewayWokenByNodeRedisson: node-redisson takes name, the gateway answers 409 and then a waiter
+// in line, which node-redisson's unlock wakes within a second. It returns the waiter's grant.
+func gatewayWokenByNodeRedisson(t *testing.T, w *world, n *nodeRedisson, name string) *harness.Response {
+	t.Helper()
+	require.Equal(t, "try true", n.do(t, "try", name))
+	r := w.acquire(name, testkit.AcquireBody("web", 5000))
+	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
+	waiting := testkit.StartWaiter(w.Client, t.Context(), name, "web", 5000, 20_000)
+	testkit.EventuallyPaced(t, 10*time.Second, "the gateway waiter in line", func() bool { return w.Waiters(t, name) == 1 })
+	unlocked := time.Now()
+	require.Equal(t, "unlocked", n.do(t, "unlock", name))
+	g := testkit.Receive(t, waiting, 15*time.Second, "the gateway waiter")
+	require.Equal(t, http.StatusCreated, g.Status, string(g.Body))
+	within(t, time.Since(unlocked), time.Second, "the gateway's grant after node-redisson's unlock")
+	return g
+}
+
 // TestNodeRedissonAndTheGatewayExcludeEachOther is the outside report's scenario, run with
 // node-redisson: node-redisson holds rs.orders and the gateway answers 409; the gateway holds
 // rs.jobs and node-redisson's tryLock fails. Each side waits for the other and is woken by the
@@ -125,17 +142,7 @@ func TestNodeRedissonAndTheGatewayExcludeEachOther(t *testing.T) {
 	w := newWorld(t)
 	n := startNodeRedisson(t, w.Redis.Addr)
 
-	require.Equal(t, "try true", n.do(t, "try", "rs.orders"))
-	r := w.acquire("rs.orders", testkit.AcquireBody("web", 5000))
-	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
-	waiting := testkit.StartWaiter(w.Client, t.Context(), "rs.orders", "web", 5000, 20_000)
-	testkit.EventuallyPaced(t, 10*time.Second, "the gateway waiter in line", func() bool { return w.Waiters(t, "rs.orders") == 1 })
-	unlocked := time.Now()
-	require.Equal(t, "unlocked", n.do(t, "unlock", "rs.orders"))
-	g := testkit.Receive(t, waiting, 15*time.Second, "the gateway waiter")
-	require.Equal(t, http.StatusCreated, g.Status, string(g.Body))
-	within(t, time.Since(unlocked), time.Second, "the gateway's grant after node-redisson's unlock")
-	w.release(t, "rs.orders", g)
+	w.release(t, "rs.orders", gatewayWokenByNodeRedisson(t, w, n, "rs.orders"))
 
 	j := w.acquire("rs.jobs", testkit.AcquireBody("web", 60_000))
 	require.Equal(t, http.StatusCreated, j.Status, string(j.Body))
@@ -151,7 +158,7 @@ func TestNodeRedissonAndTheGatewayExcludeEachOther(t *testing.T) {
 	ms, err := strconv.ParseInt(at, 10, 64)
 	require.NoError(t, err)
 	within(t, time.UnixMilli(ms).Sub(released), time.Second, "node-redisson's lock() after the gateway's release (TTL 60 s)")
-	r = w.acquire("rs.jobs", testkit.AcquireBody("web", 5000))
+	r := w.acquire("rs.jobs", testkit.AcquireBody("web", 5000))
 	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
 	require.Equal(t, "unlocked", n.do(t, "unlock", "rs.jobs"))
 }
@@ -163,16 +170,7 @@ func TestNodeRedissonOnACluster(t *testing.T) {
 	w := newClusterWorld(t)
 	n := startNodeRedisson(t, "", w.rig.SeedAddrs()...)
 
-	require.Equal(t, "try true", n.do(t, "try", "rs.cluster.node"))
-	r := w.acquire("rs.cluster.node", testkit.AcquireBody("web", 5000))
-	require.Equal(t, http.StatusConflict, r.Status, string(r.Body))
-	waiting := testkit.StartWaiter(w.Client, t.Context(), "rs.cluster.node", "web", 5000, 20_000)
-	testkit.EventuallyPaced(t, 10*time.Second, "the gateway waiter in line", func() bool { return w.Waiters(t, "rs.cluster.node") == 1 })
-	unlocked := time.Now()
-	require.Equal(t, "unlocked", n.do(t, "unlock", "rs.cluster.node"))
-	g := testkit.Receive(t, waiting, 15*time.Second, "the gateway waiter")
-	require.Equal(t, http.StatusCreated, g.Status, string(g.Body))
-	within(t, time.Since(unlocked), time.Second, "the gateway's grant after node-redisson's unlock")
+	g := gatewayWokenByNodeRedisson(t, w, n, "rs.cluster.node")
 
 	assert.Equal(t, "try false", n.do(t, "try", "rs.cluster.node"))
 	n.send(t, "lock", "rs.cluster.node")
