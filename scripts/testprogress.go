@@ -71,6 +71,7 @@ type reporter struct {
 	running        map[string]*pkg
 	done, failed   int
 	failedNames    []string
+	why            []string // the failed tests' own messages, said again at the end
 }
 
 func main() {
@@ -217,6 +218,9 @@ func (r *reporter) packageEnded(p *pkg, e event) {
 	}
 	r.failed++
 	r.failedNames = append(r.failedNames, p.name)
+	for _, test := range p.failed {
+		r.why = append(r.why, fmt.Sprintf("%s %s:\n%s", p.name, test, messages(out, test)))
+	}
 	r.note("failed  %s after %s (%s)", p.name, seconds(e.Elapsed), r.progress())
 }
 
@@ -232,6 +236,39 @@ func (r *reporter) shown(p *pkg, c chunk, failed bool) bool {
 	p.midLine[c.test] = !strings.HasSuffix(c.text, "\n")
 	res, ended := p.result[c.test]
 	return !framing && (c.test == "" || res == "fail" || !ended)
+}
+
+// messages returns test's (or its subtests') lines of out, without the "log tail:" blocks that the
+// test harness adds when a test failed (the indented lines after such a line), at most 40 lines.
+func messages(out []chunk, test string) string {
+	var b strings.Builder
+	lines, inTail := 0, false
+	for _, c := range out {
+		if c.test != test && !strings.HasPrefix(c.test, test+"/") {
+			continue
+		}
+		for _, l := range strings.SplitAfter(c.text, "\n") {
+			trimmed := strings.TrimSpace(l)
+			if trimmed == "" || strings.HasPrefix(trimmed, "=== ") {
+				continue
+			}
+			indent := len(l) - len(strings.TrimLeft(l, " \t"))
+			switch {
+			case strings.HasSuffix(trimmed, "log tail:"):
+				inTail = true
+				continue
+			case inTail && indent > 4:
+				continue
+			}
+			inTail = false
+			if lines++; lines > 40 {
+				b.WriteString("    ...\n")
+				return b.String()
+			}
+			b.WriteString("    " + strings.TrimRight(l, "\n") + "\n")
+		}
+	}
+	return b.String()
 }
 
 // stillRunning says which packages run now, longest first, and for how long.
@@ -261,6 +298,12 @@ func (r *reporter) finish() {
 	}
 	if r.failed > 0 {
 		fmt.Fprintln(r.stdout, "FAIL") // go test's closing line when a package failed
+		// The failures' messages once more, last, where a reader of the run's tail finds them:
+		// a failed test's output can end in many lines of servers' logs.
+		r.note("why the failed tests failed (their output above, without the servers' log tails):")
+		for _, w := range r.why {
+			fmt.Fprint(r.stderr, w)
+		}
 		r.note("%d packages in %s, %d failed: %s", r.done, clock(time.Since(r.begin)), r.failed, strings.Join(r.failedNames, ", "))
 		return
 	}

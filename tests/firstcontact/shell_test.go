@@ -98,12 +98,16 @@ func offlineEnv(t *testing.T, vars ...string) []string {
 		switch {
 		case strings.HasPrefix(k, "LEASEGATE_"), strings.HasPrefix(strings.ToLower(k), "npm_config_"):
 			continue
-		case k == "PYTHONPATH", k == "TMPDIR", k == "GOPROXY", k == "GOTOOLCHAIN", k == "GOSUMDB",
+		case k == "PYTHONPATH", k == "TMPDIR", k == "GOPROXY", k == "GOFLAGS", k == "GOTOOLCHAIN", k == "GOSUMDB",
 			k == "GONOSUMDB", k == "GONOSUMCHECK", k == "GOPRIVATE", k == "GOINSECURE":
 			continue
 		}
 		env = append(env, kv)
 	}
+	// -trimpath: the copy's packages are found in the build cache that scripts/test's build of the
+	// gateway (also -trimpath) filled, instead of being compiled again because their directory is
+	// new. What the recipes build and run is the same.
+	env = append(env, "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"))
 	env = append(env, "TMPDIR="+t.TempDir(), "GOPROXY=off", "GOTOOLCHAIN=local",
 		"npm_config_offline=true", "npm_config_audit=false", "npm_config_fund=false",
 		"npm_config_update_notifier=false", "NO_COLOR=1", "PYTHONDONTWRITEBYTECODE=1")

@@ -34,6 +34,17 @@ func resetAfterSendingRaw(t *testing.T, base, req string) {
 	require.NoError(t, conn.Close())
 }
 
+// linesAbout returns the lines of logs that contain s.
+func linesAbout(logs, s string) string {
+	var out []string
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // TestGrantsNobodyReceivedAreGivenBack sends try-once acquires whose clients reset their
 // connection right after sending. A grant whose answer cannot be delivered must not stay held for
 // its TTL: the gateway gives it back when the client is gone before or as the answer is written.
@@ -66,6 +77,7 @@ func TestGrantsNobodyReceivedAreGivenBack(t *testing.T) {
 		st := e.Client.Do(http.MethodGet, fmt.Sprintf("/locks/reset-%d", i), nil, "")
 		if st.JSON()["held"] == true {
 			held++
+			t.Logf("reset-%d is held: %s; the gateway's lines about it:\n%s", i, st.Body, linesAbout(logs, fmt.Sprintf("reset-%d\"", i)))
 		}
 	}
 	for _, line := range strings.Split(logs, "\n") {
