@@ -149,7 +149,9 @@ func notAcked(err error) bool {
 // giveBack gives back one hold of g, a grant its caller cannot keep, on a context of its own: the
 // caller's may have ended.
 func (s *Service) giveBack(ctx context.Context, g Grant) {
-	_, _ = s.releaseLease(context.WithoutCancel(ctx), g.Lease, idemKey{}, g.Mode)
+	if _, err := s.releaseLease(context.WithoutCancel(ctx), g.Lease, idemKey{}, g.Mode); err != nil && !errors.Is(err, ErrLeaseLost) {
+		s.log.Warn("giving back a grant its caller cannot keep failed; it runs out with its TTL", g.Kind.String(), g.Lock, "err", err)
+	}
 }
 
 // giveBackUnacked gives back the one hold of mode that a grant the replicas did not acknowledge

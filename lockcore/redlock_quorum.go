@@ -259,12 +259,16 @@ func (rl *redlock) release(ctx context.Context, c call) ([]rueidis.RedisMessage,
 }
 
 // inspect: the state a majority of counted masters agree on (the same holders), else the one most
-// of them agree on, waiting up to inspectWait for every master to answer; the TTL shown is the
-// longest that a majority of the group still has (so an unconfirmed hand-off on one master does not
-// shorten it). A majority must answer.
+// of them agree on; the TTL shown is the longest that a majority of the group still has (so an
+// unconfirmed hand-off on one master does not shorten it). A majority must answer: it is waited
+// for as a release waits for one, and the other masters up to inspectWait from the start.
 func (rl *redlock) inspect(ctx context.Context, c call) ([]rueidis.RedisMessage, error) {
+	start := time.Now()
 	f := rl.send(ctx, c)
-	got := f.collect(time.Now().Add(inspectWait), func([]masterReply, int) bool { return false })
+	got := f.collect(time.Time{}, rl.until(func(r masterReply) bool { return r.counted }))
+	if rest := start.Add(inspectWait); f.pending > 0 && time.Now().Before(rest) {
+		got = append(got, f.collect(rest, func([]masterReply, int) bool { return false })...)
+	}
 	f.rest(nil)
 	if tallyCounted(got) < rl.quorum {
 		return nil, rl.unavailable(got)
@@ -317,8 +321,10 @@ func (rl *redlock) inspect(ctx context.Context, c call) ([]rueidis.RedisMessage,
 	return rep.reply, nil
 }
 
-// inspectWait bounds how long an inspection waits for every master, past which it reads those that
-// answered (a stalled master delays it no longer).
+// inspectWait bounds how long an inspection waits for every master once a majority answered, past
+// which it reads those that answered (a stalled master delays it no longer). Before the majority
+// was waited for too, a loaded machine (CI's, running three test packages beside a fuzzer) had a
+// holder's inspection answered 503 when three of five masters took longer than this.
 const inspectWait = 250 * time.Millisecond
 
 // anyMajority: the reply of the dequeue and force scripts, which every master runs; a majority must
