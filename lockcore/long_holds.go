@@ -17,8 +17,10 @@ import (
 // That zset ("aged", per shard, member -> grant time in ms of Redis time) holds only the holds that
 // may live past LongHold; ordinary short leases never touch it. A hold alive at age LongHold had,
 // at its grant or at one of its renewals, age + TTL >= LongHold, so it is entered then:
-//   - a watchdog lease (or multi-lock) when it is enrolled, in the same script call (the
-//     watchdog may renew it up to its max hold), and taken out when it is released;
+//   - a watchdog lease when it is enrolled (in the same script call) if its TTL reaches that far
+//     already, else by the first renewal after which age + TTL >= LongHold (one extra ZADD NX per
+//     renewal from then on); a multi-lock when it is enrolled (the watchdog may renew it up to its
+//     max hold); both taken out when they are released;
 //   - any other lease whose grant TTL is at least LongHold, or that is renewed at an age where age
 //     + TTL >= LongHold (one extra ZADD, for such leases only).
 // Entries whose hold ended without a release leave when the sweep finds them past LongHold and
@@ -44,11 +46,17 @@ func newLongHolds(e *engine, shards scheduleShards, inspect inspector, opts Opti
 		onRedisCheck: opts.OnRedisCheck}
 }
 
-// track enters l, granted at its fence, into the aged zset if a hold of l with ttl from now may
-// still be alive at age LongHold (a watchdog lease is entered when it is enrolled). A failure
-// costs only the long-hold report of that lease. Nothing when the report is off (lh is nil).
+// reaches reports whether a hold of l, granted at its fence, with ttl from now may still be alive
+// at age LongHold (false when the report is off: lh is nil).
+func (lh *longHolds) reaches(l Lease, ttl time.Duration) bool {
+	return lh != nil && heldSince(l.Fence, time.Now())+ttl >= lh.threshold
+}
+
+// track enters l into the aged zset if it reaches LongHold (a watchdog lease that does so at its
+// grant is entered when it is enrolled, else by the renewal that makes it reach). A failure costs
+// only the long-hold report of that lease.
 func (lh *longHolds) track(ctx context.Context, l Lease, ttl time.Duration) {
-	if lh == nil || heldSince(l.Fence, time.Now())+ttl < lh.threshold {
+	if !lh.reaches(l, ttl) {
 		return
 	}
 	c := lh.e.dep.copies()[0]

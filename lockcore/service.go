@@ -91,10 +91,13 @@ func newService(dep deployment, tokens *Tokens, opts Options) *Service {
 	dep.listen(s.waiters)
 	s.waiters.followReleases(dep.copies()[0])
 	s.waiters.keepInLine()
-	s.watchdog = newRenewer(e, s)
-	e.wg.Go(s.watchdog.sweep)
+	shards := newScheduleShards(e.space.prefix, dep.shards())
 	if dep.offers(featureLongHolds) == nil {
-		s.ledgers.long = newLongHolds(e, s.watchdog.shards, s, opts)
+		s.ledgers.long = newLongHolds(e, shards, s, opts)
+	}
+	s.watchdog = newRenewer(e, shards, s.ledgers.long, s)
+	e.wg.Go(s.watchdog.sweep)
+	if s.ledgers.long != nil {
 		e.wg.Go(s.ledgers.long.sweep)
 	} else {
 		e.wg.Go(func() { pingSweep(e.ctx, s.Ping, opts) })

@@ -14,11 +14,11 @@ import (
 
 // renewer renews watchdog leases on their schedule, which every replica sweeps.
 type renewer struct {
-	e                *engine
-	shards           scheduleShards
-	reportsLongHolds bool         // an enrolled lease is entered among the long-hold report's candidates
-	groups           groupRenewer // renews a multi-lock's members (the Service)
-	failures         atomic.Int64 // renewals that failed since start
+	e        *engine
+	shards   scheduleShards
+	long     *longHolds   // the long-hold report, which a renewal may enter its lease in (nil: off)
+	groups   groupRenewer // renews a multi-lock's members (the Service)
+	failures atomic.Int64 // renewals that failed since start
 }
 
 // groupRenewer renews every member of the multi-lock a group schedule member names; it returns as
@@ -27,9 +27,8 @@ type groupRenewer interface {
 	renewGroupDue(ctx context.Context, member string) int64
 }
 
-func newRenewer(e *engine, groups groupRenewer) *renewer {
-	return &renewer{e: e, shards: newScheduleShards(e.space.prefix, e.dep.shards()), reportsLongHolds: e.dep.offers(featureLongHolds) == nil,
-		groups: groups}
+func newRenewer(e *engine, shards scheduleShards, long *longHolds, groups groupRenewer) *renewer {
+	return &renewer{e: e, shards: shards, long: long, groups: groups}
 }
 
 const (
@@ -39,8 +38,9 @@ const (
 )
 
 // schedule puts l, a watchdog lease of ttl, on the renewal schedule, its next renewal a third of
-// ttl from now. A new lease is enrolled (also among the long-hold candidates): an error leaves it
-// with nobody to renew it. A lease already on it, renewed or re-entered with a TTL that may be
+// ttl from now. A new lease is enrolled (among the long-hold candidates too, if its TTL reaches
+// past the report's threshold already; else a renewal enters it when it does, see renewDue): an
+// error leaves it with nobody to renew it. A lease already on it, renewed or re-entered with a TTL that may be
 // shorter, has its renewal moved (one due at the old TTL's third would come too late); a failure
 // to move it is logged and the lease keeps its old schedule. On RedLock a majority of masters must
 // take it, so that losing a minority of them loses no renewal.
@@ -48,7 +48,7 @@ func (w *renewer) schedule(ctx context.Context, l Lease, ttl time.Duration, isNe
 	shard, member := w.shards.of(l.Lock), scheduleMember(l)
 	keys, args := []string{shard.leases}, []string{"reschedule", member, ms(ttl / 3)}
 	if isNew {
-		if w.reportsLongHolds { // the long-hold report sweeps its candidates
+		if w.long.reaches(l, ttl) { // the long-hold report sweeps its candidates
 			keys = append(keys, shard.candidates)
 		}
 		args = []string{"enroll", member, ms(ttl / 3), candidateMember(l), strconv.FormatInt(l.Fence/1000, 10)}
@@ -220,7 +220,7 @@ func (w *renewer) renewDue(ctx context.Context, member string) int64 {
 		on:   lc, about: about{lease: lease}})
 	var r []int64
 	if err == nil {
-		if r, err = ints(reply); err == nil && (len(r) == 0 || (r[0] == 1 && len(r) != 2)) {
+		if r, err = ints(reply); err == nil && (len(r) == 0 || (r[0] == 1 && len(r) != 4)) {
 			err = unexpectedReply("watchdog renew", ref.Name, r, nil)
 		}
 	}
@@ -240,6 +240,10 @@ func (w *renewer) renewDue(ctx context.Context, member string) int64 {
 	if ref.Kind == KindElection { // its log lives as long as its leader is renewed
 		e.keepElection(ctx, ref)
 	}
+	// A lease renewed to past the long-hold threshold becomes a candidate of the report now, not at
+	// its enrolment: the most watchdog leases never live that long, and each candidate entry costs
+	// Redis ~160 B for the lease's whole life.
+	w.long.track(ctx, Lease{Lock: ref.Name, Kind: ref.Kind, ID: lease, Fence: r[2]}, time.Duration(r[3])*time.Millisecond)
 	return r[1]
 }
 

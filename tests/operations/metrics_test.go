@@ -135,3 +135,22 @@ func TestLongHoldGaugeAndLog(t *testing.T) {
 	// Logged once each, however many sweeps saw them.
 	assert.Equal(t, 3, strings.Count(e.Gateway.Logs(), "lock held longer than LEASEGATE_LONG_HOLD"))
 }
+
+// TestWatchdogLeasesAreLongHoldCandidatesOnlyOnceTheyMayBeOne: a watchdog lease that cannot live
+// past LEASEGATE_LONG_HOLD (10 min by default) before its next renewal is not among the report's
+// candidates (the holds:aged zset), whose entry would cost Redis ~160 B for the lease's life; the
+// renewal after which it may is what enters it (TestLongHoldGaugeAndLog sees it reported).
+func TestWatchdogLeasesAreLongHoldCandidatesOnlyOnceTheyMayBeOne(t *testing.T) {
+	t.Parallel()
+	testkit.StandaloneOnly(t, "reads the one server's holds:aged zset")
+	e := testkit.NewEnv(t, nil)
+	wd := e.Client.Do(http.MethodPost, "/locks/lhc.watchdog", nil, testkit.WatchdogBody("worker", 3000, ""))
+	require.Equal(t, http.StatusCreated, wd.Status, string(wd.Body))
+	aged := e.Gateway.KeyPrefix + "holds:aged"
+	assert.Equal(t, "0", e.Redis.MustDo(t, "ZCARD", aged), "enrolled")
+	harness.Eventually(t, 10*time.Second, "two renewals", func() bool {
+		return testkit.Scrape(t, e.Gateway.URL)[`leasegate_watchdog_renewals_total{outcome="renewed"}`] >= 2
+	})
+	assert.Equal(t, "0", e.Redis.MustDo(t, "ZCARD", aged), "renewed")
+	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/lhc.watchdog", testkit.TokenHeader(wd.Str("token")), "").Status)
+}
