@@ -55,7 +55,8 @@ func linesAbout(logs, s string) string {
 // logged as delivered and stayed held although the write had failed.
 func TestGrantsNobodyReceivedAreGivenBack(t *testing.T) {
 	t.Parallel()
-	e := testkit.NewEnv(t, nil)
+	// Every request logged, the delivered grants (201) too: by default only errors are.
+	e := testkit.NewEnv(t, map[string]string{"LEASEGATE_ACCESS_LOG": "all"})
 	const n = 300
 	for i := range n {
 		resetAfterSending(t, e.Gateway.URL, http.MethodPost, fmt.Sprintf("/locks/reset-%d", i), testkit.AcquireBody("gone", 600000))
