@@ -445,15 +445,26 @@ func (r *Redis) ScriptCalls() (int64, error) {
 	return total, nil
 }
 
-// Eventually checks cond every 5 ms until it holds, failing t after timeout: the tests' way to
-// wait for a condition instead of sleeping. Call it from the test's goroutine only.
+// Eventually checks cond until it holds, failing t after timeout: the tests' way to wait for a
+// condition instead of sleeping. Call it from the test's goroutine only.
+//
+// It checks 5 ms after the first check, then half as long again after each, up to every
+// EventuallyMaxPace: a condition that holds soon is seen soon, and one that takes seconds (a TTL
+// to run out) costs tens of checks, not hundreds. Checked every 5 ms, the suite's conditions (an
+// HTTP request, a Redis command, a scrape of /metrics or a read of a gateway's log, each) took a
+// large share of a 2-core machine's CPU while hundreds of tests waited at once.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	pace := 5 * time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		<-time.After(5 * time.Millisecond)
+		<-time.After(pace)
+		pace = min(pace*3/2, EventuallyMaxPace)
 	}
 }
+
+// EventuallyMaxPace is the longest Eventually waits between two checks.
+const EventuallyMaxPace = 40 * time.Millisecond
