@@ -3,9 +3,11 @@ package lockcore
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,16 +18,23 @@ import (
 // newRedLockForTest starts n masters and a RedLock Service on them; it returns both.
 func newRedLockForTest(t *testing.T, n int, guard time.Duration) (*Service, []*harness.Redis) {
 	t.Helper()
+	return newRedLockWith(t, n, Options{RestartGuard: guard})
+}
+
+// newRedLockWith is newRedLockForTest with opts (its key prefix is the test's own).
+func newRedLockWith(t *testing.T, n int, opts Options) (*Service, []*harness.Redis) {
+	t.Helper()
 	var masters []*harness.Redis
-	var opts []rueidis.ClientOption
+	var clients []rueidis.ClientOption
 	for range n {
 		r := harness.NewRedis(t, harness.RedisOptions{})
 		masters = append(masters, r)
-		opts = append(opts, ClientOption(r.Addr, ""))
+		clients = append(clients, ClientOption(r.Addr, ""))
 	}
 	tokens, err := NewTokens([]byte("0123456789abcdef0123"))
 	require.NoError(t, err)
-	s, err := NewRedLock(opts, tokens, Options{KeyPrefix: harness.RandomPrefix(), RestartGuard: guard, RedLockNewDeployment: true})
+	opts.KeyPrefix, opts.RedLockNewDeployment = harness.RandomPrefix(), true
+	s, err := NewRedLock(clients, tokens, opts)
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return s, masters
@@ -125,4 +134,61 @@ func TestRedLockFenceWrittenBackWhenMastersDisagree(t *testing.T) {
 		assert.Greater(t, g2.Fence, g.Fence)
 		return true
 	})
+}
+
+// TestRedLockInspectShowsTheFenceAMajorityGranted: a master that was not among the majority that
+// granted a waiter, and hands the lock to it later, holds it under a fence of its own, here far
+// greater than the granted one (until redlock_settle.lua, when that master's reply is handled
+// after the hand-off, sets the granted one). Inspecting the lock shows the fence the lease was
+// granted with (and its token carries), which a majority holds, not that master's: the contention
+// test under RedLock saw a holder's inspection answer a fence one above its token's.
+func TestRedLockInspectShowsTheFenceAMajorityGranted(t *testing.T) {
+	settles := &settleCounter{}
+	s, masters := newRedLockWith(t, 3, Options{RestartGuard: time.Minute, Observer: settles})
+	ctx := context.Background()
+	k := s.keys(LockRef("late"))
+	ahead := time.Now().Add(time.Hour).UnixMicro()
+	masters[2].MustDo(t, "SET", k.fence, fmt.Sprint(ahead))
+	grantOn(t, s, []int{2}, "late", "x", "earlier")
+
+	// Masters 0 and 1 grant the waiter at once; master 2 queues it behind x.
+	g, err := s.waitAs(ctx, AcquireRequest{Lock: "late", Owner: "w", TTL: 10 * time.Second, Wait: 5 * time.Second}, uuid.NewString())
+	require.NoError(t, err)
+	g.Token = s.tokens.Mint(g.Lease)
+	harness.Eventually(t, 5*time.Second, "master 2's reply to w's acquire handled: w still in line there", func() bool {
+		return settles.n.Load() == 1
+	})
+	// x's release on master 2 hands the lock to w there.
+	lc := s.lockCall(LockRef("late"))
+	rel := releaseArgs{lease: "x", which: "x"}.call(lc)
+	require.NoError(t, runner{obs: s.obs}.run(ctx, s.dep.(*redlock).nodes[2].client, rel.script, rel.keys, rel.args).Error())
+	require.Equal(t, "w", masters[2].MustDo(t, "HGET", k.lock, ":owner"), "master 2 handed the lock to w")
+	require.NotEqual(t, fmt.Sprint(g.Fence), masters[2].MustDo(t, "HGET", k.lock, ":fence"), "under its own fence")
+	// Master 2's reply to w's acquire, handled after that hand-off (the race the contention test
+	// lost), settles it: w holds there for its TTL, under the granted fence.
+	settle := lc.call(scripts.redlockSettle, nil, g.ID, "10000", fmt.Sprint(g.Fence))
+	require.NoError(t, runner{obs: s.obs}.run(ctx, s.dep.(*redlock).nodes[2].client, settle.script, settle.keys, settle.args).Error())
+	assert.Equal(t, fmt.Sprint(g.Fence), masters[2].MustDo(t, "HGET", k.lock, ":fence"), "settled under the granted fence")
+	// Were it left under a greater fence of its own, for its whole TTL, the inspection would still
+	// show the fence a majority holds.
+	masters[2].MustDo(t, "HSET", k.lock, ":fence", fmt.Sprint(ahead+5))
+
+	st, err := s.Inspect(ctx, LockRef("late"), g.Token)
+	require.NoError(t, err)
+	require.NotNil(t, st.Exclusive)
+	assert.Equal(t, g.Fence, st.Exclusive.Fence, "the granted fence, which masters 0 and 1 hold")
+	require.NotNil(t, st.Yours)
+	assert.True(t, *st.Yours)
+}
+
+// settleCounter is an Observer that counts redlock_settle.lua's calls.
+type settleCounter struct {
+	nopObserver
+	n atomic.Int64
+}
+
+func (c *settleCounter) ScriptCall(name string, _ bool, _ time.Duration) {
+	if name == "redlock_settle" {
+		c.n.Add(1)
+	}
 }

@@ -132,7 +132,7 @@ func (rl *redlock) acquire(ctx context.Context, c call) ([]rueidis.RedisMessage,
 			return rl.quorumTTL(only(got, wins), 3), nil
 		}
 		if rep, err := rl.agreeOnFence(ctx, c.on, lease, only(got, wins), validUntil); err == nil {
-			rl.adoptElsewhere(f, got, c.on, lease, ms(ttl), func(r masterReply) bool { return statusOf(r) == acquireQueued })
+			rl.adoptElsewhere(f, got, c.on, lease, ms(ttl), rep, func(r masterReply) bool { return statusOf(r) == acquireQueued })
 			return rep, nil
 		}
 	}
@@ -221,7 +221,7 @@ func (rl *redlock) renew(ctx context.Context, c call) ([]rueidis.RedisMessage, e
 			rep = rl.quorumTTL(only(got, renewed), 2)
 		}
 		ttlMs, _ := rep[2].AsInt64()
-		rl.adoptElsewhere(f, got, c.on, lease, strconv.FormatInt(ttlMs, 10), func(r masterReply) bool { return statusOf(r) == 0 })
+		rl.adoptElsewhere(f, got, c.on, lease, strconv.FormatInt(ttlMs, 10), rep, func(r masterReply) bool { return statusOf(r) == 0 })
 		if left := time.Duration(ttlMs) * time.Millisecond; time.Since(start) >= left-drift(left) {
 			return nil, fmt.Errorf("%w: the RedLock masters renewed too late to leave the lease any validity", ErrUnavailable)
 		}
@@ -307,11 +307,28 @@ func (rl *redlock) inspect(ctx context.Context, c call) ([]rueidis.RedisMessage,
 			best = groups[id]
 		}
 	}
-	// The TTL a majority has; and the fence the lease was granted with, the greatest its masters
-	// hold (a master that gave a lower one keeps it on its hold: see agreeOnFence).
+	// The TTL a majority has; and the fence the lease was granted with: the greatest that a
+	// majority of masters hold (agreeOnFence wrote it to a majority; a master that gave a lower
+	// one may keep it on its hold, and one that handed the lock to a waiter after a majority
+	// granted it may hold it under its own, greater, fence until redlock_settle.lua sets the
+	// granted one), else the greatest any holds.
 	slices.SortFunc(best, func(a, b view) int { return cmp.Compare(b.ttl, a.ttl) })
 	ttl := best[min(rl.quorum, len(best))-1].ttl
 	top := slices.MaxFunc(best, func(a, b view) int { return cmp.Compare(a.fence, b.fence) }).fence
+	held := map[int64]int{}
+	for _, v := range best {
+		held[v.fence]++
+	}
+	if agreed := int64(-1); len(held) > 1 {
+		for f, n := range held {
+			if n >= rl.quorum && f > agreed {
+				agreed = f
+			}
+		}
+		if agreed >= 0 {
+			top = agreed
+		}
+	}
 	rep := best[min(rl.quorum, len(best))-1]
 	for _, v := range best { // the shortest TTL at least ttl, among the views with that fence
 		if v.fence == top && v.ttl >= ttl && (rep.fence != top || v.ttl < rep.ttl) {
@@ -375,11 +392,12 @@ func (rl *redlock) giveBack(m *redlockMaster, release call) {
 }
 
 // adoptElsewhere runs redlock_settle.lua on the masters whose reply (now, or when it comes) says
-// they did not grant lease, a waiter a majority just granted (missed: their reply says so): a
-// hold handed to it there meanwhile becomes its own, for ttlMs. It takes over f's replies still
-// to come.
-func (rl *redlock) adoptElsewhere(f *fanout, got []masterReply, lc *lockCall, lease, ttlMs string, missed func(masterReply) bool) {
-	c := lc.call(scripts.redlockSettle, nil, lease, ttlMs)
+// they did not grant lease, a waiter a majority just granted (missed: their reply says so) with
+// the reply rep (its fence at index 1): a hold handed to it there meanwhile becomes its own, for
+// ttlMs, with rep's fence. It takes over f's replies still to come.
+func (rl *redlock) adoptElsewhere(f *fanout, got []masterReply, lc *lockCall, lease, ttlMs string, rep []rueidis.RedisMessage, missed func(masterReply) bool) {
+	fence, _ := rep[1].AsInt64()
+	c := lc.call(scripts.redlockSettle, nil, lease, ttlMs, strconv.FormatInt(fence, 10))
 	adopt := func(r masterReply) {
 		if missed(r) {
 			if err := rl.on(r.m, c).Error(); err != nil {
