@@ -11,7 +11,12 @@
 //     its end with its duration, a test's failure as it happens, every -every which packages are
 //     still running and for how long, and a closing count.
 //
-// It exits 1 when a package failed. scripts/test builds it and runs it as
+// It exits 1 when a package failed. scripts/test builds it and runs it on two go test runs'
+// pipes (see there):
+//
+//	testprogress -packages N in-process.pipe black-box.pipe
+//
+// or, on one run, as
 //
 //	go test -json ... | testprogress -packages N
 //
@@ -29,6 +34,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -86,20 +92,39 @@ func main() {
 	}
 	r.note("go test is compiling the test binaries (with -race after a change, that takes minutes), then runs them; a line follows as each package starts and ends, and every %s what is still running", *every)
 
-	lines := make(chan []byte)
-	go func() { // ends with standard input, which go test closes when it exits
-		defer close(lines)
-		in := bufio.NewReaderSize(os.Stdin, 1<<16)
-		for {
-			line, err := in.ReadBytes('\n')
-			if len(line) > 0 {
-				lines <- line
-			}
+	// The events come on standard input, or from each file named (several go test runs at once,
+	// each writing to a pipe of its own: their lines must not mix). Each ends when its writer
+	// exits.
+	inputs := []io.Reader{os.Stdin}
+	if flag.NArg() > 0 {
+		inputs = nil
+		for _, name := range flag.Args() {
+			f, err := os.Open(name)
 			if err != nil {
-				return
+				fmt.Fprintln(os.Stderr, "testprogress:", err)
+				os.Exit(2)
 			}
+			defer f.Close()
+			inputs = append(inputs, f)
 		}
-	}()
+	}
+	lines := make(chan []byte)
+	var readers sync.WaitGroup
+	for _, input := range inputs {
+		readers.Go(func() {
+			in := bufio.NewReaderSize(input, 1<<16)
+			for {
+				line, err := in.ReadBytes('\n')
+				if len(line) > 0 {
+					lines <- line
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	go func() { readers.Wait(); close(lines) }()
 	tick := time.NewTicker(*every)
 	defer tick.Stop()
 	for {

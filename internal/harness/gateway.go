@@ -279,6 +279,23 @@ func (g *Gateway) start(bin string, env map[string]string) error {
 // Stop sends SIGTERM and waits for the process to exit; it returns the process's exit error.
 func (g *Gateway) Stop() error { return g.signal(syscall.SIGTERM) }
 
+// Pause freezes the gateway (SIGSTOP), as a stalled host or a long GC pause would; Resume
+// (SIGCONT) lets it go on. A paused gateway is resumed before Stop or Kill signals it.
+func (g *Gateway) Pause() error { return g.send(syscall.SIGSTOP) }
+
+// Resume lets a paused gateway go on (SIGCONT).
+func (g *Gateway) Resume() error { return g.send(syscall.SIGCONT) }
+
+// send sends sig to the running gateway, if any, without waiting.
+func (g *Gateway) send(sig syscall.Signal) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cmd == nil {
+		return nil
+	}
+	return g.cmd.Process.Signal(sig)
+}
+
 // Kill stops the gateway at once (SIGKILL), as a crash would, and waits for it to be gone.
 func (g *Gateway) Kill() error {
 	err := g.signal(syscall.SIGKILL)
@@ -296,6 +313,7 @@ func (g *Gateway) signal(sig syscall.Signal) error {
 	if cmd == nil {
 		return nil
 	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process would not act on sig
 	_ = cmd.Process.Signal(sig)
 	select {
 	case <-done:
