@@ -320,9 +320,9 @@ func (rl *redlock) inspect(ctx context.Context, c call) ([]rueidis.RedisMessage,
 		held[v.fence]++
 	}
 	if agreed := int64(-1); len(held) > 1 {
-		for f, n := range held {
-			if n >= rl.quorum && f > agreed {
-				agreed = f
+		for fence, n := range held {
+			if n >= rl.quorum && fence > agreed {
+				agreed = fence
 			}
 		}
 		if agreed >= 0 {

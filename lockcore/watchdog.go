@@ -40,9 +40,9 @@ const (
 // schedule puts l, a watchdog lease of ttl, on the renewal schedule, its next renewal a third of
 // ttl from now. A new lease is enrolled (among the long-hold candidates too, if its TTL reaches
 // past the report's threshold already; else a renewal enters it when it does, see renewDue): an
-// error leaves it with nobody to renew it. A lease already on it, renewed or re-entered with a TTL that may be
-// shorter, has its renewal moved (one due at the old TTL's third would come too late); a failure
-// to move it is logged and the lease keeps its old schedule. On RedLock a majority of masters must
+// error leaves it with nobody to renew it. A lease already on it, renewed or re-entered with a
+// TTL that may be shorter, has its renewal moved (one due at the old TTL's third would come too
+// late); a failure to move it is logged and the lease keeps its old schedule. On RedLock a majority of masters must
 // take it, so that losing a minority of them loses no renewal.
 func (w *renewer) schedule(ctx context.Context, l Lease, ttl time.Duration, isNew bool) error {
 	shard, member := w.shards.of(l.Lock), scheduleMember(l)
