@@ -615,8 +615,10 @@ export interface paths {
         /**
          * Longest-held and most contended locks (admin)
          * @description `longest_held`: up to 10 of the oldest holds, all replicas, among those that may outlive
-         *     LEASEGATE_LONG_HOLD (watchdog leases and multi-locks, leases granted with a TTL of at
-         *     least LEASEGATE_LONG_HOLD, leases renewed late in life); short leases never appear.
+         *     LEASEGATE_LONG_HOLD: watchdog multi-locks, leases granted with a TTL of at least
+         *     LEASEGATE_LONG_HOLD, and leases (watchdog leases among them) renewed at an age where age
+         *     plus TTL reaches it; short leases, and watchdog leases younger than LEASEGATE_LONG_HOLD
+         *     less their TTL, never appear.
          *     `most_contended`: up to 10 names with the most 409 answers and waits started on this
          *     replica over the last one to two minutes (a metric label cannot carry lock names).
          */
