@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -50,12 +51,16 @@ func NewClusterRig(t testing.TB, opts ClusterOptions) *ClusterRig {
 		opts.NodeTimeout = 2 * time.Second
 	}
 	c := &ClusterRig{t: t}
+	// The nodes' directories go under one made before the nodes' cleanup is registered: cleanups
+	// run last first, so the servers stop before their directories are removed (removed under a
+	// running node, one that wrote its nodes.conf meanwhile failed the test: "directory not empty").
+	parent := t.TempDir()
 	t.Cleanup(func() { stopAll(t, c.nodes) })
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatalf("cluster rig: redis-cli not found on PATH (apt-get install redis-tools): %v", err)
 	}
 	for range clusterSize {
-		r, err := startClusterNode(t, opts)
+		r, err := startClusterNode(parent, opts)
 		if err != nil {
 			t.Fatalf("cluster rig: %v", err)
 		}
@@ -74,16 +79,19 @@ func NewClusterRig(t testing.TB, opts ClusterOptions) *ClusterRig {
 	return c
 }
 
-// startClusterNode starts one cluster-enabled node in a directory of its own, its cluster bus on
-// a port of its own (port+10000, the default, may be past 65535).
-func startClusterNode(t testing.TB, opts ClusterOptions) (*Redis, error) {
+// startClusterNode starts one cluster-enabled node in a directory of its own under parent, its
+// cluster bus on a port of its own (port+10000, the default, may be past 65535).
+func startClusterNode(parent string, opts ClusterOptions) (*Redis, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		ports, err := FreePorts(2)
 		if err != nil {
 			return nil, err
 		}
-		dir := t.TempDir()
+		dir, err := os.MkdirTemp(parent, "node")
+		if err != nil {
+			return nil, err
+		}
 		args := append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),

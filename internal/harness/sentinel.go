@@ -40,6 +40,7 @@ type SentinelOptions struct {
 type SentinelRig struct {
 	t         testing.TB
 	set       string
+	dir       string   // where every server's own directory is made
 	nodes     []*Redis // the master and replicas, the initial master first
 	sentinels []*Redis
 
@@ -68,11 +69,14 @@ func NewSentinelRig(t testing.TB, opts SentinelOptions) *SentinelRig {
 	if opts.FailoverTimeout == 0 {
 		opts.FailoverTimeout = 3 * time.Second
 	}
-	s := &SentinelRig{t: t, set: opts.MasterSet}
+	// Every server's directory goes under one made before the servers' cleanup is registered:
+	// cleanups run last first, so the servers stop before their directories are removed (a
+	// sentinel rewrites its configuration file while it runs; see the Cluster rig).
+	s := &SentinelRig{t: t, set: opts.MasterSet, dir: t.TempDir()}
 	t.Cleanup(func() { stopAll(t, append(slices.Clone(s.sentinels), s.nodes...)) })
 	// A delayed diskless sync (5 s by default) would hold every replica's first sync back.
 	dataArgs := append([]string{"--repl-diskless-sync-delay", "0"}, opts.Args...)
-	master, err := StartRedis(t.TempDir(), RedisOptions{Args: dataArgs})
+	master, err := s.startIn("master", RedisOptions{Args: dataArgs})
 	if err != nil {
 		t.Fatalf("sentinel rig: start master: %v", err)
 	}
@@ -80,7 +84,7 @@ func NewSentinelRig(t testing.TB, opts SentinelOptions) *SentinelRig {
 	s.master = master.Addr
 	for range opts.Replicas {
 		args := append(slices.Clone(dataArgs), "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
-		r, err := StartRedis(t.TempDir(), RedisOptions{Args: args})
+		r, err := s.startIn("replica", RedisOptions{Args: args})
 		if err != nil {
 			t.Fatalf("sentinel rig: start replica: %v", err)
 		}
@@ -100,6 +104,15 @@ func NewSentinelRig(t testing.TB, opts SentinelOptions) *SentinelRig {
 	}
 	s.sentinelDebug(t, "PING-PERIOD", "1000")
 	return s
+}
+
+// startIn starts a data node in a new directory under the rig's (named after what it is).
+func (s *SentinelRig) startIn(what string, opts RedisOptions) (*Redis, error) {
+	dir, err := os.MkdirTemp(s.dir, what)
+	if err != nil {
+		return nil, err
+	}
+	return StartRedis(dir, opts)
 }
 
 // sentinelDebug sets one of the sentinels' internal timings (SENTINEL DEBUG, milliseconds).
@@ -139,7 +152,11 @@ func (s *SentinelRig) startSentinels(t testing.TB, masterPort int, opts Sentinel
 				}
 			}
 			fmt.Fprintf(&conf, "sentinel myid %s\n", ids[i])
-			confs[i] = filepath.Join(t.TempDir(), "sentinel.conf")
+			dir, err := os.MkdirTemp(s.dir, "sentinel")
+			if err != nil {
+				return err
+			}
+			confs[i] = filepath.Join(dir, "sentinel.conf")
 			if err := os.WriteFile(confs[i], []byte(conf.String()), 0o600); err != nil {
 				return err
 			}
