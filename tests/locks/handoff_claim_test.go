@@ -15,7 +15,7 @@ import (
 
 // TestAWaiterWhoseGatewayFrozeHoldsOnlyItsClaim is what the waiter's confirmation of a hand-off
 // buys (docs/performance.md, issue #39): a release hands the lock to the head of the line as a
-// claim of LEASEGATE_CLAIM_TTL (750 ms), which only the waiter's own gateway turns into its TTL
+// claim of 750 ms (lockcore's ClaimTTL), which only the waiter's own gateway turns into its TTL
 // by confirming it. Here that gateway is frozen (SIGSTOP) as the lock is handed to its waiter,
 // whose TTL is 60 s: the next waiter, on another gateway, gets the lock once the claim ran out,
 // not a minute later. A hand-off that gave the waiter its TTL at once, saving the confirmation's
