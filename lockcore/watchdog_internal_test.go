@@ -15,12 +15,19 @@ import (
 // newInternalService starts a redis-server and a Service on it, closed when t ends.
 func newInternalService(t *testing.T) (*harness.Redis, *Service, rueidis.Client) {
 	t.Helper()
+	return newInternalServiceWith(t, Options{})
+}
+
+// newInternalServiceWith is newInternalService with opts (its key prefix is the test's own).
+func newInternalServiceWith(t *testing.T, opts Options) (*harness.Redis, *Service, rueidis.Client) {
+	t.Helper()
 	r := harness.NewRedis(t, harness.RedisOptions{})
 	client, err := rueidis.NewClient(ClientOption(r.Addr, ""))
 	require.NoError(t, err)
 	tokens, err := NewTokens([]byte("0123456789abcdef0123"))
 	require.NoError(t, err)
-	s, err := New(client, tokens, Options{KeyPrefix: harness.RandomPrefix()})
+	opts.KeyPrefix = harness.RandomPrefix()
+	s, err := New(client, tokens, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close(); client.Close() })
 	return r, s, client
