@@ -119,6 +119,6 @@ type lockSpace struct {
 	// hash last after the last announcement or check.
 	electionLog, electionLogBytes int
 	electionRetentionMs           string
-	// redisson: the lock names that are Redisson's objects (see layout.go).
-	redisson RedissonNames
+	// shared: the lock names laid out to be shared with other clients (redisson_layout.go).
+	shared RedissonNames
 }

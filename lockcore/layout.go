@@ -1,7 +1,6 @@
 package lockcore
 
 import (
-	"fmt"
 	"strings"
 	"time"
 )
@@ -21,18 +20,12 @@ import (
 // letter after its kind (see layoutArg), and take Redisson's object as the lock's eighth key.
 type layout byte
 
-const (
-	ownLayout      layout = '-'
-	redissonLock   layout = 'r'
-	redissonRWLock layout = 'w'
-)
+// ownLayout is the gateway's own; the layouts shared with Redisson are in redisson_layout.go.
+const ownLayout layout = '-'
 
 func (l layout) String() string {
-	switch l {
-	case redissonLock:
-		return "Redisson RLock"
-	case redissonRWLock:
-		return "Redisson RReadWriteLock"
+	if name, ok := sharedLayoutNames[l]; ok {
+		return name
 	}
 	return "the gateway's own"
 }
@@ -40,70 +33,9 @@ func (l layout) String() string {
 // shared says whether the layout keeps the lock's holds where Redisson's clients see them.
 func (l layout) shared() bool { return l != ownLayout }
 
-// RedissonNames says which lock names are Redisson's objects: the names that start with one of
-// Locks' prefixes are RLocks, with one of RWLocks' RReadWriteLocks ("*" alone: every name).
-type RedissonNames struct {
-	Locks, RWLocks []string
-	// WatchdogTimeout is the Redisson clients' lockWatchdogTimeout (default 30s, Redisson's): the
-	// longest TTL a hold of an RReadWriteLock name takes (see admits).
-	WatchdogTimeout time.Duration
-}
-
-// withDefaults checks rn (see Check) and fills in the default watchdog timeout.
-func (rn RedissonNames) withDefaults(keyPrefix string) (RedissonNames, error) {
-	if rn.WatchdogTimeout <= 0 {
-		rn.WatchdogTimeout = 30 * time.Second
-	}
-	return rn, rn.Check(keyPrefix)
-}
-
-// offeredOnRedLock refuses names shared with Redisson on RedLock: a Redisson lock lives on one
-// Redis.
-func (rn RedissonNames) offeredOnRedLock() error {
-	if rn.any() {
-		return fmt.Errorf("%w: locks shared with Redisson are not offered on RedLock (a Redisson RLock lives on one Redis; use standalone, Sentinel or Cluster)", ErrInvalid)
-	}
-	return nil
-}
-
-// any says whether some name is shared with Redisson.
-func (rn RedissonNames) any() bool { return len(rn.Locks)+len(rn.RWLocks) > 0 }
-
-// Check refuses prefixes that cannot be told apart: empty ones, one that overlaps the gateway's
-// key prefix (the gateway's own keys would be Redisson objects), and a name two prefixes (one of
-// each list) could both match, which would leave its layout to chance.
-func (rn RedissonNames) Check(keyPrefix string) error {
-	for _, list := range [][]string{rn.Locks, rn.RWLocks} {
-		for _, p := range list {
-			if p == "" {
-				return fmt.Errorf("%w: an empty Redisson name prefix (use * for every name)", ErrInvalid)
-			}
-			if p != "*" && (strings.HasPrefix(keyPrefix, p) || strings.HasPrefix(p, keyPrefix)) {
-				return fmt.Errorf("%w: Redisson name prefix %q overlaps the gateway's key prefix %q: the gateway's own keys would be Redisson objects", ErrInvalid, p, keyPrefix)
-			}
-		}
-	}
-	for _, a := range rn.Locks {
-		for _, b := range rn.RWLocks {
-			if a == "*" || b == "*" || strings.HasPrefix(a, b) || strings.HasPrefix(b, a) {
-				return fmt.Errorf("%w: a name could be both a Redisson RLock (prefix %q) and an RReadWriteLock (prefix %q); make the prefixes disjoint", ErrInvalid, a, b)
-			}
-		}
-	}
-	return nil
-}
-
-// admits refuses a TTL that Redisson's clients could cut short. A Redisson reader's watchdog sets
-// its read-write lock's TTL to its lockWatchdogTimeout on every renewal, whoever else holds it
-// (renewal/ReadLockTask.java): a gateway hold with more time left would outlive Redisson's object,
-// and a Redisson writer could enter while it holds. So on RReadWriteLock names a TTL is at most
-// that timeout (the gateway's own renewals put the object's expiry back up to its holds').
+// admits refuses a TTL that a layout's other clients could cut short (see sharedNames.admits).
 func (ls lockSpace) admits(r Ref, ttl time.Duration) error {
-	if ls.layoutOf(r) == redissonRWLock && ttl > ls.redisson.WatchdogTimeout {
-		return fmt.Errorf("%w: %q is shared with Redisson's RReadWriteLock, whose readers' watchdog cuts its TTL to %v: a TTL above it is refused (got %v)",
-			ErrInvalid, r.Name, ls.redisson.WatchdogTimeout, ttl)
-	}
-	return nil
+	return ls.shared.admits(r, ls.layoutOf(r), ttl)
 }
 
 // layoutOf is the layout of the lock (or semaphore, or election) r: the one place it is chosen.
@@ -113,13 +45,7 @@ func (ls lockSpace) layoutOf(r Ref) layout {
 	if r.Kind != KindLock || strings.HasPrefix(r.Name, ls.prefix) {
 		return ownLayout
 	}
-	if matchesPrefix(ls.redisson.Locks, r.Name) {
-		return redissonLock
-	}
-	if matchesPrefix(ls.redisson.RWLocks, r.Name) {
-		return redissonRWLock
-	}
-	return ownLayout
+	return ls.shared.layoutOf(r.Name)
 }
 
 func matchesPrefix(prefixes []string, name string) bool {
@@ -170,14 +96,12 @@ func (l layout) objectKey(base, name string) string {
 // too. Names hold no glob characters.
 func (ls lockSpace) objectWalks(prefix string) []string {
 	var walks []string
-	for _, shared := range [][]string{ls.redisson.Locks, ls.redisson.RWLocks} {
-		for _, p := range shared {
-			switch {
-			case p == "*" || strings.HasPrefix(prefix, p):
-				walks = append(walks, prefix+"*")
-			case strings.HasPrefix(p, prefix):
-				walks = append(walks, p+"*")
-			}
+	for _, p := range ls.shared.prefixes() {
+		switch {
+		case p == "*" || strings.HasPrefix(prefix, p):
+			walks = append(walks, prefix+"*")
+		case strings.HasPrefix(p, prefix):
+			walks = append(walks, p+"*")
 		}
 	}
 	return walks

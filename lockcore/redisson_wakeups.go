@@ -76,7 +76,7 @@ const redissonWakeups = 1024
 // client (see above), until the Service closes.
 func (ws *waiters) followReleases(client rueidis.Client) {
 	e := ws.e
-	patterns := redissonPatterns(e.space.redisson)
+	patterns := redissonPatterns(e.space.shared)
 	if len(patterns) == 0 {
 		return
 	}

@@ -73,7 +73,7 @@ func newService(dep deployment, tokens *Tokens, opts Options) *Service {
 	s := &Service{
 		engine: engine{dep: dep, log: opts.Logger, obs: opts.Observer,
 			space: lockSpace{prefix: opts.KeyPrefix, claimMs: ms(opts.ClaimTTL), livenessMs: ms(opts.Liveness), fenceTTLMs: ms(opts.FenceTTL),
-				electionLog: opts.ElectionLog, electionLogBytes: opts.ElectionLogBytes, electionRetentionMs: ms(opts.ElectionRetention), redisson: opts.Redisson}},
+				electionLog: opts.ElectionLog, electionLogBytes: opts.ElectionLogBytes, electionRetentionMs: ms(opts.ElectionRetention), shared: opts.Redisson}},
 		tokens: tokens,
 		cfg: settings{pingTimeout: opts.PingTimeout, claimTTL: opts.ClaimTTL, ticketGrace: opts.TicketGrace,
 			idemWindow: opts.IdempotencyWindow},
