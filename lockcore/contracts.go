@@ -195,10 +195,11 @@ type releaseArgs struct {
 	lease string
 	idem  idemKey
 	which string // "" (its exclusive hold if any, else its shared one), "x" or "s"
+	here  string // the replica whose waiters the script hands holds to with their TTLs ("": none)
 }
 
 func (a releaseArgs) call(lc *lockCall) call {
-	c := lc.call(scripts.release, []string{lc.keys.idempotency("release", a.lease, a.idem.key)}, a.lease, a.idem.ms(), a.which)
+	c := lc.call(scripts.release, []string{lc.keys.idempotency("release", a.lease, a.idem.key)}, a.lease, a.idem.ms(), a.which, a.here)
 	c.about = about{lease: a.lease, mode: a.which, idempotent: a.idem.key != ""}
 	return a.idem.on(c)
 }
@@ -210,11 +211,41 @@ type releaseReply struct {
 	shared   bool  // the hold given back (or decremented) is a shared one
 	watchdog bool  // the lease holds nothing now and had a watchdog duty, to drop
 	other    bool  // the lease still holds the lock the other way (a downgrade's shared hold)
+	// handed are the holds the script gave the waiters of releaseArgs.here, with their TTLs, for
+	// the caller to hand over.
+	handed []handedHold
+}
+
+// handedHold is a hold a release handed to one of the releasing gateway's own waiters.
+type handedHold struct {
+	lease string
+	fence int64
 }
 
 // decodeRelease reads release.lua's reply on lock.
 func decodeRelease(lock string, reply []rueidis.RedisMessage) (releaseReply, error) {
-	r, err := ints(reply) // {-1} | {holds, shared} | {0, watchdog (2: the lease holds the lock the other way), shared}
+	// {-1} | {holds, shared} | {0, watchdog (2: the lease holds the lock the other way), shared}
+	// | {0, watchdog, shared, lease, fence, ...}
+	var handed []handedHold
+	if len(reply) > 3 {
+		if len(reply)%2 == 0 {
+			return releaseReply{}, unexpectedReply("release", lock, nil, fmt.Errorf("%d elements", len(reply)))
+		}
+		handed = make([]handedHold, 0, (len(reply)-3)/2)
+		for i := 3; i < len(reply); i += 2 {
+			lease, err := reply[i].ToString()
+			if err != nil {
+				return releaseReply{}, unexpectedReply("release", lock, nil, err)
+			}
+			fence, err := reply[i+1].AsInt64()
+			if err != nil {
+				return releaseReply{}, unexpectedReply("release", lock, nil, err)
+			}
+			handed = append(handed, handedHold{lease: lease, fence: fence})
+		}
+		reply = reply[:3]
+	}
+	r, err := ints(reply)
 	if err != nil || len(r) < 1 {
 		return releaseReply{}, unexpectedReply("release", lock, r, err)
 	}
@@ -225,7 +256,8 @@ func decodeRelease(lock string, reply []rueidis.RedisMessage) (releaseReply, err
 	return releaseReply{holds: r[0],
 		shared:   (r[0] > 0 && len(r) == 2 && r[1] == 1) || (r[0] == 0 && len(r) == 3 && r[2] == 1),
 		watchdog: r[0] == 0 && len(r) > 1 && r[1] == 1,
-		other:    r[0] == 0 && len(r) > 1 && r[1] == 2}, nil
+		other:    r[0] == 0 && len(r) > 1 && r[1] == 2,
+		handed:   handed}, nil
 }
 
 // renewArgs is renew.lua's call: a lease's TTL is set, or a waiter confirms a hand-off.

@@ -118,10 +118,31 @@ func (wt *waitTurn) await(ctx context.Context, w *waiter, g *Grant) error {
 			continue
 		}
 		handed.reset()
+		if !ev.since.IsZero() && wt.handedOver(ctx, ev, g) {
+			return nil
+		}
 		if done, err := wt.confirmOrQueue(ctx, g, &queue); done {
 			return err
 		}
 	}
+}
+
+// handedOver sets *g to the hold a release this process sent handed to the waiter with its TTL
+// (ev, see waiters.handOver): no confirmation round trip, as the gateway that would confirm it is
+// the one that gave it its TTL. It reports false, leaving *g, when that release answered too late
+// to answer with the hold (see fresh): the waiter confirms it then, which sets its TTL anew.
+func (wt *waitTurn) handedOver(ctx context.Context, ev waitEvent, g *Grant) bool {
+	s, req := wt.svc, &wt.asked
+	l := Lease{Lock: req.Lock, Kind: req.Kind, Owner: req.Owner, ID: wt.lease, Fence: ev.fence, Principal: req.Principal}
+	got := Grant{Lease: l, Mode: req.mode(), TTL: req.TTL, ExpiresAt: ev.since.Add(s.dep.validity(req.TTL)), Holds: 1,
+		Watchdog: req.Watchdog}
+	if !s.fresh(got) {
+		return false
+	}
+	got.Token = s.tokens.Mint(l)
+	s.rememberGrant(ctx, *req, got)
+	*g = got
+	return true
 }
 
 // confirmOrQueue confirms the lock handed to the waiter into *g (confirmFor): done with what await

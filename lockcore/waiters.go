@@ -53,10 +53,14 @@ type waiter struct {
 
 // waitEvent is what a waiter is told: the lock is handed to it, or it must queue again, or stop.
 type waitEvent struct {
-	fence   int64 // > 0: the lock was handed to this waiter with this fence
-	requeue bool  // Redis lost this waiter's queue entry: queue again at the original arrival
-	stop    bool  // a nudge: see waiter.stop
-	from    int   // which copy of the locks said so: 0 on one Redis, 1 + a RedLock master's index
+	fence int64 // > 0: the lock was handed to this waiter with this fence
+	// since, when set, says the hold came with the waiter's TTL, from a release this process sent
+	// at since (the TTL counts from no earlier): it needs no confirmation (see waiters.handOver).
+	// Zero: the hold is a claim the waiter confirms.
+	since   time.Time
+	requeue bool // Redis lost this waiter's queue entry: queue again at the original arrival
+	stop    bool // a nudge: see waiter.stop
+	from    int  // which copy of the locks said so: 0 on one Redis, 1 + a RedLock master's index
 }
 
 // stop ends w's wait: its deadline passed or the Service is closing. The waiting goroutine checks
@@ -117,6 +121,34 @@ func (ws *waiters) deliver(lease string, ev waitEvent) {
 		case w.events <- ev:
 		default:
 		}
+	}
+}
+
+// handingOver is the replica a release names for its script to give the holds it hands to this
+// process's waiters their TTLs at once (release.lua's here), rather than claims that their
+// gateway, which may be frozen or gone, must confirm: this process runs the release, so it is
+// there to hand them over (handOver). None ("") on RedLock, where a waiter takes the lock once a
+// majority of masters handed it over.
+func (ws *waiters) handingOver() string {
+	if ws.e.dep.handOffs() > 1 {
+		return ""
+	}
+	return ws.replica
+}
+
+// handOver hands the holds a release sent at since gave this process's waiters (see handingOver)
+// to them. Holds the replicas did not acknowledge (unacked) are handed as claims: the waiter's
+// confirmation waits for the replicas. A hold whose waiter has left is not lost: a waiter leaves
+// the queue in Redis (dequeue.lua) before it leaves here, and that passes on a hold handed to it.
+// A hold whose release's reply was lost reaches its waiter through the heartbeat, which reports
+// the waiting leases that hold.
+func (ws *waiters) handOver(handed []handedHold, since time.Time, unacked bool) {
+	for _, h := range handed {
+		ev := waitEvent{fence: h.fence, since: since}
+		if unacked {
+			ev.since = time.Time{}
+		}
+		ws.deliver(h.lease, ev)
 	}
 }
 

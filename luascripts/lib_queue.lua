@@ -88,11 +88,21 @@ local function hint()
   end
 end
 
+-- here is the replica of the gateway that runs the script, when that gateway hands the holds it
+-- gives its own waiters over itself (release.lua sets it; nil elsewhere): see promote.
+local here
+-- handed_here lists the holds promote gave here's waiters: lease, fence, lease, fence, ...
+local handed_here = {}
+
 -- promote hands holds to the waiters at the head of the line while they fit: the first waiter, and
 -- after a shared one every shared one behind it (a semaphore: while permits are free). Each gets
 -- its hold for claim_ms and one message on its replica's channel (chanprefix .. replica),
 -- "g <lease> <fence>"; the next waiter's replica gets an expiry hint. The waiter's replica extends
--- the claim to the waiter's TTL, or passes it on if the waiter left. Returns how many it granted.
+-- the claim to the waiter's TTL, or passes it on if the waiter left. A lock's waiter of here gets
+-- its TTL at once instead, and no message: here's gateway, which is running this script, hands it
+-- over in its own process (handed_here), as the waiter's gateway would after confirming a claim.
+-- (A semaphore's waiters are answered the permits in use, which their confirmation reads.)
+-- Returns how many it granted.
 local function promote()
   local granted = 0
   for _ = 1, chunk do
@@ -108,9 +118,19 @@ local function promote()
         break
       end
       dequeue(head)
-      local fence = grant(head, mode, m.o, m.t, m.w, m.h, claim_ms)
-      publish(m.r, 'g ' .. head .. ' ' .. string.format('%d', fence))
-      notify('h', {{fence, mode, claim_ms, m.o}})
+      local mine = m.r == here and kind == 'l'
+      local ms = claim_ms
+      if mine then
+        ms = tonumber(m.t)
+      end
+      local fence = grant(head, mode, m.o, m.t, m.w, m.h, ms)
+      if mine then
+        handed_here[#handed_here + 1] = head
+        handed_here[#handed_here + 1] = fence
+      else
+        publish(m.r, 'g ' .. head .. ' ' .. string.format('%d', fence))
+      end
+      notify('h', {{fence, mode, ms, m.o}})
       granted = granted + 1
       if mode == 'x' then
         break
