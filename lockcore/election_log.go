@@ -86,7 +86,7 @@ func (e *engine) resignCall(l Lease, a resignArgs) call {
 	lc := e.lockCall(l.Ref())
 	k := lc.keys
 	c := lc.call(scripts.electionResign, []string{k.idempotency("release", a.lease, a.idem.key), k.leader(), k.log()},
-		a.lease, a.idem.ms(), "", strconv.Itoa(e.space.electionLog), e.space.electionRetentionMs, strconv.Itoa(e.space.electionLogBytes))
+		a.lease, a.idem.ms(), "", "", strconv.Itoa(e.space.electionLog), e.space.electionRetentionMs, strconv.Itoa(e.space.electionLogBytes))
 	c.about = about{lease: a.lease, idempotent: a.idem.key != ""}
 	return a.idem.on(c)
 }
