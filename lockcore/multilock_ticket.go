@@ -72,8 +72,7 @@ func memberSetHash(names []string) string {
 func (t *Tokens) mintGroupTicket(tk groupTicketClaims) string {
 	tk.V, tk.Kind = 1, groupTicketKind
 	payload, _ := json.Marshal(tk) // cannot fail: strings and ints only
-	p := base64.RawURLEncoding.EncodeToString(payload)
-	return p + "." + base64.RawURLEncoding.EncodeToString(t.sign(ticketDomain, p))
+	return t.seal(ticketDomain, payload)
 }
 
 // parseGroupTicket returns the claims of the group ticket value presented for the sorted members

@@ -38,8 +38,7 @@ func (t *Tokens) MintMulti(m MultiLease) string {
 		V int `json:"v"`
 		MultiLease
 	}{1, m}) // cannot fail: strings only
-	p := b64.EncodeToString(payload)
-	return p + "." + b64.EncodeToString(t.sign(multiDomain, p))
+	return t.seal(multiDomain, payload)
 }
 
 // ParseMulti verifies a multi-lock token and returns its lease. It returns ErrInvalidToken when the

@@ -1,7 +1,6 @@
 package lockcore
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 
@@ -33,8 +32,7 @@ type ticketClaims struct {
 func (t *Tokens) mintTicket(tk ticketClaims) string {
 	tk.V = 1
 	payload, _ := json.Marshal(tk) // cannot fail: strings and ints only
-	p := base64.RawURLEncoding.EncodeToString(payload)
-	return p + "." + base64.RawURLEncoding.EncodeToString(t.sign(ticketDomain, p))
+	return t.seal(ticketDomain, payload)
 }
 
 // parseTicket returns the ID of the queue ticket value. A ticket that does not verify (signed with
