@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/rueidis"
 
 	"github.com/leasegate/leasegate/api"
@@ -47,6 +48,10 @@ func main() {
 			APIKeyFile: os.Getenv("LEASEGATE_API_KEY_FILE"), CAFile: os.Getenv("LEASEGATE_CA_FILE"), Hostname: host}
 		os.Exit(cli.Run(ctx, os.Args[1:], env, os.Stdout, os.Stderr))
 	}
+	// Lease IDs are random UUIDs, public in the tokens that carry them: their random bytes are
+	// read 256 at a time rather than with a getrandom call per acquire. Set before anything
+	// makes one (the pool is not safe to switch on concurrently).
+	uuid.EnableRandPool()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "leasegate:", err)
 		os.Exit(1)

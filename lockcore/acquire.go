@@ -42,8 +42,10 @@ func (s *Service) acquire(ctx context.Context, req *AcquireRequest, g *Grant) (e
 	if err := s.space.admits(req.ref(), req.TTL); err != nil {
 		return err
 	}
-	if req.claim, err = s.claimIdempotencyKey(ctx, req.ref(), req.IdempotencyKey, req.fingerprint(req.Token), req.TTL); err != nil {
-		return err
+	if req.IdempotencyKey != "" {
+		if req.claim, err = s.claimIdempotencyKey(ctx, req.ref(), req.IdempotencyKey, req.fingerprint(req.Token), req.TTL); err != nil {
+			return err
+		}
 	}
 	lease := ""
 	if req.Token != "" {

@@ -49,7 +49,7 @@ func (s *Service) claimIdempotencyKey(ctx context.Context, ref Ref, key, fingerp
 	sum := sha256.Sum256([]byte(fingerprint))
 	c := &idemClaim{key: s.space.prefix + "idem-key:{" + key + "}", fingerprint: base64.RawURLEncoding.EncodeToString(sum[:16]),
 		ms: ms(max(window, s.cfg.idemWindow))}
-	if s.dep.slot(c.key) == s.dep.slot(s.keys(ref).lock) {
+	if s.dep.slot(c.key) == s.dep.slot(s.space.lockKey(ref)) {
 		return c, nil
 	}
 	// As the call it guards, the claim goes on when the client leaves: its retry comes with the key.

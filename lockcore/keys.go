@@ -55,19 +55,24 @@ type keys struct {
 
 // keys returns r's own keys under the space's prefix (all but fence, see engine.keys).
 func (ls lockSpace) keys(r Ref) keys {
-	base := ls.prefix + "{" + r.Name + "}"
-	switch r.Kind {
-	case KindSemaphore:
-		base += ":sem"
-	case KindElection:
-		base += ":elect"
-	}
+	base := ls.lockKey(r)
 	return keys{lock: base, q: base + ":q", qd: base + ":qd", qm: base + ":qm", sh: base + ":sh", shm: base + ":shm",
 		rs: ls.layoutOf(r).objectKey(base, r.Name)}
 }
 
+// lockKey is the key of r itself (keys' lock), the one its other keys start with.
+func (ls lockSpace) lockKey(r Ref) string {
+	switch r.Kind {
+	case KindSemaphore:
+		return ls.prefix + "{" + r.Name + "}:sem"
+	case KindElection:
+		return ls.prefix + "{" + r.Name + "}:elect"
+	}
+	return ls.prefix + "{" + r.Name + "}"
+}
+
 // all returns the keys the granting scripts take, in their KEYS order.
-func (k keys) all() []string { return []string{k.lock, k.fence, k.q, k.qd, k.qm, k.sh, k.shm, k.rs} }
+func (k keys) all() []string { return k.with() }
 
 // leader and log are an election's announced leader (a hash) and its log (a stream); see
 // luascripts/lib_election.lua.
@@ -90,8 +95,10 @@ func (k keys) idempotency(op, lease, key string) string {
 	return k.lock + ":idem:" + op + ":" + lease + ":" + key
 }
 
-// with returns all() followed by extra keys.
-func (k keys) with(extra ...string) []string { return append(k.all(), extra...) }
+// with returns all() followed by extra keys, in one allocation.
+func (k keys) with(extra ...string) []string {
+	return append(append(make([]string, 0, 8+len(extra)), k.lock, k.fence, k.q, k.qd, k.qm, k.sh, k.shm, k.rs), extra...)
+}
 
 // Mode is how a lock is held: exclusively (one holder) or shared (any number of shared holders,
 // no exclusive one).
