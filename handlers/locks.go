@@ -144,7 +144,8 @@ func (h *lockHandlers) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
-	if r.URL.Query().Has("force") {
+	query := r.URL.Query()
+	if query.Has("force") {
 		h.forceRelease(w, r, lockcore.LockRef(name))
 		return
 	}
@@ -154,7 +155,7 @@ func (h *lockHandlers) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var mode lockcore.Mode
-	switch m := r.URL.Query().Get("mode"); m {
+	switch m := query.Get("mode"); m {
 	case "":
 	case "exclusive", "shared":
 		mode = lockcore.Mode(m)
