@@ -7,6 +7,7 @@ package metrics
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,12 @@ type Metrics struct {
 	leaderChanges                     *prometheus.CounterVec
 	proclaims                         prometheus.Counter
 	authForgotten                     prometheus.Counter
+
+	// The series every request and script call records, looked up once (see series).
+	requestSeries series[requestLabels, counterAndTimer]
+	scriptSeries  series[scriptLabels, counterAndTimer]
+	grantSeries   series[grantLabels, counterAndTimer]
+	releaseSeries series[releaseLabels, counterAndTimer]
 }
 
 // latencyBuckets suit calls that take well under a millisecond on loopback and up to seconds
@@ -111,9 +118,15 @@ func (m *Metrics) ObserveRequest(route, method string, status int, took time.Dur
 	if route == "" {
 		route = "unmatched"
 	}
-	method = methodLabel(method)
-	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-	m.httpSeconds.WithLabelValues(route, method).Observe(took.Seconds())
+	m.requestSeries.get(requestLabels{route, methodLabel(method), status}, func(l requestLabels) counterAndTimer {
+		return counterAndTimer{m.httpRequests.WithLabelValues(l.route, l.method, strconv.Itoa(l.status)),
+			m.httpSeconds.WithLabelValues(l.route, l.method)}
+	}).observe(took)
+}
+
+type requestLabels struct {
+	route, method string
+	status        int
 }
 
 // methodLabel is method when a route of the API takes it, else "other": methods are the client's
@@ -144,17 +157,38 @@ func (m *Metrics) SetLongHolds(n int, oldest time.Duration) {
 // The lockcore.Observer methods.
 
 func (m *Metrics) Granted(kind string, mode lockcore.Mode, how lockcore.GrantHow, waited time.Duration) {
-	m.grants.WithLabelValues(kind, string(mode), string(how)).Inc()
-	if how == lockcore.GrantHandOff {
-		m.waitSeconds.WithLabelValues(kind).Observe(waited.Seconds())
+	g := m.grantSeries.get(grantLabels{kind, mode, how}, func(l grantLabels) counterAndTimer {
+		c := counterAndTimer{count: m.grants.WithLabelValues(l.kind, string(l.mode), string(l.how))}
+		if l.how == lockcore.GrantHandOff {
+			c.seconds = m.waitSeconds.WithLabelValues(l.kind)
+		}
+		return c
+	})
+	g.count.Inc()
+	if g.seconds != nil {
+		g.seconds.Observe(waited.Seconds())
 	}
 }
 
+type grantLabels struct {
+	kind string
+	mode lockcore.Mode
+	how  lockcore.GrantHow
+}
+
 func (m *Metrics) HoldReleased(kind string, mode lockcore.Mode, held time.Duration) {
-	m.releases.WithLabelValues(kind, string(mode)).Inc()
+	r := m.releaseSeries.get(releaseLabels{kind, mode}, func(l releaseLabels) counterAndTimer {
+		return counterAndTimer{m.releases.WithLabelValues(l.kind, string(l.mode)), m.holdSeconds.WithLabelValues(l.kind, string(l.mode))}
+	})
+	r.count.Inc()
 	if held >= 0 {
-		m.holdSeconds.WithLabelValues(kind, string(mode)).Observe(held.Seconds())
+		r.seconds.Observe(held.Seconds())
 	}
+}
+
+type releaseLabels struct {
+	kind string
+	mode lockcore.Mode
 }
 
 func (m *Metrics) Refused(kind string) { m.conflicts.WithLabelValues(kind).Inc() }
@@ -189,12 +223,18 @@ func (m *Metrics) WatchdogRenewal(outcome string) {
 }
 
 func (m *Metrics) ScriptCall(name string, failed bool, took time.Duration) {
-	outcome := "ok"
-	if failed {
-		outcome = "error"
-	}
-	m.scriptCalls.WithLabelValues(name, outcome).Inc()
-	m.scriptSeconds.WithLabelValues(name).Observe(took.Seconds())
+	m.scriptSeries.get(scriptLabels{name, failed}, func(l scriptLabels) counterAndTimer {
+		outcome := "ok"
+		if l.failed {
+			outcome = "error"
+		}
+		return counterAndTimer{m.scriptCalls.WithLabelValues(l.name, outcome), m.scriptSeconds.WithLabelValues(l.name)}
+	}).observe(took)
+}
+
+type scriptLabels struct {
+	name   string
+	failed bool
 }
 
 func (m *Metrics) RedisError()   { m.redisErrors.Inc() }
@@ -207,6 +247,36 @@ func (m *Metrics) ElectionLogged(event string) {
 	case "elected", "resigned", "vacant":
 		m.leaderChanges.WithLabelValues(event).Inc()
 	}
+}
+
+// series caches the children of metric vectors by their labels (K), for the metrics recorded on
+// every request: a vector's own lookup (WithLabelValues) hashes the label values and takes a read
+// lock that every request shares, whose cache line the cores then pass back and forth (go test
+// ./metrics -bench CycleParallel). The vectors never delete a child, so a cached one stays theirs.
+type series[K comparable, V any] struct {
+	m sync.Map // K -> V
+}
+
+// get returns the children of labels l, made by create the first time.
+func (s *series[K, V]) get(l K, create func(K) V) V {
+	if v, ok := s.m.Load(l); ok {
+		return v.(V)
+	}
+	v, _ := s.m.LoadOrStore(l, create(l))
+	return v.(V)
+}
+
+// counterAndTimer are the children of a counter vector and of a histogram vector (nil: none) that
+// one event records.
+type counterAndTimer struct {
+	count   prometheus.Counter
+	seconds prometheus.Observer
+}
+
+// observe counts one event that took took.
+func (c counterAndTimer) observe(took time.Duration) {
+	c.count.Inc()
+	c.seconds.Observe(took.Seconds())
 }
 
 // factory registers leasegate_ collectors.

@@ -20,3 +20,21 @@ func BenchmarkLockPathCycle(b *testing.B) {
 		m.HoldReleased("lock", lockcore.Exclusive, 3*time.Millisecond)
 	}
 }
+
+// BenchmarkCycleParallel is every metric an uncontended acquire+release cycle records (its two
+// requests, two script calls, a grant and a release), from as many goroutines as there are
+// cores, as a loaded gateway records them.
+func BenchmarkCycleParallel(b *testing.B) {
+	m := New(time.Minute)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.ScriptCall("acquire", false, 40*time.Microsecond)
+			m.Granted("lock", lockcore.Exclusive, lockcore.GrantNew, 0)
+			m.ObserveRequest("/locks/{name}", "POST", 201, 90*time.Microsecond)
+			m.ScriptCall("release", false, 40*time.Microsecond)
+			m.HoldReleased("lock", lockcore.Exclusive, 3*time.Millisecond)
+			m.ObserveRequest("/locks/{name}", "DELETE", 200, 80*time.Microsecond)
+		}
+	})
+}
