@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -162,15 +163,22 @@ func accessLog(log *slog.Logger, policy AccessLog, m Metrics, proxies TrustedPro
 			// One copy of the request carries the request's info and chi's routing context: chi
 			// takes a routing context it finds (as a mounted router does), so it makes no second copy.
 			// Both stay referenced while a request waits (about 350 bytes less per waiting request).
-			rctx := chi.NewRouteContext()
+			// The routing context comes from a pool, as chi's own do: reset, it keeps the room its
+			// URL parameters and patterns took, which a fresh one allocates again on every request.
+			rctx := routeContexts.Get().(*chi.Context)
+			rctx.Reset()
 			rctx.Routes = routes
 			ctx := context.WithValue(context.WithValue(r.Context(), requestKey{}, info), chi.RouteCtxKey, rctx)
 			next.ServeHTTP(&info.rec, r.WithContext(ctx))
 			info.rec.sendID() // an answer that wrote nothing goes out as the handler returns
 			info.finish(log, policy, m, proxies, r, rctx, start)
+			routeContexts.Put(rctx)
 		})
 	}
 }
+
+// routeContexts pools chi's routing contexts (see accessLog).
+var routeContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 
 // newRequestInfo gives a request its ID (X-Request-Id: the client's when sane, else ours, which the
 // status recorder echoes in the answer) and its status recorder. Apart from accessLog's closure,
@@ -178,7 +186,8 @@ func accessLog(log *slog.Logger, policy AccessLog, m Metrics, proxies TrustedPro
 func newRequestInfo(w http.ResponseWriter, r *http.Request) *requestInfo {
 	id := r.Header.Get(requestIDHeader)
 	if !saneID(id) {
-		id = idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 10)
+		var b [32]byte // prefix, '-', counter: one allocation, the string
+		id = string(strconv.AppendUint(append(append(b[:0], idPrefix...), '-'), idCounter.Add(1), 10))
 	}
 	return &requestInfo{rec: statusRecorder{ResponseWriter: w, id: id}}
 }
