@@ -88,30 +88,28 @@ func appendJSONString(b []byte, s string) []byte {
 // reads means what json.Unmarshal would read in it. Parse decodes any other payload (one with
 // escapes, or written otherwise) with encoding/json.
 func readPayload(raw []byte) (l Lease, ok bool) {
-	rest, ok := bytes.CutPrefix(raw, []byte(`{"v":1,"lock":"`))
-	field := func(next string) string {
-		if !ok {
-			return ""
+	rest, ok := strings.CutPrefix(string(raw), `{"v":1,"lock":"`) // the lease's strings share this one
+	field := func(next string) (v string) {
+		if ok {
+			v, rest, ok = strings.Cut(rest, next)
 		}
-		var v []byte
-		v, rest, ok = bytes.Cut(rest, []byte(next))
-		return string(v)
+		return v
 	}
 	l.Lock = field(`","owner":"`)
 	l.Owner = field(`","lease":"`)
 	l.ID = field(`","fence":`)
-	if !ok || len(rest) == 0 || rest[len(rest)-1] != '}' {
+	fence, ok := strings.CutSuffix(rest, "}")
+	if !ok {
 		return Lease{}, false
 	}
-	fence, principal, hasPrincipal := bytes.Cut(rest[:len(rest)-1], []byte(`,"principal":"`))
+	fence, principal, hasPrincipal := strings.Cut(fence, `,"principal":"`)
 	if hasPrincipal {
-		if len(principal) == 0 || principal[len(principal)-1] != '"' {
+		if l.Principal, ok = strings.CutSuffix(principal, `"`); !ok {
 			return Lease{}, false
 		}
-		l.Principal = string(principal[:len(principal)-1])
 	}
 	var err error
-	if l.Fence, err = strconv.ParseInt(string(fence), 10, 64); err != nil {
+	if l.Fence, err = strconv.ParseInt(fence, 10, 64); err != nil {
 		return Lease{}, false
 	}
 	var again [256]byte
@@ -142,20 +140,22 @@ func (t *Tokens) Parse(token string, ref Ref) (Lease, error) {
 		}
 		return Lease{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
-	var tp tokenPayload
-	if l, ok := readPayload(raw); ok {
-		tp = tokenPayload{V: 1, Lease: l}
-	} else if err := json.Unmarshal(raw, &tp); err != nil || tp.V != 1 {
+	l, ok := readPayload(raw)
+	if !ok {
+		var tp tokenPayload
+		if err := json.Unmarshal(raw, &tp); err != nil || tp.V != 1 {
+			return Lease{}, fmt.Errorf("%w: payload is not a version 1 lease", ErrInvalidToken)
+		}
+		l = tp.Lease
+	}
+	if _, err := uuid.Parse(l.ID); err != nil || l.Fence <= 0 {
 		return Lease{}, fmt.Errorf("%w: payload is not a version 1 lease", ErrInvalidToken)
 	}
-	if _, err := uuid.Parse(tp.ID); err != nil || tp.Fence <= 0 {
-		return Lease{}, fmt.Errorf("%w: payload is not a version 1 lease", ErrInvalidToken)
+	if l.Lock != ref.Name {
+		return Lease{}, fmt.Errorf("%w: minted for %s %q, not %q", ErrInvalidToken, ref.Kind, l.Lock, ref.Name)
 	}
-	if tp.Lock != ref.Name {
-		return Lease{}, fmt.Errorf("%w: minted for %s %q, not %q", ErrInvalidToken, ref.Kind, tp.Lock, ref.Name)
-	}
-	tp.Kind = ref.Kind
-	return tp.Lease, nil
+	l.Kind = ref.Kind
+	return l, nil
 }
 
 // TokenClaims is what a lease token (a lock's, a semaphore's or a multi-lock's) says of itself.
@@ -216,6 +216,7 @@ const (
 type macState struct {
 	mac hash.Hash
 	in  []byte
+	sum [sha256.Size]byte
 }
 
 // sign appends to dst the HMAC of domain + payload. The keyed HMACs are pooled: keying one costs
@@ -226,7 +227,8 @@ func sign[P string | []byte](t *Tokens, dst []byte, domain string, payload P) []
 	m.mac.Reset()
 	m.in = append(append(m.in[:0], domain...), payload...)
 	_, _ = m.mac.Write(m.in)
-	return m.mac.Sum(dst)
+	// Summed into the pooled state's room and copied: dst, given to the hash.Hash, would escape.
+	return append(dst, m.mac.Sum(m.sum[:0])...)
 }
 
 // seal returns payload signed in domain: base64url(payload) "." base64url(HMAC-SHA256(domain +
