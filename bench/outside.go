@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -54,12 +55,15 @@ func outside(dir string, redis *harness.Redis) error {
 	secs := fmt.Sprintf("%gs", duration.Seconds())
 	fmt.Printf("uncontended cycles from outside: lgbench cycles -c %d -d %s, %d rounds alternating; per round cycles/s, CPU µs per cycle (server + redis-server), and the ratio to that round's round-trip floor:\n",
 		*clients, secs, *rounds)
+	fmt.Println("  (each round runs the servers in another order: on a shared machine the load drifts within a round)")
 	rates := map[string][]float64{}
 	ratios := map[string][]float64{}
 	cpu := map[string][]float64{}
+	serverCPU := map[string][]float64{} // the server process's alone, per round
+	cpuRatios := map[string][]float64{} // the server's CPU per cycle over the round-trip floor's
 	for i := range *rounds {
 		line := fmt.Sprintf("  round %d:", i+1)
-		for _, t := range targets {
+		for _, t := range rotated(targets, i) {
 			p0, r0 := procCPU(t.pid), procCPU(redisPID)
 			r, err := runLgbenchAt(t.url, "cycles", "-c", strconv.Itoa(*clients), "-d", secs)
 			if err != nil {
@@ -70,28 +74,37 @@ func outside(dir string, redis *harness.Redis) error {
 			server, red := perCycle(p0, procCPU(t.pid)), perCycle(r0, procCPU(redisPID))
 			rates[t.name] = append(rates[t.name], r["cycles_per_s"])
 			cpu[t.name] = append(cpu[t.name], server+red)
+			serverCPU[t.name] = append(serverCPU[t.name], server)
 			line += fmt.Sprintf(" | %s %.0f (%.0f+%.0f µs)", t.name, r["cycles_per_s"], server, red)
 		}
 		trip := rates["round-trip floor"][i]
 		for _, t := range targets[2:] {
 			ratios[t.name] = append(ratios[t.name], rates[t.name][i]/trip)
+			cpuRatios[t.name] = append(cpuRatios[t.name], serverCPU[t.name][i]/serverCPU["round-trip floor"][i])
 		}
 		fmt.Println(line)
 	}
 	for _, t := range targets {
-		fmt.Printf("  %-18s cycles/s %s (median %.0f), CPU per cycle %s", t.name, span(rates[t.name], id, "%.0f"),
-			median(rates[t.name]), span(cpu[t.name], id, "%.0f µs"))
+		fmt.Printf("  %-18s cycles/s %s (median %.0f), CPU per cycle %s (the server's own %s)", t.name, span(rates[t.name], id, "%.0f"),
+			median(rates[t.name]), span(cpu[t.name], id, "%.0f µs"), span(serverCPU[t.name], id, "%.0f µs"))
 		if rs := ratios[t.name]; rs != nil {
-			fmt.Printf(", of the round-trip floor %s (median %.2f)", span(rs, id, "%.2f"), median(rs))
+			fmt.Printf(", of the round-trip floor's cycles %s (median %.2f), of its server's CPU %s (median %.2fx)",
+				span(rs, id, "%.2f"), median(rs), span(cpuRatios[t.name], id, "%.2fx"), median(cpuRatios[t.name]))
 		}
 		fmt.Println()
 	}
 
 	for _, w := range []int{1, 100} {
 		fmt.Printf("hand-off from outside, %d waiter(s): lgbench handoff -w %d -n 600, %d rounds (release response -> next 201):\n", w, w, *rounds)
+		// With one waiter nobody waits: each hand-off is a release and the next acquire, one after
+		// the other, which the round-trip floor answers too (at its cost of two trivial requests).
+		measured := targets[2:]
+		if w == 1 {
+			measured = targets[1:]
+		}
 		out := map[string][]map[string]float64{}
-		for range *rounds {
-			for _, t := range targets[2:] {
+		for i := range *rounds {
+			for _, t := range rotated(measured, i) {
 				r, err := runLgbenchAt(t.url, "handoff", "-w", strconv.Itoa(w), "-n", "600")
 				if err != nil {
 					return fmt.Errorf("%s: %w", t.name, err)
@@ -99,19 +112,30 @@ func outside(dir string, redis *harness.Redis) error {
 				out[t.name] = append(out[t.name], r)
 			}
 		}
-		for _, t := range targets[2:] {
+		for _, t := range measured {
 			rs := out[t.name]
 			key := func(k string) func(map[string]float64) float64 {
 				return func(r map[string]float64) float64 { return r[k] }
 			}
-			fmt.Printf("  %-12s hand-offs/s %s, p50 %s, p99 %s\n", t.name,
-				span(rs, key("per_s"), "%.0f"), span(rs, key("p50_ms"), "%.3f ms"), span(rs, key("p99_ms"), "%.3f ms"))
+			rate := span(rs, key("per_s"), "%.0f") // the floor's grants wait for nothing: no rate
+			if t.pid == targets[1].pid {
+				rate = "-"
+			}
+			fmt.Printf("  %-16s hand-offs/s %s, p50 %s, p99 %s\n", t.name,
+				rate, span(rs, key("p50_ms"), "%.3f ms"), span(rs, key("p99_ms"), "%.3f ms"))
 		}
 	}
 	return nil
 }
 
 func id(v float64) float64 { return v }
+
+// rotated returns ts starting at its (round mod len)-th element, so that no target always runs
+// first (or last) in a round.
+func rotated[T any](ts []T, round int) []T {
+	k := round % len(ts)
+	return append(slices.Clone(ts[k:]), ts[:k]...)
+}
 
 // baselineBuilds returns the -baseline builds followed by this tree's.
 func baselineBuilds() []build {
