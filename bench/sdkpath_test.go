@@ -104,29 +104,34 @@ func sdkPath(b *testing.B, deploy string) {
 	modes := []string{"keyless", "keyed", "go sdk"}
 	fmt.Printf("%s: %d clients, %v per mode, %d rounds; cycles/s (gateway + Redis CPU µs per cycle), keyed and go sdk as a share of the round's keyless:\n",
 		deploy, *sdkWorkers, *sdkDuration, *sdkRounds)
+	// Each round runs the builds, and each build's modes, in another order: on a shared machine the
+	// load drifts within a round, and a fixed order would bias the ratios.
 	for round := range *sdkRounds {
-		line := fmt.Sprintf("  round %d:", round+1)
-		for _, t := range targets {
-			var keyless float64
-			for _, mode := range modes {
+		for _, t := range rotated(targets, round) {
+			for _, mode := range rotated(modes, round) {
 				g0, r0 := procCPU(t.pid), processesCPU(redisPIDs)
 				n, took, err := sdkCycles(t.url, mode, *sdkWorkers, *sdkDuration)
 				if err != nil {
 					b.Fatalf("%s %s: %v", t.name, mode, err)
 				}
 				gw, red := (procCPU(t.pid)-g0)*1e6/float64(max(n, 1)), (processesCPU(redisPIDs)-r0)*1e6/float64(max(n, 1))
-				rate := float64(n) / took.Seconds()
 				f := results[t.name+"\x00"+mode]
 				if f == nil {
 					f = &figures{}
 					results[t.name+"\x00"+mode] = f
 				}
-				f.rate, f.gw, f.redis = append(f.rate, rate), append(f.gw, gw), append(f.redis, red)
+				f.rate, f.gw, f.redis = append(f.rate, float64(n)/took.Seconds()), append(f.gw, gw), append(f.redis, red)
+			}
+		}
+		line := fmt.Sprintf("  round %d:", round+1)
+		for _, t := range targets {
+			keyless := results[t.name+"\x00keyless"].rate[round]
+			for _, mode := range modes {
+				f := results[t.name+"\x00"+mode]
 				if mode == "keyless" {
-					keyless = rate
-					line += fmt.Sprintf(" | %s %s %.0f (%.0f+%.0f)", t.name, mode, rate, gw, red)
+					line += fmt.Sprintf(" | %s %s %.0f (%.0f+%.0f)", t.name, mode, f.rate[round], f.gw[round], f.redis[round])
 				} else {
-					line += fmt.Sprintf(" %s %.0f (%.0f+%.0f, %.2f)", mode, rate, gw, red, rate/keyless)
+					line += fmt.Sprintf(" %s %.0f (%.0f+%.0f, %.2f)", mode, f.rate[round], f.gw[round], f.redis[round], f.rate[round]/keyless)
 				}
 			}
 		}
@@ -140,9 +145,17 @@ func sdkPath(b *testing.B, deploy string) {
 			for i := range f.rate {
 				ratios[i] = f.rate[i] / keyless.rate[i]
 			}
-			fmt.Printf("  %-10s %-8s cycles/s %s (median %.0f), of keyless %s (median %.2f), gateway CPU per cycle %s, Redis %s\n",
+			fmt.Printf("  %-10s %-8s cycles/s %s (median %.0f), of keyless %s (median %.2f), gateway CPU per cycle %s, Redis %s",
 				t.name, mode, span(f.rate, id, "%.0f"), median(f.rate), span(ratios, id, "%.2f"), median(ratios),
 				span(f.gw, id, "%.1f µs"), span(f.redis, id, "%.1f µs"))
+			if mode == "go sdk" { // the SDK sends keys: raw HTTP with keys is what it wraps
+				keyed := results[t.name+"\x00keyed"]
+				for i := range f.rate {
+					ratios[i] = f.rate[i] / keyed.rate[i]
+				}
+				fmt.Printf(", of keyed %s (median %.2f)", span(ratios, id, "%.2f"), median(ratios))
+			}
+			fmt.Println()
 		}
 	}
 }
