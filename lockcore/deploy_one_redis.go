@@ -41,6 +41,7 @@ func (d *oneRedis) live() []rueidis.Client   { return d.copies() }
 func (d *oneRedis) masters(context.Context) ([]rueidis.Client, error) { return d.copies(), nil }
 
 func (d *oneRedis) handOffs() int                            { return 1 }
+func (d *oneRedis) handsOver() bool                          { return d.acks == nil }
 func (d *oneRedis) validity(ttl time.Duration) time.Duration { return ttl }
 func (d *oneRedis) clock() string                            { return "" }
 func (d *oneRedis) offers(feature) error                     { return nil }

@@ -37,6 +37,11 @@ type deployment interface {
 	masters(ctx context.Context) ([]rueidis.Client, error)
 	// handOffs is how many copies must hand a waiter the lock before it confirms.
 	handOffs() int
+	// handsOver says whether a release may give the releasing gateway's own waiters their TTL at
+	// once, answered without a confirmation (see waiters.handingOver): with one copy of the locks,
+	// and no replica acks (a release is not waited for: with them, the waiter's confirmation is
+	// the write the replicas acknowledge before the grant is answered).
+	handsOver() bool
 	// validity is how long a lease of ttl granted now is good for its holder.
 	validity(ttl time.Duration) time.Duration
 	// clock is a lock call's clock argument: "" (the scripts read Redis's clock), or the

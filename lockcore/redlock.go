@@ -326,6 +326,9 @@ func (rl *redlock) masters(context.Context) ([]rueidis.Client, error) { return r
 // handOffs: a waiter confirms once a majority of masters handed it the lock (see wait.go).
 func (rl *redlock) handOffs() int { return rl.quorum }
 
+// handsOver is false: a waiter takes the lock once a majority of masters handed it over.
+func (rl *redlock) handsOver() bool { return false }
+
 // validity is ttl less the drift allowance (the time the grant took is counted from its start).
 func (rl *redlock) validity(ttl time.Duration) time.Duration { return ttl - drift(ttl) }
 

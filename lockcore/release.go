@@ -72,17 +72,14 @@ func (s *Service) releaseLease(ctx context.Context, l Lease, idem idemKey, mode 
 	a := releaseArgs{lease: l.ID, idem: idem, which: which, here: s.waiters.handingOver()}
 	start := time.Now()
 	reply, err := s.dep.run(ctx, a.call(s.lockCall(l.Ref())))
-	if err != nil && !notAcked(err) {
+	if err != nil {
 		return Released{}, err
 	}
-	r, derr := decodeRelease(l.Lock, reply)
-	// What the release handed to this process's waiters is theirs whatever its answer says.
-	s.waiters.handOver(r.handed, start, err != nil)
+	r, err := decodeRelease(l.Lock, reply)
+	s.waiters.handOver(r.handed, start)
 	switch {
 	case err != nil:
 		return Released{}, err
-	case derr != nil:
-		return Released{}, derr
 	case r.lost:
 		return Released{}, s.leaseLost(ctx, l, mode)
 	case r.watchdog:

@@ -127,28 +127,23 @@ func (ws *waiters) deliver(lease string, ev waitEvent) {
 // handingOver is the replica a release names for its script to give the holds it hands to this
 // process's waiters their TTLs at once (release.lua's here), rather than claims that their
 // gateway, which may be frozen or gone, must confirm: this process runs the release, so it is
-// there to hand them over (handOver). None ("") on RedLock, where a waiter takes the lock once a
-// majority of masters handed it over.
+// there to hand them over (handOver). None ("") where the deployment does not let a release
+// hand over (deployment.handsOver: RedLock, replica acks).
 func (ws *waiters) handingOver() string {
-	if ws.e.dep.handOffs() > 1 {
+	if !ws.e.dep.handsOver() {
 		return ""
 	}
 	return ws.replica
 }
 
 // handOver hands the holds a release sent at since gave this process's waiters (see handingOver)
-// to them. Holds the replicas did not acknowledge (unacked) are handed as claims: the waiter's
-// confirmation waits for the replicas. A hold whose waiter has left is not lost: a waiter leaves
-// the queue in Redis (dequeue.lua) before it leaves here, and that passes on a hold handed to it.
-// A hold whose release's reply was lost reaches its waiter through the heartbeat, which reports
-// the waiting leases that hold.
-func (ws *waiters) handOver(handed []handedHold, since time.Time, unacked bool) {
+// to them. A hold whose waiter has left is not lost: a waiter leaves the queue in Redis
+// (dequeue.lua) before it leaves here, and that passes on a hold handed to it. A hold whose
+// release's reply was lost reaches its waiter through the heartbeat, which reports the waiting
+// leases that hold, as a claim to confirm.
+func (ws *waiters) handOver(handed []handedHold, since time.Time) {
 	for _, h := range handed {
-		ev := waitEvent{fence: h.fence, since: since}
-		if unacked {
-			ev.since = time.Time{}
-		}
-		ws.deliver(h.lease, ev)
+		ws.deliver(h.lease, waitEvent{fence: h.fence, since: since})
 	}
 }
 

@@ -185,3 +185,30 @@ func TestReplicaAcksAllNeedsSentinelOrCluster(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `"most" is neither a number of replicas (0 or more) nor "all"`)
 }
+
+// TestReplicaAckedHandOffWaitsForAReplica: the grant a release hands to a waiter is answered only
+// once a replica acknowledged it, also when the waiter waits on the gateway that releases (which
+// hands its own waiters their grants without a confirmation where grants are not acknowledged).
+func TestReplicaAckedHandOffWaitsForAReplica(t *testing.T) {
+	t.Parallel()
+	master, replica, c := ackedGateway(t)
+	held := c.Do(http.MethodPost, "/locks/handed", nil, testkit.AcquireBody("first", 60000))
+	require.Equal(t, http.StatusCreated, held.Status, "%s", held.Body)
+	ch := make(chan *harness.Response, 1)
+	go func() {
+		ch <- c.Do(http.MethodPost, "/locks/handed", nil, `{"owner":"next","ttl_ms":60000,"wait_ms":6000}`)
+	}()
+	harness.Eventually(t, 5*time.Second, "a waiter queued", func() bool {
+		return c.Do(http.MethodGet, "/locks/handed", nil, "").Int("waiters") == 1
+	})
+
+	loseReplica(t, master, replica)
+	rel := c.Do(http.MethodDelete, "/locks/handed", testkit.TokenHeader(held.Str("token")), "")
+	require.Equal(t, http.StatusOK, rel.Status, "releases need no acknowledgement: %s", rel.Body)
+	w := testkit.Receive(t, ch, 15*time.Second, "the waiter's answer")
+	assert.Contains(t, []int{http.StatusConflict, http.StatusServiceUnavailable}, w.Status,
+		"a hand-off no replica acknowledged is not answered as a grant: %d %s", w.Status, w.Body)
+	harness.Eventually(t, 5*time.Second, "the unanswered hand-off given back", func() bool {
+		return c.Do(http.MethodGet, "/locks/handed", nil, "").JSON()["held"] == false
+	})
+}
