@@ -118,7 +118,7 @@ local function promote()
         break
       end
       dequeue(head)
-      local mine = m.r == here and kind == 'l'
+      local mine = here ~= nil and m.r == here and kind == 'l'
       local ms = claim_ms
       if mine then
         ms = tonumber(m.t)
