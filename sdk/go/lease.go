@@ -274,7 +274,9 @@ func (l *Lease) giveBack(ctx context.Context, gw *Gateway, mode Mode) (bool, err
 }
 
 // KeepAlive renews the lease every third of its TTL until it is released or lost, retrying a failed
-// renewal every SafetyMargin: any success before the margin keeps the lease (and Done open). Unless
+// renewal every SafetyMargin: any success before the margin keeps the lease (and Done open). A
+// Renew or Reenter by hand meanwhile counts as a renewal: the next is due a third of the TTL it
+// set from then (a shorter TTL brings it forward). Unless
 // its options said WatchNever, it also watches the lease (Watch). It returns at once; calling it
 // again does nothing.
 func (l *Lease) KeepAlive() {

@@ -21,6 +21,9 @@ type lifetime struct {
 	validUntil time.Time
 	lapse      *time.Timer // stops the lease margin before validUntil; nil for watchdog leases
 	keeping    bool        // KeepAlive's goroutine runs
+	// extended tells KeepAlive's goroutine that a grant, renewal or re-entry moved validUntil (a
+	// Renew to a shorter TTL brings the next renewal forward).
+	extended chan struct{}
 	// targets is how many events streams the lease follows (0: not watched; see watch.go), and
 	// open how many of them are open now.
 	targets, open int
@@ -34,6 +37,7 @@ type lifetime struct {
 // start makes the lifetime's context; before the lease is shared.
 func (l *lifetime) start() {
 	l.ctx, l.stop = context.WithCancelCause(context.Background())
+	l.extended = make(chan struct{}, 1)
 }
 
 // arm starts counting down to the lease's lapse (see Done). The gateway renews a watchdog lease:
@@ -52,6 +56,10 @@ func (l *lifetime) extend(ttl time.Duration, validUntil time.Time) {
 	l.ttl, l.validUntil = ttl, validUntil
 	if l.ctx.Err() == nil && l.lapse != nil {
 		l.lapse.Reset(l.untilStop())
+	}
+	select {
+	case l.extended <- struct{}{}:
+	default:
 	}
 }
 
@@ -127,24 +135,44 @@ func (l *lifetime) renewEveryThird(renew func(ctx context.Context) error) {
 	l.mu.Lock()
 	next := l.ttl / 3
 	l.mu.Unlock()
+	drain(l.extended) // the grant's own news: next counts from it
 	for {
 		t := time.NewTimer(next)
 		select {
 		case <-l.ctx.Done():
 			t.Stop()
 			return
+		case <-l.extended:
+			// A Renew or Reenter by hand set a TTL: the next renewal is due a third of it from
+			// now, not a third of the TTL that was (a shorter one would lapse before that).
+			t.Stop()
+			l.mu.Lock()
+			next = l.ttl / 3
+			l.mu.Unlock()
+			continue
 		case <-t.C:
 		}
 		l.mu.Lock()
-		ttl := l.ttl // a Renew or Reenter may have changed it
+		ttl := l.ttl
 		l.mu.Unlock()
 		rctx, cancel := context.WithTimeout(l.ctx, ttl/3)
 		err := renew(rctx)
 		cancel()
+		drain(l.extended) // this renewal's own news
 		if err == nil {
-			next = ttl / 3
+			l.mu.Lock()
+			next = l.ttl / 3
+			l.mu.Unlock()
 		} else {
 			next = SafetyMargin(ttl)
 		}
+	}
+}
+
+// drain takes a pending signal off ch, if there is one.
+func drain(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
 	}
 }

@@ -1547,7 +1547,6 @@ class RenewableLease(abc.ABC, Generic[_K]):
         self._grant: _K = grant
         self._applied_sent = sent
         self._valid_until: float = sent + grant.ttl_ms / 1000.0
-        self._margin: float = min(max(grant.ttl_ms / 10000.0, 0.05), 1.0)
         self._released = False
         self._lost_reason = ""
         self._kept_alive = False
@@ -1611,9 +1610,14 @@ class RenewableLease(abc.ABC, Generic[_K]):
 
     @property
     def margin(self) -> float:
-        """Safety margin in seconds: TTL/10 between 50 ms and 1 s. Work must stop this long
-        before :attr:`valid_until`; renewals that fail are retried this often."""
+        """Safety margin in seconds: TTL/10 (of the latest grant, re-entry or renewal) between
+        50 ms and 1 s. Work must stop this long before :attr:`valid_until`; renewals that fail
+        are retried this often."""
         return self._margin
+
+    @property
+    def _margin(self) -> float:
+        return min(max(self._grant.ttl_ms / 10000.0, 0.05), 1.0)
 
     # -- operations ------------------------------------------------------------------------
 
@@ -1814,14 +1818,26 @@ class RenewableLease(abc.ABC, Generic[_K]):
             t.join(timeout=1.0)
 
     def _keepalive(self) -> None:
-        """Renew every TTL/3 (a watchdog lease: check it); retry failures every margin."""
+        """Renew every TTL/3 (a watchdog lease: check it); retry failures every margin. A
+        renewal or re-entry by hand counts as one: the next is due a third of its TTL later (a
+        shorter TTL would otherwise lapse before the next renewal)."""
         g = self.grant
-        period = g.ttl_ms / 3000.0
-        pause = period
-        while not self._stop.wait(pause):
+        pause = g.ttl_ms / 3000.0
+        with self._cond:
+            seen = self._applied_sent
+        while True:
             with self._cond:
-                if self.lost.is_set() or self._released:
+                until = time.monotonic() + pause
+                while not self._stop.is_set() and self._applied_sent == seen:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                if self._stop.is_set() or self.lost.is_set() or self._released:
                     return
+                if self._applied_sent != seen:  # renewed or re-entered by hand
+                    seen, pause = self._applied_sent, self._grant.ttl_ms / 3000.0
+                    continue
             deadline = self.valid_until - self._margin
             if time.monotonic() >= deadline:
                 return  # _watch_deadline sets lost
@@ -1840,7 +1856,10 @@ class RenewableLease(abc.ABC, Generic[_K]):
             except Exception:  # noqa: BLE001 - e.g. a malformed answer; retry like a failure
                 pause = self._margin
                 continue
-            pause = period
+            finally:
+                with self._cond:
+                    seen = self._applied_sent  # this renewal's own
+            pause = g.ttl_ms / 3000.0
 
     def _watch_deadline(self) -> None:
         """Set lost when valid_until - margin comes without a renewal pushing it back."""

@@ -257,3 +257,35 @@ func TestGoSDKWaitedGrantCountsFromTheGrant(t *testing.T) {
 	_, err = lease.Release(ctx)
 	require.NoError(t, err)
 }
+
+// TestGoSDKKeepAliveFollowsARenewByHand renews a kept-alive lease by hand to a TTL much shorter
+// than the one keep-alive started with: keep-alive must renew it within a third of the new TTL,
+// not a third of the old one (by when the lease would have counted as lapsing).
+func TestGoSDKKeepAliveFollowsARenewByHand(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, nil)
+	ctx := context.Background()
+	sdk, err := leasegate.New(e.Gateway.URL)
+	require.NoError(t, err)
+
+	lease, err := sdk.Lock(ctx, "shortened", leasegate.LockOptions{Owner: "s", TTL: 9 * time.Second})
+	require.NoError(t, err)
+	lease.KeepAlive() // next renewal due in 3 s
+	byHand := time.Now()
+	require.NoError(t, lease.Renew(ctx, 1500*time.Millisecond))
+	// Kept alive past the shortened TTL: a renewal after byHand + 1.5 s pushed ValidUntil beyond
+	// byHand + 3 s, and the lease never counted as lapsing (it would at byHand + 1.35 s).
+	deadline := time.Now().Add(10 * time.Second)
+	for !lease.ValidUntil().After(byHand.Add(3 * time.Second)) {
+		require.NoError(t, lease.Err(), "lost before keep-alive renewed the shortened lease")
+		require.True(t, time.Now().Before(deadline), "keep-alive did not renew the shortened lease")
+		<-time.After(20 * time.Millisecond)
+	}
+	require.NoError(t, lease.Err())
+	st, err := sdk.Inspect(ctx, "shortened", lease.Token)
+	require.NoError(t, err)
+	assert.True(t, *st.Yours)
+	assert.LessOrEqual(t, *st.TtlMs, int64(1500), "keep-alive kept the TTL set by hand")
+	_, err = lease.Release(ctx)
+	require.NoError(t, err)
+}

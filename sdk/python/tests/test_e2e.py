@@ -320,6 +320,20 @@ class EndToEnd(unittest.TestCase):
         for t in lease._threads:
             self.assertFalse(t.is_alive(), f"{t.name} stopped on exit")
 
+    def test_context_manager_follows_a_renew_by_hand(self) -> None:
+        # A renewal by hand to a TTL far shorter than the one the block started with: keep-alive
+        # must renew within a third of it, and the margin follows it (the lease would count as
+        # lost 0.6 s after it otherwise: 1.5 s minus the 9 s TTL's margin, before the 3 s period).
+        name = unique("keepalive-shortened")
+        with self.gw.lock(name, "cm", ttl_ms=9000) as lease:
+            by_hand = time.monotonic()
+            lease.renew(ttl_ms=1500)
+            eventually("a keep-alive renewal after the one by hand", lambda: lease.valid_until > by_hand + 3.0)
+            self.assertFalse(lease.lost.is_set(), lease._lost_reason)
+            lease.check()
+            self.assertTrue(self.gw.inspect(name, lease.token).yours)
+        self.assertFalse(lease.lost.is_set())
+
     def test_context_manager_with_the_gateway_watchdog(self) -> None:
         # The gateway renews a watchdog lease for max_hold_ms; the thread only checks it, so the
         # lease outlives its first TTL, and lost is set before it lapses once max_hold is over.

@@ -202,7 +202,13 @@ export abstract class RenewableLease<G extends RenewableGrant> {
     if (error !== undefined || data === undefined) throw this.failed(toLeasegateError(error, response));
     this.granted(data);
     this.validUntilMs = sentAt + data.ttl_ms;
-    if (this.keeper !== undefined) this.armDeadline(this.keeper);
+    const k = this.keeper;
+    if (k !== undefined) {
+      this.armDeadline(k);
+      // A renewal or re-entry by hand counts as one of keep-alive's: the next is due a third of the
+      // TTL it set from now (a shorter TTL brings it forward). Keep-alive's own schedules its next.
+      if (k.inflight === undefined) this.scheduleRenewal(k, Math.min(k.period, data.ttl_ms / 3));
+    }
     return data;
   }
 
@@ -239,7 +245,9 @@ export abstract class RenewableLease<G extends RenewableGrant> {
    * grant or renewal was sent, so about every ttl/3; retries a failed renewal every safety margin
    * (a tenth of the TTL, 50 ms to 1 s); and aborts `signal` with a LeaseLostError when a renewal
    * answers 410, or when `validUntil` minus the margin is reached without a successful renewal.
-   * Each renewal (its retries included) may take at most ttl/3. Unless `options.watch` is false,
+   * Each renewal (its retries included) may take at most ttl/3. A `renew()` or re-entry by hand
+   * meanwhile counts as a renewal: the next is due a third of the TTL it set from then, and the
+   * lapse is judged by that TTL's margin. Unless `options.watch` is false,
    * it also watches the lease's events stream (`watch()`), so that a force release or an expiry
    * aborts `signal` within milliseconds.
    *
@@ -341,7 +349,7 @@ export abstract class RenewableLease<G extends RenewableGrant> {
       if (this.keeper !== k) return;
       const left = Math.round(this.validUntilMs - performance.now());
       this.lose("lapsing", `no renewal succeeded, and it may lapse in ${left} ms`, k.lastError);
-    }, Math.max(0, this.validUntilMs - k.margin - performance.now()));
+    }, Math.max(0, this.validUntilMs - safetyMarginMs(this.grant.ttl_ms) - performance.now()));
   }
 
   private scheduleRenewal(k: KeepAliveState<G>, ms: number): void {

@@ -385,6 +385,26 @@ test("keepAlive keeps a 900 ms lease held, with the same fence, for 2.5 s", { ti
   assert.equal((await inspect(name)).held, false);
 });
 
+test("keepAlive follows a renew() by hand to a shorter TTL: renews within a third of it, never lapsing", { timeout: TEST_TIMEOUT }, async () => {
+  const name = lockName("keepalive-shortened");
+  const lease = await lock(client, name, { owner: "worker-a", ttlMs: 9_000 });
+  const renewals = [];
+  lease.keepAlive({ onRenew: (g) => renewals.push(g) }); // next renewal due in 3 s
+  const byHand = performance.now();
+  await lease.renew(1_500);
+  // Without following it, the lease would count as lapsing 1.35 s after the renewal by hand,
+  // before keep-alive's next renewal 3 s after the grant.
+  await eventually("keep-alive's renewal after the one by hand", 10_000, async () => {
+    assert.equal(lease.signal.aborted, false, `signal aborted: ${lease.signal.reason}`);
+    return renewals.length > 0 && performance.now() - byHand >= 2_000;
+  });
+  assert.equal(lease.signal.aborted, false);
+  const state = await inspect(name, lease.token);
+  assert.equal(state.yours, true);
+  assert.ok(renewals[0].ttl_ms === 9_000, `keep-alive renews with its own TTL: ${renewals[0].ttl_ms}`);
+  await lease.release();
+});
+
 test("keepAlive aborts lease.signal with LeaseLostError when the lease is deleted behind its back", { timeout: TEST_TIMEOUT }, async () => {
   const name = lockName("keepalive-gone");
   const lease = await lock(client, name, { owner: "worker-a", ttlMs: 900 });
