@@ -2,6 +2,7 @@ package lockcore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -501,4 +502,65 @@ func TestListShowsWhoWaits(t *testing.T) {
 		r := receive(t, ch, 10*time.Second, "a waiter gives up")
 		assert.ErrorIs(t, r.err, context.Canceled)
 	}
+}
+
+// TestAJoinBehindAnExclusiveHolderIsAcquireLuasJoin checks acquire_join_fast.lua (a wait behind
+// an exclusive holder, before lib.lua's helpers) against acquire.lua's own wait path, which a lock
+// whose events someone streams still takes: the same reply and the same queue entry (q, qd, qm
+// and their TTLs), for a newcomer and for a waiter queueing again with its arrival.
+func TestAJoinBehindAnExclusiveHolderIsAcquireLuasJoin(t *testing.T) {
+	t.Parallel()
+	w := newWaitWorld(t, lockcore.Options{})
+	const fast, full = "join-fast", "join-full"
+	type joined struct {
+		reply              []string
+		arrival, ttl       int64
+		deadlineIn         int64 // qd's score minus the Redis clock, ms
+		meta               map[string]any
+		qTTL, qdTTL, qmTTL int64
+	}
+	join := func(lock, lease, arrival string) joined {
+		reply := strings.Split(w.evalQueued(t, luascripts.Acquire, lock, lease, "60000", "waiter", "1", "wait", "replica-1", arrival, "5000"), "\n")
+		require.Len(t, reply, 3, "queued: {2, ms, arrival}")
+		now, err := w.redis.DoList("TIME")
+		require.NoError(t, err)
+		sec, _ := strconv.ParseInt(now[0], 10, 64)
+		usec, _ := strconv.ParseInt(now[1], 10, 64)
+		var j joined
+		j.reply = reply
+		j.arrival, _ = strconv.ParseInt(w.redis.MustDo(t, "ZSCORE", w.key(lock, ":q"), lease), 10, 64)
+		deadline, _ := strconv.ParseInt(w.redis.MustDo(t, "ZSCORE", w.key(lock, ":qd"), lease), 10, 64)
+		j.deadlineIn = deadline - (sec*1000 + usec/1000)
+		require.NoError(t, json.Unmarshal([]byte(w.redis.MustDo(t, "HGET", w.key(lock, ":qm"), lease)), &j.meta))
+		for key, ttl := range map[string]*int64{":q": &j.qTTL, ":qd": &j.qdTTL, ":qm": &j.qmTTL} {
+			*ttl, _ = strconv.ParseInt(w.redis.MustDo(t, "PTTL", w.key(lock, key)), 10, 64)
+		}
+		return j
+	}
+	for _, lock := range []string{fast, full} {
+		w.hold(t, w.svc, lock, "holder", time.Minute)
+	}
+	w.redis.MustDo(t, "HSET", w.key(full, "")+":watch", ":epoch", "1") // watched: acquire.lua's path
+
+	a, b := join(fast, "lease-a", "0"), join(full, "lease-b", "0")
+	for _, j := range []joined{a, b} {
+		assert.Equal(t, "2", j.reply[0])
+		ms, _ := strconv.ParseInt(j.reply[1], 10, 64)
+		assert.InDelta(t, 60000, ms, 5000, "until the holder's TTL runs out")
+		assert.Equal(t, strconv.FormatInt(j.arrival, 10), j.reply[2], "the arrival to keep is the queue's")
+		assert.InDelta(t, 750, j.deadlineIn, 250, "liveness deadline")
+		for _, ttl := range []int64{j.qTTL, j.qdTTL, j.qmTTL} {
+			assert.InDelta(t, 7500, ttl, 1000, "the queue keys live ten liveness windows")
+		}
+	}
+	assert.Equal(t, b.meta, a.meta, "the same queue record")
+	assert.InDelta(t, b.arrival, a.arrival, float64(10*time.Second/time.Microsecond), "arrivals from the Redis clock (µs)")
+
+	// Queueing again with its arrival keeps it, on both paths; an earlier ticketless arrival too.
+	again := join(fast, "lease-a", "12345")
+	assert.Equal(t, a.arrival, again.arrival, "an earlier arrival is kept")
+	assert.Equal(t, strconv.FormatInt(a.arrival, 10), again.reply[2])
+	fresh := join(fast, "lease-c", "12345")
+	assert.Equal(t, int64(12345), fresh.arrival, "a newcomer with an arrival to keep takes it")
+	assert.Equal(t, int64(12345), join(full, "lease-d", "12345").arrival)
 }

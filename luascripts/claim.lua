@@ -3,7 +3,7 @@
 -- election_resign) when its key may go in one script with the lock's: on one Redis, always
 -- (lockcore's idempotency_claims.go). Such a call ends with KEYS[#KEYS] = the claim's key and
 -- ARGV[#ARGV-2..#ARGV] = ['\0claim', fingerprint, ms]; any other call passes through untouched.
--- The uncontended fast paths (acquire_fast.lua, release_fast.lua) come first and take a claim whose
+-- The fast paths (acquire_fast.lua, acquire_join_fast.lua, release_fast.lua) come first and take a claim whose
 -- key does not exist yet themselves (claim_fresh: one SET, no GET); the claim then runs on the
 -- other paths. A key first sent with another request ends the script with an error reply that
 -- starts with IDEMPOTENCY_KEY_REUSED, before anything changed; the key's first use claims it for ms.

@@ -1,6 +1,6 @@
 -- core.lua: the clock and the exclusive grant, which every granting script needs. It comes first in
--- those scripts (see scripts.go), before lib.lua, so that the uncontended fast paths
--- (acquire_fast.lua, release_fast.lua) can run and return before lib.lua's helpers are defined:
+-- those scripts (see scripts.go), before lib.lua, so that the fast paths (acquire_fast.lua,
+-- acquire_join_fast.lua, release_fast.lua) can run and return before lib.lua's helpers are defined:
 -- defining them costs Redis more than an uncontended grant itself (measured: 27 -> 17 µs of Redis
 -- time per acquire+release cycle without them).
 

@@ -36,7 +36,8 @@
 //
 // Scripts that grant, queue or hint start with core.lua's and lib.lua's helpers: their exported
 // source is core + lib + body. Acquire, Release and Renew put their uncontended fast path between
-// core and lib, so that the common call returns before lib's helpers are defined (see core.lua).
+// core and lib, so that the common call returns before lib's helpers are defined (see core.lua);
+// Acquire also its path for a waiter joining behind an exclusive holder (acquire_join_fast.lua).
 package luascripts
 
 import _ "embed"
@@ -90,8 +91,11 @@ var acquire string
 //go:embed acquire_fast.lua
 var acquireFast string
 
+//go:embed acquire_join_fast.lua
+var acquireJoinFast string
+
 // Acquire grants a free lock to a new lease, or queues the lease behind the holder.
-var Acquire = claim + core + acquireFast + claimCheck + libBody + settled(acquire)
+var Acquire = claim + core + acquireFast + acquireJoinFast + claimCheck + libBody + settled(acquire)
 
 //go:embed release.lua
 var release string
