@@ -31,7 +31,8 @@ const minWaitHold = time.Second
 // within the wait. The final step confirms every member at once and starts the group's TTL and
 // max hold from then.
 //
-// A wait that runs out in a member's line hands out a group queue ticket (multilock_ticket.go)
+// A wait that runs out in a member's line, or that the replica's shutdown ends there, hands out a
+// group queue ticket (multilock_ticket.go)
 // wrapping that member's own; a group resuming with one (resume) has its id already, and presents
 // the member's ticket when it comes to that member again, having taken the members before it in
 // order, as any group does: the order, and so the argument above, is the same. Nothing is held
@@ -69,7 +70,15 @@ func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLeas
 				heldErr.QueueTicket = s.handOutGroupTicket(ctx, m, since, member, memberTicket)
 			}
 		case errors.As(err, &shutdownErr):
+			// The replica closes: a group that waited in a member's line (m.Locks[held]) resumes
+			// there on another replica with a group ticket, as a single waiter does with its own.
+			memberTicket := shutdownErr.QueueTicket
 			err = errShuttingDown
+			if memberTicket != "" && clean && held < len(m.Locks) {
+				if t := s.handOutGroupTicket(ctx, m, since, held, memberTicket); t != "" {
+					err = &ShutdownError{QueueTicket: t}
+				}
+			}
 		}
 		return MultiGrant{}, err
 	}
@@ -88,8 +97,13 @@ func (s *Service) lockInOrder(ctx context.Context, req MultiRequest, m MultiLeas
 			member := AcquireRequest{Lock: m.Locks[held], Mode: req.Mode, Owner: req.Owner, TTL: hold, Wait: slice,
 				QueueTicket: ticket, Principal: req.Principal}
 			_, err := s.waitAs(ctx, member, m.ID)
-			var heldErr *HeldError
-			if err != nil && (!errors.As(err, &heldErr) || heldErr.QueueTicket == "") {
+			var (
+				heldErr *HeldError
+				shutErr *ShutdownError
+			)
+			ticketed := (errors.As(err, &heldErr) && heldErr.QueueTicket != "") ||
+				(errors.As(err, &shutErr) && shutErr.QueueTicket != "") // it left its line, keeping its place
+			if err != nil && !ticketed {
 				clean = false
 			}
 			switch {

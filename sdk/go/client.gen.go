@@ -848,8 +848,9 @@ type MultiLockRequest struct {
 	// Example: billing-worker-7
 	Owner Owner `json:"owner"`
 
-	// QueueTicket Waiting requests only (400 otherwise): the `queue_ticket` of the 409 `lock-held` that
-	// ended an earlier wait for the same set of locks by the same owner. Presented within
+	// QueueTicket Waiting requests only (400 otherwise): the `queue_ticket` of the 409 `lock-held` (or
+	// the 503 `shutting-down`) that ended an earlier wait for the same set of locks by the
+	// same owner. Presented within
 	// 10 s of that answer, it resumes that wait: the group keeps its id (the `multilock` its
 	// members' holders and waiters show), `waited_ms` counts from the first request, and it
 	// queues in the line it waited in at its original arrival, after taking the members
@@ -2856,7 +2857,8 @@ type ClientInterface interface {
 	// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
 	// waits: see "Multi-locks" above for what it holds meanwhile; a wait that runs out in a
 	// member's line answers 409 `lock-held` with a `queue_ticket` that the next request for the
-	// same locks sends to keep the group's id and place. Idempotency-Key is not supported on
+	// same locks sends to keep the group's id and place (so does a wait there that the replica's
+	// shutdown ends: 503 `shutting-down`). Idempotency-Key is not supported on
 	// multi-lock calls (400).
 	//
 	// Takes any type of body and a specified content type.
@@ -2871,7 +2873,8 @@ type ClientInterface interface {
 	// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
 	// waits: see "Multi-locks" above for what it holds meanwhile; a wait that runs out in a
 	// member's line answers 409 `lock-held` with a `queue_ticket` that the next request for the
-	// same locks sends to keep the group's id and place. Idempotency-Key is not supported on
+	// same locks sends to keep the group's id and place (so does a wait there that the replica's
+	// shutdown ends: 503 `shutting-down`). Idempotency-Key is not supported on
 	// multi-lock calls (400).
 	//
 	// Takes a body of the `application/json` content type.
@@ -3614,7 +3617,8 @@ func (c *Client) ReleaseMultiLock(ctx context.Context, params *ReleaseMultiLockP
 // waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
 // waits: see "Multi-locks" above for what it holds meanwhile; a wait that runs out in a
 // member's line answers 409 `lock-held` with a `queue_ticket` that the next request for the
-// same locks sends to keep the group's id and place. Idempotency-Key is not supported on
+// same locks sends to keep the group's id and place (so does a wait there that the replica's
+// shutdown ends: 503 `shutting-down`). Idempotency-Key is not supported on
 // multi-lock calls (400).
 //
 // Takes any type of body and a specified content type.
@@ -3639,7 +3643,8 @@ func (c *Client) AcquireMultiLockWithBody(ctx context.Context, contentType strin
 // waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
 // waits: see "Multi-locks" above for what it holds meanwhile; a wait that runs out in a
 // member's line answers 409 `lock-held` with a `queue_ticket` that the next request for the
-// same locks sends to keep the group's id and place. Idempotency-Key is not supported on
+// same locks sends to keep the group's id and place (so does a wait there that the replica's
+// shutdown ends: 503 `shutting-down`). Idempotency-Key is not supported on
 // multi-lock calls (400).
 //
 // Takes a body of the `application/json` content type.
@@ -6042,7 +6047,8 @@ type ClientWithResponsesInterface interface {
 	// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
 	// waits: see "Multi-locks" above for what it holds meanwhile; a wait that runs out in a
 	// member's line answers 409 `lock-held` with a `queue_ticket` that the next request for the
-	// same locks sends to keep the group's id and place. Idempotency-Key is not supported on
+	// same locks sends to keep the group's id and place (so does a wait there that the replica's
+	// shutdown ends: 503 `shutting-down`). Idempotency-Key is not supported on
 	// multi-lock calls (400).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -6057,7 +6063,8 @@ type ClientWithResponsesInterface interface {
 	// waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
 	// waits: see "Multi-locks" above for what it holds meanwhile; a wait that runs out in a
 	// member's line answers 409 `lock-held` with a `queue_ticket` that the next request for the
-	// same locks sends to keep the group's id and place. Idempotency-Key is not supported on
+	// same locks sends to keep the group's id and place (so does a wait there that the replica's
+	// shutdown ends: 503 `shutting-down`). Idempotency-Key is not supported on
 	// multi-lock calls (400).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -11635,7 +11642,8 @@ func (c *ClientWithResponses) ReleaseMultiLockWithResponse(ctx context.Context, 
 // waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
 // waits: see "Multi-locks" above for what it holds meanwhile; a wait that runs out in a
 // member's line answers 409 `lock-held` with a `queue_ticket` that the next request for the
-// same locks sends to keep the group's id and place. Idempotency-Key is not supported on
+// same locks sends to keep the group's id and place (so does a wait there that the replica's
+// shutdown ends: 503 `shutting-down`). Idempotency-Key is not supported on
 // multi-lock calls (400).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -11656,7 +11664,8 @@ func (c *ClientWithResponses) AcquireMultiLockWithBodyWithResponse(ctx context.C
 // waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
 // waits: see "Multi-locks" above for what it holds meanwhile; a wait that runs out in a
 // member's line answers 409 `lock-held` with a `queue_ticket` that the next request for the
-// same locks sends to keep the group's id and place. Idempotency-Key is not supported on
+// same locks sends to keep the group's id and place (so does a wait there that the replica's
+// shutdown ends: 503 `shutting-down`). Idempotency-Key is not supported on
 // multi-lock calls (400).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).

@@ -731,3 +731,53 @@ func TestMultiLockWaiterRidesOutARedisStall(t *testing.T) {
 	assert.Equal(t, g.Str("id"), w.state(0, "y1").Str("multilock"))
 	assert.Equal(t, g.Str("id"), w.state(0, "y2").Str("multilock"))
 }
+
+// TestMultiLockWaitEndedByShutdownKeepsItsPlace: a group waiting in a member's line on a replica
+// that shuts down is answered 503 with a group queue ticket, holds nothing, and resumes with it on
+// the other replica ahead of a single waiter that came meanwhile, as a single waiter resumes with
+// its own ticket.
+func TestMultiLockWaitEndedByShutdownKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	w := newMultiWorld(t)
+	a, b := "shut.a", "shut.b"
+	holder := w.replica(0).Do(http.MethodPost, "/locks/"+b, nil, testkit.AcquireBody("holder", 60000))
+	require.Equal(t, http.StatusCreated, holder.Status, "%s", holder.Body)
+
+	waiting := make(chan *harness.Response, 1)
+	go func() { waiting <- testkit.LockAll(w.replica(1), "group", []string{a, b}, 60000, 30000, "") }()
+	harness.Eventually(t, 5*time.Second, "the group in b's line, holding a", func() bool {
+		return w.state(0, b).Int("waiters") == 1 && w.state(0, a).Str("owner") == "group"
+	})
+	later := make(chan *harness.Response, 1)
+	go func() {
+		later <- w.replica(0).Do(http.MethodPost, "/locks/"+b, nil, testkit.WaitBody("later", 60000, 15000))
+	}()
+	harness.Eventually(t, 5*time.Second, "the later waiter in b's line", func() bool { return w.state(0, b).Int("waiters") == 2 })
+
+	require.NoError(t, w.gws[1].Stop())
+	r := testkit.Receive(t, waiting, 10*time.Second, "the group's answer on shutdown")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s", r.Body)
+	ticket := r.Str("queue_ticket")
+	require.NotEmpty(t, ticket, "a group ended by shutdown in a member's line gets a group ticket: %s", r.Body)
+	w.awaitFree(t, 0, a, time.Second) // nothing is held between requests
+
+	resumed := make(chan *harness.Response, 1)
+	go func() {
+		resumed <- testkit.LockAll(w.replica(0), "group", []string{a, b}, 60000, 15000, fmt.Sprintf(`,"queue_ticket":%q`, ticket))
+	}()
+	harness.Eventually(t, 5*time.Second, "the group back ahead of the later waiter", func() bool {
+		ws := testkit.Waiting(w.replica(0), b)
+		return len(ws) == 2 && ws[0].Multilock != "" && ws[1].Owner == "later"
+	})
+	require.Equal(t, http.StatusOK, w.replica(0).Do(http.MethodDelete, "/locks/"+b, testkit.TokenHeader(holder.Str("token")), "").Status)
+	g := testkit.Receive(t, resumed, 5*time.Second, "the group's grant")
+	require.Equal(t, http.StatusCreated, g.Status, "%s", g.Body)
+	select {
+	case got := <-later:
+		t.Fatalf("the later waiter was answered before the group: %s", got.Body)
+	default:
+	}
+	require.Equal(t, http.StatusOK, releaseGroup(w.replica(0), "/multilocks", g.Str("token")).Status)
+	l := testkit.Receive(t, later, 5*time.Second, "b for the later waiter")
+	require.Equal(t, http.StatusCreated, l.Status, "%s", l.Body)
+}

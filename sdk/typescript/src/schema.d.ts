@@ -436,7 +436,8 @@ export interface paths {
          *     waiters) and `retry_after_ms` is the longest wait among them. With `wait_ms` > 0 it
          *     waits: see "Multi-locks" above for what it holds meanwhile; a wait that runs out in a
          *     member's line answers 409 `lock-held` with a `queue_ticket` that the next request for the
-         *     same locks sends to keep the group's id and place. Idempotency-Key is not supported on
+         *     same locks sends to keep the group's id and place (so does a wait there that the replica's
+         *     shutdown ends: 503 `shutting-down`). Idempotency-Key is not supported on
          *     multi-lock calls (400).
          */
         post: operations["acquireMultiLock"];
@@ -1298,8 +1299,9 @@ export interface components {
              */
             max_hold_ms?: number;
             /**
-             * @description Waiting requests only (400 otherwise): the `queue_ticket` of the 409 `lock-held` that
-             *     ended an earlier wait for the same set of locks by the same owner. Presented within
+             * @description Waiting requests only (400 otherwise): the `queue_ticket` of the 409 `lock-held` (or
+             *     the 503 `shutting-down`) that ended an earlier wait for the same set of locks by the
+             *     same owner. Presented within
              *     10 s of that answer, it resumes that wait: the group keeps its id (the `multilock` its
              *     members' holders and waiters show), `waited_ms` counts from the first request, and it
              *     queues in the line it waited in at its original arrival, after taking the members
