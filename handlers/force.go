@@ -31,9 +31,12 @@ func (h *lockHandlers) forceRelease(w http.ResponseWriter, r *http.Request, ref 
 		removed = append(removed, api.RemovedHold{Owner: hold.Owner, Fence: hold.Fence, Mode: string(hold.Mode),
 			Multilock: lockcore.GroupOf(hold.Lease)})
 	}
-	h.log.Warn("lock force-released", "lock", ref.Name, "kind", ref.Kind.String(),
-		"request_id", requestIDFrom(r.Context()), "remote_addr", r.RemoteAddr, "principal", principalName(r.Context()),
-		"owners", owners, "fences", fences, "holds_removed", len(f.Holds), "waiters_granted", f.Granted)
+	who := []any{"lock", ref.Name, "kind", ref.Kind.String(), "request_id", requestIDFrom(r.Context()), "remote_addr", r.RemoteAddr}
+	if p := principalName(r.Context()); p != "" { // authentication on
+		who = append(who, "principal", p)
+	}
+	h.log.Warn("lock force-released", append(who, "owners", owners, "fences", fences, "holds_removed", len(f.Holds),
+		"waiters_granted", f.Granted)...)
 	n := int64(len(f.Holds))
 	if ref.Kind == lockcore.KindElection {
 		writeJSON(w, http.StatusOK, api.ElectionForceRelease{Election: ref.Name, Released: true, Forced: true, HoldsRemoved: n, Removed: removed})

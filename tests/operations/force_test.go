@@ -58,6 +58,7 @@ func TestForceReleaseHandsTheLockToTheFirstWaiter(t *testing.T) {
 	assert.Contains(t, logs, `"remote_addr":"127.0.0.1:`)
 	assert.Contains(t, logs, `"owners":["a"],"fences":[`+strconv.FormatInt(a.Int("fence"), 10)+`]`)
 	assert.Contains(t, logs, `"request_id":"`+f.Header.Get("X-Request-Id")+`"`)
+	assert.NotContains(t, logs, `"principal":""`, "no principal without authentication")
 
 	// The hand-off goes on as on a release.
 	require.Equal(t, http.StatusOK, e.Client.Do(http.MethodDelete, "/locks/f", testkit.TokenHeader(got.Str("token")), "").Status)
