@@ -77,6 +77,8 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, optional bool) er
 	if err != nil {
 		return invalidRequest("request body could not be read: "+err.Error(), nil)
 	}
+	// Read to its end: closed now, net/http has nothing left to discard before the answer.
+	_ = r.Body.Close()
 	data := buf.Bytes()
 	if len(bytes.TrimSpace(data)) == 0 {
 		if optional {
@@ -219,6 +221,10 @@ func jsonType(goType string) string {
 // bodies pools the buffers answers are encoded into.
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
+// jsonContentType is the Content-Type of every JSON answer: one slice shared by all of them, which
+// net/http only reads (a Header.Add would append to a copy, the slice being full).
+var jsonContentType = []string{"application/json"}
+
 // writeJSON answers v as JSON with a newline.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body := bodies.Get().(*bytes.Buffer)
@@ -227,9 +233,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err := json.NewEncoder(body).Encode(v); err != nil {
 		panic(err) // the wire types always marshal; the recoverer answers 500
 	}
-	// A Content-Length lets a handler flush the answer whole (see acquire), without chunking.
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(body.Len()))
+	// A Content-Length lets a handler flush the answer whole (see acquire), without chunking. The
+	// header map is written directly, under canonical names: Set would allocate the content type's
+	// slice anew for every answer.
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(body.Len())}
 	w.WriteHeader(status)
 	_, _ = w.Write(body.Bytes())
 }

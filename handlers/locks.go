@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -144,7 +145,10 @@ func (h *lockHandlers) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, h.log, err)
 		return
 	}
-	query := r.URL.Query()
+	var query url.Values // nil without a query string, which is then not parsed (a map less per release)
+	if r.URL.RawQuery != "" {
+		query = r.URL.Query()
+	}
 	if query.Has("force") {
 		h.forceRelease(w, r, lockcore.LockRef(name))
 		return

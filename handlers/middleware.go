@@ -34,7 +34,8 @@ type requestInfo struct {
 	scope        scope
 }
 
-// requestIDHeader carries the request ID: the client's when it sends a sane one, else ours.
+// requestIDHeader carries the request ID: the client's when it sends a sane one, else ours. In
+// canonical form (see statusRecorder.sendID).
 const requestIDHeader = "X-Request-Id"
 
 var (
@@ -80,13 +81,16 @@ type statusRecorder struct {
 	id     string // the request ID
 	status int
 	idSent bool // the ID is in the answer's header
+	// idValue is the header's value, [id]: in the recorder's allocation rather than one of its own.
+	idValue [1]string
 }
 
-// sendID puts the request ID in the answer's header once.
+// sendID puts the request ID in the answer's header once (under its canonical name).
 func (s *statusRecorder) sendID() {
 	if !s.idSent {
 		s.idSent = true
-		s.ResponseWriter.Header().Set(requestIDHeader, s.id)
+		s.idValue[0] = s.id
+		s.ResponseWriter.Header()[requestIDHeader] = s.idValue[:]
 	}
 }
 
