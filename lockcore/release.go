@@ -41,9 +41,11 @@ func (s *Service) Release(ctx context.Context, req ReleaseRequest) (Released, er
 	if err != nil {
 		return Released{}, err
 	}
-	claim, err := s.claimIdempotencyKey(ctx, req.Ref, req.IdempotencyKey, releaseFingerprint(l, req.Mode), 0)
-	if err != nil {
-		return Released{}, err
+	var claim *idemClaim // no fingerprint to make without a key
+	if req.IdempotencyKey != "" {
+		if claim, err = s.claimIdempotencyKey(ctx, req.Ref, req.IdempotencyKey, releaseFingerprint(l, req.Mode), 0); err != nil {
+			return Released{}, err
+		}
 	}
 	rel, err := s.releaseLease(ctx, l, s.idem(req.IdempotencyKey).claiming(claim), req.Mode)
 	// The hold's count goes when the lease holds nothing more: a release that gave back one hold
