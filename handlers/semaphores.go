@@ -13,8 +13,8 @@ import (
 // acquireSemaphore handles POST /semaphores/{name}: 201 for a new permit, 200 for a re-entry.
 // Semaphore names follow the rules of lock names.
 func (h *lockHandlers) acquireSemaphore(w http.ResponseWriter, r *http.Request) {
-	req, ok := readAcquire[api.SemaphoreAcquireRequest](h, w, r, lockcore.KindSemaphore)
-	if !ok {
+	var req lockcore.AcquireRequest
+	if !readAcquire[api.SemaphoreAcquireRequest](h, w, r, lockcore.KindSemaphore, &req) {
 		return
 	}
 	h.grant(w, r, &req, "/semaphores/", func(g lockcore.Grant) any { return semaphoreGrantBody(g) })

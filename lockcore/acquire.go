@@ -66,7 +66,7 @@ func (s *Service) acquire(ctx context.Context, req *AcquireRequest, g *Grant) (e
 		err = s.finishInto(ctx, req, g, (*Service).giveBack)
 	}
 	if err == nil && lease != "" && g.ID == lease && !s.fresh(*g) { // finishing it took too long
-		err = s.tooLate(ctx, *req, *g)
+		err = s.tooLate(ctx, req, g)
 	}
 	// A new lease not granted, or a retry granted the first request's lease (counted by that
 	// request), is not counted.

@@ -9,7 +9,19 @@ import (
 
 // tryOnce tries once: the lock goes to the new lease lease if it is free and nobody is queued. The
 // grant is not finished yet (see finishGrant).
-func (s *Service) tryOnce(ctx context.Context, req AcquireRequest, lease string) (Grant, error) {
+func (s *Service) tryOnce(ctx context.Context, req AcquireRequest, lease string) (g Grant, err error) {
+	err = s.tryInto(ctx, &req, lease, &g)
+	return g, err
+}
+
+// tryInto is tryOnce into *g, which it leaves as it is on failure. It works on pointers and is not
+// inlined, so that its frame and those under it stay small: a waiting acquire's frames on the way
+// stay on its stack while it waits, and an acquire whose deepest frames take its connection's
+// goroutine past 8 KB of stack has that stack copied to a larger one again after every GC, which
+// shrinks it (measured with go tool pprof: runtime.copystack under runAcquire).
+//
+//go:noinline
+func (s *Service) tryInto(ctx context.Context, req *AcquireRequest, lease string, g *Grant) error {
 	start := time.Now()
 	r, err := s.runAcquire(ctx, req, lease, false, 0, "")
 	if err != nil {
@@ -19,32 +31,24 @@ func (s *Service) tryOnce(ctx context.Context, req AcquireRequest, lease string)
 		if notAcked(err) && r.status == acquireGranted && req.IdempotencyKey == "" {
 			s.giveBackUnacked(ctx, Lease{Lock: req.Lock, Kind: req.Kind, ID: lease}, req.mode())
 		}
-		return Grant{}, err
+		return err
 	}
+	ttl := req.TTL
 	switch r.status {
-	case acquireGranted:
-		g := s.newGrant(req, lease, r, start)
-		if !s.fresh(g) {
-			return Grant{}, s.tooLate(ctx, req, g)
-		}
-		return g, nil
 	case acquireHeld:
-		return Grant{}, &HeldError{Lock: req.Lock, Kind: req.Kind, RetryAfter: r.pttl}
+		return &HeldError{Lock: req.Lock, Kind: req.Kind, RetryAfter: r.pttl}
 	case acquireReplayed: // the first request's lease, with what it has left
-		lease, req.TTL = r.lease, r.pttl
+		lease, ttl = r.lease, r.pttl
 	case acquireReplayedLost:
-		return Grant{}, fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, req.Kind, req.Lock)
+		return fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, req.Kind, req.Lock)
 	}
-	return s.newGrant(req, lease, r, start), nil
-}
-
-// tryInto is tryOnce into *g. Not inlined: its copies of the request and the grant would take
-// room in the frame of its caller, which stays on the stack while it waits.
-//
-//go:noinline
-func (s *Service) tryInto(ctx context.Context, req *AcquireRequest, lease string, g *Grant) (err error) {
-	*g, err = s.tryOnce(ctx, *req, lease)
-	return err
+	var granted Grant
+	s.newGrant(&granted, req, lease, ttl, r, start)
+	if r.status == acquireGranted && !s.fresh(granted) {
+		return s.tooLate(ctx, req, &granted)
+	}
+	*g = granted
+	return nil
 }
 
 // finishInto is finishGrant on *g, not inlined for the same reason as tryInto.
@@ -100,33 +104,30 @@ const freshLag = 500 * time.Millisecond
 
 // tooLate gives back grant g of req, answered too late to be of use (see fresh), and says so. A
 // request with an Idempotency-Key keeps it for its retry, which replays it with what it has left.
-func (s *Service) tooLate(ctx context.Context, req AcquireRequest, g Grant) error {
+func (s *Service) tooLate(ctx context.Context, req *AcquireRequest, g *Grant) error {
 	if req.IdempotencyKey == "" {
-		s.giveBack(ctx, g)
+		s.giveBack(ctx, *g)
 	}
 	return fmt.Errorf("%w: Redis granted %s %q too late to answer with it (%v of its %v TTL left)",
 		ErrUnavailable, req.Kind, req.Lock, max(time.Until(g.ExpiresAt), 0).Round(time.Millisecond), g.TTL)
 }
 
-func (s *Service) newGrant(req AcquireRequest, lease string, r acquireReply, start time.Time) Grant {
+// newGrant sets *g to the grant of lease, for ttl, that reply r (to a call sent at start) made to req.
+func (s *Service) newGrant(g *Grant, req *AcquireRequest, lease string, ttl time.Duration, r acquireReply, start time.Time) {
 	l := Lease{Lock: req.Lock, Kind: req.Kind, Owner: req.Owner, ID: lease, Fence: r.fence, Principal: req.Principal}
-	g := Grant{Lease: l, Mode: req.mode(), Token: s.tokens.Mint(l), TTL: req.TTL, ExpiresAt: start.Add(s.dep.validity(req.TTL)), Holds: 1,
+	*g = Grant{Lease: l, Mode: req.mode(), Token: s.tokens.Mint(l), TTL: ttl, ExpiresAt: start.Add(s.dep.validity(ttl)), Holds: 1,
 		Watchdog: req.Watchdog, Used: r.used}
 	if req.Kind == KindSemaphore {
 		g.Permits = req.Permits
 	}
-	return g
 }
 
 // runAcquire runs acquire.lua, trying once or (waiting) queueing. A waiter queues at arrival (µs, Redis
 // time) when it is not 0, else at the place queue ticket ticketID keeps (taken once), else now.
 // With replica acks, a grant (or a replayed one) the replicas did not acknowledge is returned
 // with a *notAckedError; any other answer needs no acknowledgement and is returned as it is.
-func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease string, waiting bool, arrival int64, ticketID string) (acquireReply, error) {
-	a := acquireArgs{lease: lease, ttl: req.TTL, owner: req.Owner, watchdog: req.Watchdog, waiting: waiting,
-		replica: s.waiters.replica, arrival: arrival, ticketID: ticketID, maxHold: req.MaxHold, idem: s.idem(req.IdempotencyKey).claiming(req.claim),
-		mode: req.mode(), permits: req.Permits}
-	reply, err := s.dep.run(ctx, a.call(s.lockCall(req.ref())))
+func (s *Service) runAcquire(ctx context.Context, req *AcquireRequest, lease string, waiting bool, arrival int64, ticketID string) (acquireReply, error) {
+	reply, err := s.dep.run(ctx, s.acquireCall(req, lease, waiting, arrival, ticketID))
 	if err != nil && !notAcked(err) {
 		return acquireReply{}, err
 	}
@@ -138,6 +139,17 @@ func (s *Service) runAcquire(ctx context.Context, req AcquireRequest, lease stri
 		return r, err
 	}
 	return r, nil
+}
+
+// acquireCall is runAcquire's call of acquire.lua. Not inlined: the arguments it gathers take room
+// in its frame, which is gone by the time the call runs (see tryInto).
+//
+//go:noinline
+func (s *Service) acquireCall(req *AcquireRequest, lease string, waiting bool, arrival int64, ticketID string) call {
+	a := acquireArgs{lease: lease, ttl: req.TTL, owner: req.Owner, watchdog: req.Watchdog, waiting: waiting,
+		replica: s.waiters.replica, arrival: arrival, ticketID: ticketID, maxHold: req.MaxHold, idem: s.idem(req.IdempotencyKey).claiming(req.claim),
+		mode: req.mode(), permits: req.Permits}
+	return a.call(s.lockCall(req.ref()))
 }
 
 // notAcked reports whether err says the replicas did not acknowledge a write in time.

@@ -371,15 +371,14 @@ func (wt *waitTurn) queue(ctx context.Context, g *Grant) (inLine bool, err error
 func (wt *waitTurn) enqueue(waitCtx context.Context, g *Grant) (queued bool, err error) {
 	for {
 		callStart := time.Now()
-		r, err := wt.svc.runAcquire(waitCtx, wt.asked, wt.lease, true, wt.arrival, wt.resumeID)
+		r, err := wt.svc.runAcquire(waitCtx, &wt.asked, wt.lease, true, wt.arrival, wt.resumeID)
 		switch {
 		case err == nil && r.status == acquireGranted:
-			*g = wt.svc.newGrant(wt.asked, wt.lease, r, callStart)
+			wt.svc.newGrant(g, &wt.asked, wt.lease, wt.asked.TTL, r, callStart)
 			return false, nil
 		case err == nil && r.status == acquireReplayed: // a retry of a request that was granted
-			req := wt.asked
-			req.TTL = r.pttl // what the first request's lease has left
-			*g = wt.svc.newGrant(req, r.lease, r, callStart)
+			// r.pttl: what the first request's lease has left
+			wt.svc.newGrant(g, &wt.asked, r.lease, r.pttl, r, callStart)
 			return false, nil
 		case err == nil && r.status == acquireReplayedLost:
 			return false, fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, wt.asked.Kind, wt.asked.Lock)
