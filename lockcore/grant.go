@@ -14,11 +14,11 @@ func (s *Service) tryOnce(ctx context.Context, req AcquireRequest, lease string)
 	return g, err
 }
 
-// tryInto is tryOnce into *g, which it leaves as it is on failure. It works on pointers and is not
-// inlined, so that its frame and those under it stay small: a waiting acquire's frames on the way
-// stay on its stack while it waits, and an acquire whose deepest frames take its connection's
-// goroutine past 8 KB of stack has that stack copied to a larger one again after every GC, which
-// shrinks it (measured with go tool pprof: runtime.copystack under runAcquire).
+// tryInto is tryOnce into *g (a zero Grant), which stays zero on failure. It works on pointers and
+// is not inlined, so that its frame and those under it stay small: a waiting acquire's frames on
+// the way stay on its stack while it waits, and an acquire whose deepest frames take its
+// connection's goroutine past 8 KB of stack has that stack copied to a larger one again after
+// every GC, which shrinks it (measured with go tool pprof: runtime.copystack under runAcquire).
 //
 //go:noinline
 func (s *Service) tryInto(ctx context.Context, req *AcquireRequest, lease string, g *Grant) error {
@@ -42,12 +42,12 @@ func (s *Service) tryInto(ctx context.Context, req *AcquireRequest, lease string
 	case acquireReplayedLost:
 		return fmt.Errorf("%w: %s %q: the lease the first request with this Idempotency-Key was granted", ErrLeaseLost, req.Kind, req.Lock)
 	}
-	var granted Grant
-	s.newGrant(&granted, req, lease, ttl, r, start)
-	if r.status == acquireGranted && !s.fresh(granted) {
-		return s.tooLate(ctx, req, &granted)
+	s.newGrant(g, req, lease, ttl, r, start)
+	if r.status == acquireGranted && !s.fresh(*g) {
+		err := s.tooLate(ctx, req, g)
+		*g = Grant{}
+		return err
 	}
-	*g = granted
 	return nil
 }
 
