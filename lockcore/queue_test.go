@@ -514,7 +514,7 @@ func TestAJoinBehindAnExclusiveHolderIsAcquireLuasJoin(t *testing.T) {
 	const fast, full = "join-fast", "join-full"
 	type joined struct {
 		reply              []string
-		arrival, ttl       int64
+		arrival            int64
 		deadlineIn         int64 // qd's score minus the Redis clock, ms
 		meta               map[string]any
 		qTTL, qdTTL, qmTTL int64

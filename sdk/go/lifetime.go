@@ -132,10 +132,10 @@ func (l *lifetime) keepAlive(renew func(ctx context.Context) error) {
 }
 
 func (l *lifetime) renewEveryThird(renew func(ctx context.Context) error) {
+	drain(l.extended) // the grant's own news: next counts from it
 	l.mu.Lock()
 	next := l.ttl / 3
 	l.mu.Unlock()
-	drain(l.extended) // the grant's own news: next counts from it
 	for {
 		t := time.NewTimer(next)
 		select {
