@@ -21,8 +21,8 @@ type lifetime struct {
 	validUntil time.Time
 	lapse      *time.Timer // stops the lease margin before validUntil; nil for watchdog leases
 	keeping    bool        // KeepAlive's goroutine runs
-	// extended tells KeepAlive's goroutine that a grant, renewal or re-entry moved validUntil (a
-	// Renew to a shorter TTL brings the next renewal forward).
+	// extended tells KeepAlive's goroutine that validUntil or ttl may have moved (a Renew to a
+	// shorter TTL brings the next renewal forward).
 	extended chan struct{}
 	// targets is how many events streams the lease follows (0: not watched; see watch.go), and
 	// open how many of them are open now.
@@ -132,47 +132,37 @@ func (l *lifetime) keepAlive(renew func(ctx context.Context) error) {
 }
 
 func (l *lifetime) renewEveryThird(renew func(ctx context.Context) error) {
-	drain(l.extended) // the grant's own news: next counts from it
-	l.mu.Lock()
-	next := l.ttl / 3
-	l.mu.Unlock()
+	// After a failure, the next try is due at retryAt, as long as validUntil stays failedAt's.
+	var retryAt, failedAt time.Time
 	for {
-		t := time.NewTimer(next)
+		l.mu.Lock()
+		ttl, validUntil := l.ttl, l.validUntil
+		l.mu.Unlock()
+		// Due once a third of the TTL has passed since the latest grant, renewal or re-entry was
+		// sent (validUntil - ttl), so that one made by hand counts, and one to a shorter TTL
+		// brings the next renewal forward; news that moves neither (a release) changes nothing.
+		due := validUntil.Add(ttl/3 - ttl)
+		if !retryAt.IsZero() && validUntil.Equal(failedAt) {
+			due = retryAt
+		}
+		t := time.NewTimer(time.Until(due))
 		select {
 		case <-l.ctx.Done():
 			t.Stop()
 			return
-		case <-l.extended:
-			// A Renew or Reenter by hand set a TTL: the next renewal is due a third of it from
-			// now, not a third of the TTL that was (a shorter one would lapse before that).
+		case <-l.extended: // the TTL or validUntil may have moved
 			t.Stop()
-			l.mu.Lock()
-			next = l.ttl / 3
-			l.mu.Unlock()
 			continue
 		case <-t.C:
 		}
-		l.mu.Lock()
-		ttl := l.ttl
-		l.mu.Unlock()
 		rctx, cancel := context.WithTimeout(l.ctx, ttl/3)
 		err := renew(rctx)
 		cancel()
-		drain(l.extended) // this renewal's own news
-		if err == nil {
+		retryAt = time.Time{}
+		if err != nil {
 			l.mu.Lock()
-			next = l.ttl / 3
+			retryAt, failedAt = time.Now().Add(SafetyMargin(ttl)), l.validUntil
 			l.mu.Unlock()
-		} else {
-			next = SafetyMargin(ttl)
 		}
-	}
-}
-
-// drain takes a pending signal off ch, if there is one.
-func drain(ch chan struct{}) {
-	select {
-	case <-ch:
-	default:
 	}
 }

@@ -289,3 +289,37 @@ func TestGoSDKKeepAliveFollowsARenewByHand(t *testing.T) {
 	_, err = lease.Release(ctx)
 	require.NoError(t, err)
 }
+
+// TestGoSDKKeepAliveIsNotPutOffByReleases releases two re-entries of a kept-alive 3 s lease, at
+// 0.9 s and 1.8 s: a release moves no TTL, so keep-alive's renewals stay due every third of it
+// (one that restarted its count at each release would first renew at 2.8 s, after the lease
+// counted as lapsing at 2.7 s).
+func TestGoSDKKeepAliveIsNotPutOffByReleases(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, nil)
+	ctx := context.Background()
+	sdk, err := leasegate.New(e.Gateway.URL)
+	require.NoError(t, err)
+	lease, err := sdk.Lock(ctx, "released-twice", leasegate.LockOptions{Owner: "r", TTL: 3 * time.Second})
+	require.NoError(t, err)
+	for range 2 {
+		require.NoError(t, lease.Reenter(ctx, 3*time.Second))
+	}
+	start := time.Now()
+	lease.KeepAlive()
+	for _, at := range []time.Duration{900 * time.Millisecond, 1800 * time.Millisecond} {
+		for time.Since(start) < at { // the work, checking the lease as it goes
+			require.NoError(t, lease.Err())
+			<-time.After(20 * time.Millisecond)
+		}
+		_, err := lease.Release(ctx)
+		require.NoError(t, err)
+	}
+	for time.Since(start) < 4*time.Second {
+		require.NoError(t, lease.Err(), "lost after %v although kept alive (holds %d)", time.Since(start), lease.Holds())
+		<-time.After(20 * time.Millisecond)
+	}
+	assert.Equal(t, int64(1), lease.Holds())
+	_, err = lease.Release(ctx)
+	require.NoError(t, err)
+}
