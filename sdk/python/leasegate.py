@@ -1547,6 +1547,7 @@ class RenewableLease(abc.ABC, Generic[_K]):
         self._grant: _K = grant
         self._applied_sent = sent
         self._valid_until: float = sent + grant.ttl_ms / 1000.0
+        self._checked_at = sent  # a watchdog lease's keep-alive: its latest check (see _keepalive)
         self._released = False
         self._lost_reason = ""
         self._kept_alive = False
@@ -1610,14 +1611,18 @@ class RenewableLease(abc.ABC, Generic[_K]):
 
     @property
     def margin(self) -> float:
-        """Safety margin in seconds: TTL/10 (of the latest grant, re-entry or renewal) between
-        50 ms and 1 s. Work must stop this long before :attr:`valid_until`; renewals that fail
+        """Safety margin in seconds: TTL/10 (of the hold that lapses first, as set by its latest
+        grant, re-entry or renewal) between 50 ms and 1 s. Work must stop this long before :attr:`valid_until`; renewals that fail
         are retried this often."""
         return self._margin
 
     @property
     def _margin(self) -> float:
-        return min(max(self._grant.ttl_ms / 10000.0, 0.05), 1.0)
+        return min(max(self._lapse_ttl_ms() / 10000.0, 0.05), 1.0)
+
+    def _lapse_ttl_ms(self) -> int:
+        """The TTL of the hold that lapses first (the one :attr:`valid_until` is of)."""
+        return self._grant.ttl_ms
 
     # -- operations ------------------------------------------------------------------------
 
@@ -1818,48 +1823,45 @@ class RenewableLease(abc.ABC, Generic[_K]):
             t.join(timeout=1.0)
 
     def _keepalive(self) -> None:
-        """Renew every TTL/3 (a watchdog lease: check it); retry failures every margin. A
-        renewal or re-entry by hand counts as one: the next is due a third of its TTL later (a
-        shorter TTL would otherwise lapse before the next renewal)."""
+        """Renew once a third of the TTL has passed since the latest grant, re-entry or renewal
+        was sent (``valid_until - ttl``), so that one made by hand counts and one to a shorter
+        TTL brings the next forward; retry failures every margin. A watchdog lease is checked
+        every TTL/3 instead."""
         g = self.grant
-        pause = g.ttl_ms / 3000.0
-        with self._cond:
-            seen = self._applied_sent
+        retry_at: float | None = None  # after a failure, while valid_until stays failed_at
+        failed_at = 0.0
         while True:
             with self._cond:
-                until = time.monotonic() + pause
-                while not self._stop.is_set() and self._applied_sent == seen:
-                    left = until - time.monotonic()
+                while True:
+                    if self._stop.is_set() or self.lost.is_set() or self._released:
+                        return
+                    ttl = self._lapse_ttl_ms() / 1000.0
+                    due = self._valid_until - ttl + ttl / 3
+                    if g.watchdog:
+                        due = self._checked_at + g.ttl_ms / 3000.0
+                    if retry_at is not None and self._valid_until == failed_at:
+                        due = retry_at
+                    left = due - time.monotonic()
                     if left <= 0:
                         break
-                    self._cond.wait(left)
-                if self._stop.is_set() or self.lost.is_set() or self._released:
-                    return
-                if self._applied_sent != seen:  # renewed or re-entered by hand
-                    seen, pause = self._applied_sent, self._grant.ttl_ms / 3000.0
-                    continue
+                    self._cond.wait(left)  # any news (a renewal, a release, the stop) looks again
             deadline = self.valid_until - self._margin
             if time.monotonic() >= deadline:
                 return  # _watch_deadline sets lost
             try:
                 if g.watchdog:
+                    self._checked_at = time.monotonic()
                     self._observe(deadline)
                 else:
                     self._renew(g.ttl_ms, tries=1, deadline=deadline)
+                retry_at = None
             except LeaseGoneError as e:
                 if not self._stop.is_set() and not self._released:
                     self._set_lost(f"renewal answered 410: {e.detail}")
                 return
-            except LeasegateError:
-                pause = self._margin
-                continue
-            except Exception:  # noqa: BLE001 - e.g. a malformed answer; retry like a failure
-                pause = self._margin
-                continue
-            finally:
+            except Exception:  # noqa: BLE001 - LeasegateError, or e.g. a malformed answer: retry
                 with self._cond:
-                    seen = self._applied_sent  # this renewal's own
-            pause = g.ttl_ms / 3000.0
+                    retry_at, failed_at = time.monotonic() + self._margin, self._valid_until
 
     def _watch_deadline(self) -> None:
         """Set lost when valid_until - margin comes without a renewal pushing it back."""
@@ -2224,6 +2226,12 @@ class BaseLease(RenewableLease[_G]):
         if held:
             self._valid_until = min(held)
         self._cond.notify_all()
+
+    def _lapse_ttl_ms(self) -> int:
+        held = [h for h in list(self._holds.values()) if h.count > 0]
+        if not held:
+            return self._grant.ttl_ms
+        return min(held, key=lambda h: h.valid_until).ttl_ms
 
     @staticmethod
     def _set_ttl(h: _Hold, ttl_ms: int, sent: float) -> None:

@@ -58,7 +58,6 @@ export interface InspectOptions extends CallOptions {
 interface KeepAliveState<G> {
   readonly ttl: number;
   readonly period: number;
-  readonly margin: number;
   readonly options: KeepAliveOptions<G>;
   renewTimer: ReturnType<typeof setTimeout> | undefined;
   deadlineTimer: ReturnType<typeof setTimeout> | undefined;
@@ -205,9 +204,10 @@ export abstract class RenewableLease<G extends RenewableGrant> {
     const k = this.keeper;
     if (k !== undefined) {
       this.armDeadline(k);
-      // A renewal or re-entry by hand counts as one of keep-alive's: the next is due a third of the
-      // TTL it set from now (a shorter TTL brings it forward). Keep-alive's own schedules its next.
-      if (k.inflight === undefined) this.scheduleRenewal(k, Math.min(k.period, data.ttl_ms / 3));
+      // A renewal or re-entry by hand counts as one of keep-alive's (a shorter TTL brings the next
+      // forward); keep-alive's own, or one answered while it has one in flight, is followed when
+      // that one ends.
+      if (k.inflight === undefined) this.scheduleNext(k);
     }
     return data;
   }
@@ -265,7 +265,6 @@ export abstract class RenewableLease<G extends RenewableGrant> {
     const k: KeepAliveState<G> = {
       ttl,
       period: ttl / 3,
-      margin: safetyMarginMs(ttl),
       options,
       renewTimer: undefined,
       deadlineTimer: undefined,
@@ -274,9 +273,7 @@ export abstract class RenewableLease<G extends RenewableGrant> {
     };
     this.keeper = k;
     this.armDeadline(k);
-    // Due once the lease has no more than ttl - ttl/3 left, and at most ttl/3 from now.
-    const due = this.validUntilMs - (k.ttl - k.period) - performance.now();
-    this.scheduleRenewal(k, Math.min(Math.max(due, 0), k.period));
+    this.scheduleNext(k);
   }
 
   /**
@@ -352,18 +349,31 @@ export abstract class RenewableLease<G extends RenewableGrant> {
     }, Math.max(0, this.validUntilMs - safetyMarginMs(this.grant.ttl_ms) - performance.now()));
   }
 
+  /**
+   * Schedules keep-alive's next renewal once a third of the lease's TTL has passed since its latest
+   * grant, renewal or re-entry was sent (`validUntil` - TTL), and at most a third of keep-alive's
+   * TTL from now.
+   */
+  private scheduleNext(k: KeepAliveState<G>): void {
+    const ttl = this.grant.ttl_ms;
+    const due = this.validUntilMs - ttl + ttl / 3 - performance.now();
+    this.scheduleRenewal(k, Math.min(Math.max(due, 0), k.period));
+  }
+
   private scheduleRenewal(k: KeepAliveState<G>, ms: number): void {
     clearTimeout(k.renewTimer);
     k.renewTimer = setTimeout(() => void this.renewForKeepAlive(k), ms);
   }
 
   private async renewForKeepAlive(k: KeepAliveState<G>): Promise<void> {
-    if (this.keeper !== k) return;
+    if (this.keeper !== k || k.inflight !== undefined) return;
     const inflight = new AbortController();
     k.inflight = inflight;
+    // At most a third of the TTL the lease has now (a renewal by hand may have shortened it).
+    const limit = Math.min(k.period, this.grant.ttl_ms / 3);
     const timeout = setTimeout(
-      () => inflight.abort(new Error(`renewal took longer than ${Math.round(k.period)} ms`)),
-      k.period,
+      () => inflight.abort(new Error(`renewal took longer than ${Math.round(limit)} ms`)),
+      limit,
     );
     let grant: G;
     try {
@@ -372,7 +382,7 @@ export abstract class RenewableLease<G extends RenewableGrant> {
       if (this.keeper !== k) return; // stopped, or lost (a 410 already aborted `signal`)
       const err = inflight.signal.aborted ? inflight.signal.reason : e;
       k.lastError = err;
-      this.scheduleRenewal(k, k.margin);
+      this.scheduleRenewal(k, safetyMarginMs(Math.min(k.ttl, this.grant.ttl_ms)));
       k.options.onRenewError?.(err);
       return;
     } finally {
@@ -381,7 +391,7 @@ export abstract class RenewableLease<G extends RenewableGrant> {
     }
     if (this.keeper !== k) return;
     k.lastError = undefined;
-    this.scheduleRenewal(k, k.period);
+    this.scheduleNext(k);
     k.options.onRenew?.(grant);
   }
 }
