@@ -173,7 +173,9 @@ func (l *Lease) dropped(mode Mode) bool {
 
 // Renew sets the TTL of the lease (of every hold it has) to ttl (0: each keeps its own). It
 // returns an error matching ErrLeaseGone once the lease is lost (and ends its Context). A lost
-// answer is retried with the same Idempotency-Key.
+// answer is retried with the same Idempotency-Key. Renewals and re-entries of one lease go one at
+// a time (one waits for the answer to the one before), KeepAlive's among them, so that the TTL the
+// lease counts with is the one Redis applied last.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	return l.RenewVia(ctx, l.client, ttl)
 }
@@ -183,16 +185,21 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 func (l *Lease) RenewVia(ctx context.Context, gw *Gateway, ttl time.Duration) error {
 	var sent time.Time
 	var a *answer
-	err := retry(ctx, func(key *string) (err error) {
-		sent = time.Now()
-		a, err = l.calls.renew(ctx, gw, l, ttl, key)
+	err := l.setTTL(ctx, func() error {
+		err := retry(ctx, func(key *string) (err error) {
+			sent = time.Now()
+			a, err = l.calls.renew(ctx, gw, l, ttl, key)
+			return err
+		})
+		if err == nil {
+			l.renewed(a, ttl, sent) // before the next such call goes
+		}
 		return err
 	})
 	if err != nil {
 		l.endIfGone(err)
 		return err
 	}
-	l.renewed(a, ttl, sent)
 	return nil
 }
 
@@ -210,16 +217,21 @@ func (l *Lease) Reenter(ctx context.Context, ttl time.Duration) error {
 func (l *Lease) ReenterMode(ctx context.Context, mode Mode, ttl time.Duration) error {
 	var sent time.Time
 	var a *answer
-	err := retry(ctx, func(key *string) (err error) {
-		sent = time.Now()
-		a, err = l.calls.reenter(ctx, l.client, l, mode, ttl, key)
+	err := l.setTTL(ctx, func() error {
+		err := retry(ctx, func(key *string) (err error) {
+			sent = time.Now()
+			a, err = l.calls.reenter(ctx, l.client, l, mode, ttl, key)
+			return err
+		})
+		if err == nil {
+			l.granted(a, sent) // before the next such call goes
+		}
 		return err
 	})
 	if err != nil {
 		l.endIfGone(err)
 		return err
 	}
-	l.granted(a, sent)
 	return nil
 }
 

@@ -24,6 +24,9 @@ type lifetime struct {
 	// extended tells KeepAlive's goroutine that validUntil or ttl may have moved (a Renew to a
 	// shorter TTL brings the next renewal forward).
 	extended chan struct{}
+	// setting is held by the call that sets the lease's TTL (a renewal, a re-entry) from its send
+	// to its answer (see setTTL).
+	setting chan struct{}
 	// targets is how many events streams the lease follows (0: not watched; see watch.go), and
 	// open how many of them are open now.
 	targets, open int
@@ -38,6 +41,22 @@ type lifetime struct {
 func (l *lifetime) start() {
 	l.ctx, l.stop = context.WithCancelCause(context.Background())
 	l.extended = make(chan struct{}, 1)
+	l.setting = make(chan struct{}, 1)
+}
+
+// setTTL runs call, which sets the lease's TTL (a renewal or a re-entry, with its retries), after
+// any other such call of the lease has been answered. Two of them in flight at once could be
+// applied by Redis in one order and answered in the other, and the lease would then count as
+// valid for the TTL Redis no longer has (a keep-alive renewal answered after a shorter Renew by
+// hand); one at a time, the latest answer is the TTL Redis has.
+func (l *lifetime) setTTL(ctx context.Context, call func() error) error {
+	select {
+	case l.setting <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-l.setting }()
+	return call()
 }
 
 // arm starts counting down to the lease's lapse (see Done). The gateway renews a watchdog lease:

@@ -178,22 +178,27 @@ func (m *MultiLease) Renew(ctx context.Context, ttl time.Duration) error {
 func (m *MultiLease) RenewVia(ctx context.Context, gw *Gateway, ttl time.Duration) error {
 	var sent time.Time
 	var g *MultiLockGrant
-	err := resend(ctx, func() error {
-		sent = time.Now()
-		resp, err := gw.API.RenewMultiLockByIdWithResponse(ctx, m.ID, &RenewMultiLockByIdParams{LeaseToken: m.Token}, RenewRequest{TtlMs: millis(ttl)})
-		if err != nil {
-			return err
+	err := m.setTTL(ctx, func() error {
+		err := resend(ctx, func() error {
+			sent = time.Now()
+			resp, err := gw.API.RenewMultiLockByIdWithResponse(ctx, m.ID, &RenewMultiLockByIdParams{LeaseToken: m.Token}, RenewRequest{TtlMs: millis(ttl)})
+			if err != nil {
+				return err
+			}
+			if g = resp.JSON200; g == nil {
+				return problem(resp.HTTPResponse, resp.Body)
+			}
+			return nil
+		})
+		if err == nil {
+			m.renewed(g, sent) // before the next such call goes
 		}
-		if g = resp.JSON200; g == nil {
-			return problem(resp.HTTPResponse, resp.Body)
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		m.endIfGone(err)
 		return err
 	}
-	m.renewed(g, sent)
 	return nil
 }
 

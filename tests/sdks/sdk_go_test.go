@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -320,6 +324,64 @@ func TestGoSDKKeepAliveIsNotPutOffByReleases(t *testing.T) {
 		<-time.After(20 * time.Millisecond)
 	}
 	assert.Equal(t, int64(1), lease.Holds())
+	_, err = lease.Release(ctx)
+	require.NoError(t, err)
+}
+
+// TestGoSDKRenewalsByHandAndKeepAliveDoNotCross renews by hand, to a shorter TTL, while
+// keep-alive's renewal is in flight, its answer held back 300 ms by a proxy (Redis applied it
+// before the renewal by hand): answered in the other order, the lease counted as valid for
+// keep-alive's 9 s while Redis had 1.5 s, and another owner took the lock while Err was nil. The
+// lease must never count as valid while someone else holds the lock.
+func TestGoSDKRenewalsByHandAndKeepAliveDoNotCross(t *testing.T) {
+	t.Parallel()
+	e := testkit.NewEnv(t, nil)
+	ctx := context.Background()
+	processed := make(chan struct{}, 100)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := http.NewRequestWithContext(r.Context(), r.Method, e.Gateway.URL+r.URL.RequestURI(), r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		if strings.HasSuffix(r.URL.Path, "/renew") {
+			processed <- struct{}{}
+			<-time.After(300 * time.Millisecond) // the answer is slow to come back
+		}
+		maps.Copy(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(body)
+	}))
+	defer proxy.Close()
+	viaProxy, err := leasegate.New(proxy.URL)
+	require.NoError(t, err)
+	direct, err := leasegate.New(e.Gateway.URL)
+	require.NoError(t, err)
+
+	lease, err := viaProxy.Lock(ctx, "crossing", leasegate.LockOptions{Owner: "a", TTL: 9 * time.Second, WatchLoss: leasegate.WatchNever})
+	require.NoError(t, err)
+	lease.KeepAlive()
+	<-processed // keep-alive's first renewal is applied; its answer is on its way
+	byHand := time.Now()
+	require.NoError(t, lease.RenewVia(ctx, direct, 1500*time.Millisecond))
+	for time.Since(byHand) < 3*time.Second {
+		other, err := direct.Lock(ctx, "crossing", leasegate.LockOptions{Owner: "b", TTL: 3 * time.Second})
+		if err == nil {
+			require.Error(t, lease.Err(), "b holds the lock (fence %d) %v after the renewal by hand, while a's lease counts as valid until %v after it",
+				other.Fence, time.Since(byHand), lease.ValidUntil().Sub(byHand))
+			return
+		}
+		require.ErrorIs(t, err, leasegate.ErrHeld)
+		<-time.After(20 * time.Millisecond)
+	}
 	_, err = lease.Release(ctx)
 	require.NoError(t, err)
 }
