@@ -1548,6 +1548,9 @@ class RenewableLease(abc.ABC, Generic[_K]):
         self._applied_sent = sent
         self._valid_until: float = sent + grant.ttl_ms / 1000.0
         self._checked_at = sent  # a watchdog lease's keep-alive: its latest check (see _keepalive)
+        # Held by a call that sets the lease's TTL (renewal, re-entry) from its send to its
+        # answer's record: see _setting_ttl.
+        self._setting = threading.Lock()
         self._released = False
         self._lost_reason = ""
         self._kept_alive = False
@@ -1634,7 +1637,8 @@ class RenewableLease(abc.ABC, Generic[_K]):
         503s, up to 3 tries. A 410 sets :attr:`lost` and raises :class:`LeaseGoneError`.
         """
         try:
-            return self._renew(ttl_ms, tries=_TRIES, deadline=None)
+            with self._setting_ttl(None):
+                return self._renew(ttl_ms, tries=_TRIES, deadline=None)
         except LeaseGoneError as e:
             self._set_lost(f"renewal answered 410: {e.detail}")
             raise
@@ -1726,6 +1730,21 @@ class RenewableLease(abc.ABC, Generic[_K]):
 
     # -- internals -------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _setting_ttl(self, deadline: float | None) -> Generator[None, None, None]:
+        """Run a call that sets the lease's TTL (a renewal or a re-entry, retries included, and
+        the record of its answer) after any other such call of the lease was answered, waiting
+        until ``deadline`` at the most (then :class:`TransportError`). Two in flight at once could
+        be applied by Redis in one order and answered in the other, and the lease would count as
+        valid for a TTL Redis no longer has; one at a time, the latest answer is Redis's TTL."""
+        wait = -1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
+        if not self._setting.acquire(timeout=wait):
+            raise TransportError(title="Busy", detail="another renewal of the lease was still on its way")
+        try:
+            yield
+        finally:
+            self._setting.release()
+
     def _set_lost(self, reason: str) -> None:
         with self._cond:
             if not self.lost.is_set():
@@ -1758,7 +1777,9 @@ class RenewableLease(abc.ABC, Generic[_K]):
             if self._released or self.lost.is_set():
                 return True
         try:
-            self._renew(None, tries=1, deadline=time.monotonic() + _CONFIRM_TIMEOUT_S)
+            deadline = time.monotonic() + _CONFIRM_TIMEOUT_S
+            with self._setting_ttl(deadline):
+                self._renew(None, tries=1, deadline=deadline)
         except LeaseGoneError as e:
             self._set_lost(f"its events stream found it gone, and the renewal answered 410: {e.detail}")
             return True
@@ -1853,7 +1874,8 @@ class RenewableLease(abc.ABC, Generic[_K]):
                     self._checked_at = time.monotonic()
                     self._observe(deadline)
                 else:
-                    self._renew(g.ttl_ms, tries=1, deadline=deadline)
+                    with self._setting_ttl(deadline):
+                        self._renew(g.ttl_ms, tries=1, deadline=deadline)
                 retry_at = None
             except LeaseGoneError as e:
                 if not self._stop.is_set() and not self._released:
@@ -2165,14 +2187,15 @@ class BaseLease(RenewableLease[_G]):
         """POST ``body`` with the lease's token: one more hold (retried as :meth:`renew`)."""
         g = self.grant
         headers = {"Lease-Token": g.token, "Idempotency-Key": _new_key()}
-        ans, sent = self._client._retrying("POST", self._url_path, body, headers, tries=_TRIES, deadline=None)
-        if not ans.ok:
-            err = ans.error()
-            if isinstance(err, LeaseGoneError):
-                self._set_lost(f"re-entry answered 410: {err.detail}")
-            raise err
-        new = ans.parse(self._parse_grant)
-        self._granted(new, sent)
+        with self._setting_ttl(None):
+            ans, sent = self._client._retrying("POST", self._url_path, body, headers, tries=_TRIES, deadline=None)
+            if not ans.ok:
+                err = ans.error()
+                if isinstance(err, LeaseGoneError):
+                    self._set_lost(f"re-entry answered 410: {err.detail}")
+                raise err
+            new = ans.parse(self._parse_grant)
+            self._granted(new, sent)
         return new
 
     def _release(self, mode: Mode | None) -> bool:

@@ -11,6 +11,8 @@ Tests synchronise by polling conditions with deadlines (``eventually``), never b
 from __future__ import annotations
 
 import ast
+import http.client
+import http.server
 import json
 import os
 import sys
@@ -18,6 +20,7 @@ import threading
 import time
 import unittest
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
@@ -163,6 +166,57 @@ def assert_lost_at_once(tc: unittest.TestCase, lease: leasegate.RenewableLease[A
 
 
 @unittest.skipUnless(URL, "LEASEGATE_URL is not set (tests/sdks/python_sdk_test.go sets it)")
+class _DelayingProxy:
+    """A plain HTTP proxy in front of the gateway at ``target`` that holds the first request whose
+    path ends with ``suffix`` back ``delay`` seconds before forwarding it (a slow network), and
+    sets ``delaying`` when it starts to."""
+
+    def __init__(self, target: str, suffix: str, delay: float) -> None:
+        self.delaying = threading.Event()
+        upstream = urllib.parse.urlsplit(target)
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.split("?")[0].endswith(suffix) and not proxy.delaying.is_set():
+                    proxy.delaying.set()
+                    time.sleep(delay)  # the slow network
+                conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=10)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                    conn.request(self.command, self.path, body=body or None, headers=headers)
+                    resp = conn.getresponse()
+                    payload = resp.read()
+                    self.send_response(resp.status)
+                    for k, v in resp.getheaders():
+                        if k.lower() not in ("connection", "transfer-encoding", "content-length"):
+                            self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                finally:
+                    conn.close()
+
+            do_GET = do_POST = do_DELETE = _forward
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _DelayingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 class EndToEnd(unittest.TestCase):
     def setUp(self) -> None:
         self.gw = leasegate.Client(URL, timeout=10)
@@ -333,6 +387,33 @@ class EndToEnd(unittest.TestCase):
             lease.check()
             self.assertTrue(self.gw.inspect(name, lease.token).yours)
         self.assertFalse(lease.lost.is_set())
+
+    def test_renewals_by_hand_and_keep_alive_do_not_cross(self) -> None:
+        # Keep-alive's renewal (TTL 1.5 s) is held back 0.6 s on its way to the gateway by a
+        # proxy; a renewal by hand to 9 s, sent meanwhile, reaches Redis first. Redis then has
+        # keep-alive's 1.5 s, applied last; with both in flight at once the lease counted as
+        # valid for the renewal by hand's 9 s (the later sent), and another owner took the lock
+        # while it was not lost. One at a time, the renewal by hand waits for keep-alive's.
+        name = unique("crossing")
+        with _DelayingProxy(URL, "/renew", delay=0.6) as proxy:
+            via_proxy = leasegate.Client(proxy.url, timeout=10)
+            with via_proxy.lock(name, "a", ttl_ms=1500, watch=False) as lease:
+                self.assertTrue(proxy.delaying.wait(5), "keep-alive's renewal reached the proxy")
+                by_hand = time.monotonic()
+                lease.renew(ttl_ms=9000)
+                while time.monotonic() - by_hand < 3.0:
+                    try:
+                        other = self.gw.acquire(name, "b", ttl_ms=3000)
+                    except leasegate.LockHeldError:
+                        time.sleep(0.02)  # the "work"
+                        continue
+                    self.assertTrue(
+                        lease.lost.is_set(),
+                        f"b holds the lock (fence {other.fence}) while a's lease counts as valid "
+                        f"for {lease.valid_until - time.monotonic():.3f}s more",
+                    )
+                    other.release()
+                    break
 
     def test_context_manager_with_the_gateway_watchdog(self) -> None:
         # The gateway renews a watchdog lease for max_hold_ms; the thread only checks it, so the
