@@ -85,6 +85,8 @@ export abstract class RenewableLease<G extends RenewableGrant> {
   /** The events streams followed (see `watch()`), and how many of them are open. */
   private watchers: Watcher[] | undefined;
   private openStreams = 0;
+  /** Settles when the renewal or re-entry in flight, if any, has been answered (see regrant). */
+  private setting: Promise<void> = Promise.resolve();
 
   /**
    * @param sentAt `performance.now()` taken just before the request that produced `grant` was
@@ -195,21 +197,33 @@ export abstract class RenewableLease<G extends RenewableGrant> {
    * @throws LeaseGoneError when the lease no longer holds (and aborts `signal`)
    */
   protected async regrant(send: (key: string) => Promise<Answer<G>>, signal: AbortSignal | undefined): Promise<G> {
-    const key = idempotencyKey();
-    const sentAt = performance.now();
-    const { data, error, response } = await withRetries(() => send(key), signal, true);
-    if (error !== undefined || data === undefined) throw this.failed(toLeasegateError(error, response));
-    this.granted(data);
-    this.validUntilMs = sentAt + data.ttl_ms;
-    const k = this.keeper;
-    if (k !== undefined) {
-      this.armDeadline(k);
-      // A renewal or re-entry by hand counts as one of keep-alive's (a shorter TTL brings the next
-      // forward); keep-alive's own, or one answered while it has one in flight, is followed when
-      // that one ends.
-      if (k.inflight === undefined) this.scheduleNext(k);
+    // One at a time, each recorded before the next is sent: two in flight at once could reach
+    // Redis in one order and be answered in the other, and the lease would then count as valid
+    // for a TTL Redis no longer has (a keep-alive answer arriving after a shorter renewal's).
+    const before = this.setting;
+    let done = () => {};
+    this.setting = new Promise<void>((resolve) => (done = resolve));
+    try {
+      await before;
+      signal?.throwIfAborted();
+      const key = idempotencyKey();
+      const sentAt = performance.now();
+      const { data, error, response } = await withRetries(() => send(key), signal, true);
+      if (error !== undefined || data === undefined) throw this.failed(toLeasegateError(error, response));
+      this.granted(data);
+      this.validUntilMs = sentAt + data.ttl_ms;
+      const k = this.keeper;
+      if (k !== undefined) {
+        this.armDeadline(k);
+        // A renewal or re-entry by hand counts as one of keep-alive's (a shorter TTL brings the
+        // next forward); keep-alive's own, or one answered while it has one in flight, is
+        // followed when that one ends.
+        if (k.inflight === undefined) this.scheduleNext(k);
+      }
+      return data;
+    } finally {
+      done();
     }
-    return data;
   }
 
   /** Records the grant of a renewal or re-entry. */

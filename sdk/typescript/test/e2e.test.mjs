@@ -3,6 +3,7 @@
 // Every call goes through the generated client or the SDK's convenience layer.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import http from "node:http";
 import { test } from "node:test";
 
 import {
@@ -403,6 +404,81 @@ test("keepAlive follows a renew() by hand to a shorter TTL: renews within a thir
   assert.equal(state.yours, true);
   assert.ok(renewals[0].ttl_ms === 9_000, `keep-alive renews with its own TTL: ${renewals[0].ttl_ms}`);
   await lease.release();
+});
+
+/**
+ * A plain HTTP proxy in front of the gateway that holds back the answer to the first request whose
+ * path ends with `suffix` by `delayMs` (a slow network); `answered` is set once Redis has applied it.
+ */
+async function delayingProxy(suffix, delayMs) {
+  const state = { answered: false, url: "", close: async () => {} };
+  const server = http.createServer((req, res) => {
+    const path = req.url ?? "/";
+    /** @type {Buffer[]} */
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      const headers = { ...req.headers };
+      delete headers.host;
+      const up = http.request(new URL(path, baseUrl), { method: req.method, headers }, (upRes) => {
+        /** @type {Buffer[]} */
+        const body = [];
+        upRes.on("data", (c) => body.push(c));
+        upRes.on("end", () => {
+          const hold = new URL(path, baseUrl).pathname.endsWith(suffix) && !state.answered;
+          if (hold) state.answered = true;
+          setTimeout(() => {
+            res.writeHead(upRes.statusCode ?? 502, upRes.headers);
+            res.end(Buffer.concat(body));
+          }, hold ? delayMs : 0);
+        });
+      });
+      up.on("error", () => {
+        res.writeHead(502);
+        res.end();
+      });
+      up.end(Buffer.concat(chunks));
+    });
+  });
+  await new Promise((resolve) => server.listen({ port: 0, host: "127.0.0.1" }, () => resolve(undefined)));
+  const addr = /** @type {import("node:net").AddressInfo} */ (server.address());
+  state.url = `http://127.0.0.1:${addr.port}`;
+  state.close = () => new Promise((resolve) => server.close(() => resolve(undefined)));
+  return state;
+}
+
+test("a renew() by hand while keep-alive's renewal is in flight never leaves the lease counting the older TTL", { timeout: TEST_TIMEOUT }, async () => {
+  // Keep-alive's renewal (9 s) is applied by Redis, its answer held back 600 ms; a renewal by hand
+  // to 1.5 s answered meanwhile was then overwritten by it, and the lease counted as valid for
+  // 9 s while Redis had 1.5 s: another owner took the lock while its signal was not aborted.
+  const name = lockName("crossing");
+  const proxy = await delayingProxy("/renew", 600);
+  try {
+    const lease = await lock(createLeasegateClient(proxy.url), name, { owner: "a", ttlMs: 9_000 });
+    lease.keepAlive({ watch: false }); // its first renewal goes 3 s from now
+    await eventually("keep-alive's renewal applied, its answer held back", 10_000, async () => proxy.answered);
+    const byHand = performance.now();
+    await lease.renew(1_500);
+    while (performance.now() - byHand < 3_000) {
+      try {
+        const other = await lock(client, name, { owner: "b", ttlMs: 3_000 });
+        assert.equal(
+          lease.signal.aborted,
+          true,
+          `b holds the lock (fence ${other.fence}) while a's lease counts as valid for ${Math.round(lease.remainingMs)} ms more`,
+        );
+        await other.release();
+        break;
+      } catch (e) {
+        if (!(e instanceof LockHeldError)) throw e;
+        await delay(20);
+      }
+    }
+    lease.stopKeepAlive();
+    await lease.release().catch(() => {});
+  } finally {
+    await proxy.close();
+  }
 });
 
 test("keepAlive aborts lease.signal with LeaseLostError when the lease is deleted behind its back", { timeout: TEST_TIMEOUT }, async () => {
