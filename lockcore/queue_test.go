@@ -124,15 +124,24 @@ func TestManyWaitersOnOneLockStayInLine(t *testing.T) {
 		return err == nil && st.Waiters == int64(n)
 	})
 	// Four liveness windows: a waiter whose keepalive failed (as an unchunked one did) drops out
-	// of the count one window after it queued.
+	// of the count one window after it queued, and stays out. A keepalive call late on a loaded
+	// machine (-race and a busy core: 4,915 of 5,000 counted once, all 5,000 queued) lets some
+	// deadlines pass until it lands; so the count must be whole again within a liveness window.
+	lowest, whole := int64(n), time.Now()
 	for end := time.Now().Add(4 * liveness); time.Now().Before(end); <-time.After(heartbeat / 4) {
 		st, err := w.svc.Inspect(ctx, lockcore.LockRef(lock), "")
 		require.NoError(t, err)
-		if st.Waiters != int64(n) {
-			require.Failf(t, "every waiter stays in line", "%d of %d waiters within their liveness deadline, %s queued",
-				st.Waiters, n, w.redis.MustDo(t, "ZCARD", w.key(lock, ":q")))
+		if st.Waiters == int64(n) {
+			whole = time.Now()
+			continue
+		}
+		lowest = min(lowest, st.Waiters)
+		if time.Since(whole) > liveness {
+			require.Failf(t, "every waiter stays in line", "%d of %d waiters within their liveness deadline for %v, %s queued",
+				st.Waiters, n, time.Since(whole).Round(time.Millisecond), w.redis.MustDo(t, "ZCARD", w.key(lock, ":q")))
 		}
 	}
+	t.Logf("waiters within their liveness deadline: at least %d of %d at every look", lowest, n)
 	q := w.redis.MustDo(t, "ZCARD", w.key(lock, ":q"))
 	require.Equal(t, strconv.Itoa(n), q)
 
